@@ -1,0 +1,8 @@
+"""The asyncio API: the same names as the blocking API in :mod:`bookkeeper`, as coroutines."""
+
+from bookkeeper.client.client import BookKeeper
+from bookkeeper.client.ledger import LedgerEntry, LedgerHandle, ReadHandle
+from bookkeeper.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper.wire.digest import DigestType
+
+__all__ = ["BookKeeper", "DigestType", "LedgerEntry", "LedgerHandle", "LedgerMetadata", "LedgerState", "ReadHandle"]

@@ -1,0 +1,1 @@
+"""The asyncio client runtime, the public async API and the blocking facade."""

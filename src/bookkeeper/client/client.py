@@ -1,0 +1,132 @@
+"""The asyncio client: ``bookkeeper.aio.BookKeeper``."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import random
+import time
+from collections.abc import Mapping
+
+from bookkeeper import errors
+from bookkeeper.client.connection import BookiePool
+from bookkeeper.client.ledger import LedgerHandle, ReadHandle
+from bookkeeper.client.recovery import recover
+from bookkeeper.core.metadata import LedgerMetadata
+from bookkeeper.core.quorum import check_quorum_sizes
+from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.wire.digest import DigestType
+
+log = logging.getLogger(__name__)
+
+
+class BookKeeper:
+    """A client of one BookKeeper cluster, named by its metadata service URI."""
+
+    def __init__(
+        self, metadata: MetadataClient, *, use_v3: bool = False, request_timeout_s: float = 5.0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.metadata = metadata
+        self.pool = BookiePool(
+            self._resolve, use_v3=use_v3, connect_timeout_s=connect_timeout_s, request_timeout_s=request_timeout_s
+        )
+        self._random = random.Random()
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls, metadata_uri: str, *, use_v3: bool = False, metadata_timeout_s: float = 10.0,
+        request_timeout_s: float = 5.0,
+    ) -> BookKeeper:
+        """Connects to the metadata store; raises ``MetadataUnavailableError`` within ``metadata_timeout_s``."""
+        metadata = await asyncio.to_thread(MetadataClient.connect, metadata_uri, connect_timeout_s=metadata_timeout_s)
+        return cls(metadata, use_v3=use_v3, request_timeout_s=request_timeout_s)
+
+    def _resolve(self, bookie_id: str) -> tuple[str, int]:
+        endpoint = self.metadata.bookie_endpoint(bookie_id)
+        return endpoint.host, endpoint.port
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.ClientClosedError("this BookKeeper client is closed")
+
+    async def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> LedgerHandle:
+        """Creates a ledger on a random ensemble of writable bookies and returns its writer."""
+        self._check_open()
+        check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
+        bookies = await asyncio.to_thread(self.metadata.writable_bookies)
+        if len(bookies) < ensemble_size:
+            raise errors.NotEnoughBookiesError(
+                f"need {ensemble_size} writable bookies for the ensemble, {len(bookies)} registered: {bookies}"
+            )
+        ensemble = tuple(self._random.sample(bookies, ensemble_size))
+        ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
+        metadata = LedgerMetadata(
+            ledger_id=ledger_id,
+            ensemble_size=ensemble_size,
+            write_quorum_size=write_quorum_size,
+            ack_quorum_size=ack_quorum_size,
+            digest_type=DigestType(digest_type),
+            password=bytes(password),
+            ensembles=((0, ensemble),),
+            ctime_ms=int(time.time() * 1000),
+            custom_metadata=dict(custom_metadata or {}),
+            c_token=self._random.getrandbits(63),
+        )
+        version = await asyncio.to_thread(self.metadata.create_ledger_metadata, metadata)
+        log.debug("created ledger %d on %s", ledger_id, ensemble)
+        return LedgerHandle(self, metadata, version, bytes(password))
+
+    async def _open(self, ledger_id: int, password: bytes) -> tuple[LedgerMetadata, int]:
+        self._check_open()
+        metadata, version = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
+        if not hmac.compare_digest(metadata.password, bytes(password)):
+            raise errors.UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
+        return metadata, version
+
+    async def open_ledger(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
+        """Opens a ledger for reading; if it is not closed, fences it and recovers it first.
+
+        The digest type stored in the metadata is used (BookKeeper's digest autodetection).
+        """
+        metadata, version = await self._open(ledger_id, password)
+        handle = ReadHandle(self, metadata, version, bytes(password))
+        if not metadata.is_closed:
+            await recover(handle)
+        return handle
+
+    async def open_ledger_no_recovery(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
+        """Opens a ledger for reading without fencing it: a live writer keeps writing."""
+        metadata, version = await self._open(ledger_id, password)
+        return ReadHandle(self, metadata, version, bytes(password))
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Deletes the ledger's metadata; bookies reclaim the data in their garbage collection."""
+        self._check_open()
+        await asyncio.to_thread(self.metadata.delete_ledger_metadata, ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        self._check_open()
+        return await asyncio.to_thread(lambda: list(self.metadata.list_ledgers()))
+
+    async def get_ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        self._check_open()
+        metadata, _ = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
+        return metadata
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.pool.close()
+        await asyncio.to_thread(self.metadata.close)

@@ -1,0 +1,312 @@
+"""A client connection to one bookie.
+
+Adds and reads go over v2 by default (BookKeeper's fast path; responses matched by operation,
+ledger and entry, in order per key) or over v3 (matched by txnId). Every request has a deadline;
+a periodic check fails the overdue ones with ``TimeoutError``. When the connection drops, every
+pending request fails with ``BookieHandleNotAvailableError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import time
+from collections.abc import Callable
+
+from bookkeeper import errors
+from bookkeeper.wire import v2, v3
+from bookkeeper.wire.errors import MalformedMessageError
+from bookkeeper.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameError
+from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
+from bookkeeper.wire.status import StatusCode
+
+log = logging.getLogger(__name__)
+
+# Called with (status, body) on an answer, or (None, error) when the request failed locally.
+Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
+
+
+class _Pending:
+    __slots__ = ("callback", "deadline", "done", "key")
+
+    def __init__(self, key: object, callback: Callback, deadline: float) -> None:
+        self.key = key
+        self.callback = callback
+        self.deadline = deadline
+        self.done = False
+
+
+class BookieConnection(asyncio.Protocol):
+    """One TCP connection to a bookie, speaking v2 (default) or v3."""
+
+    def __init__(self, bookie_id: str, use_v3: bool, request_timeout_s: float) -> None:
+        self.bookie_id = bookie_id
+        self.use_v3 = use_v3
+        self.request_timeout_s = request_timeout_s
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_SIZE)
+        self._v2_pending: dict[tuple[int, int, int], collections.deque[_Pending]] = {}
+        self._v3_pending: dict[int, _Pending] = {}
+        self._txn_ids = itertools.count(1)
+        self._closed_error: errors.BKError | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    async def connect(
+        cls, bookie_id: str, host: str, port: int, *, use_v3: bool, connect_timeout_s: float, request_timeout_s: float
+    ) -> BookieConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(lambda: cls(bookie_id, use_v3, request_timeout_s), host, port),
+                connect_timeout_s,
+            )
+        except (OSError, asyncio.TimeoutError) as error:
+            raise errors.BookieHandleNotAvailableError(
+                f"cannot connect to bookie {bookie_id} at {host}:{port}: {error or 'timed out'}"
+            ) from error
+        return protocol
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and self._closed_error is None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
+        self._schedule_timeout_check()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(
+            errors.BookieHandleNotAvailableError(
+                f"connection to bookie {self.bookie_id} closed" + (f": {exc}" if exc else "")
+            )
+        )
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        self._fail_all(errors.ClientClosedError(f"connection to bookie {self.bookie_id} was closed by the client"))
+
+    def _fail_all(self, error: errors.BKError) -> None:
+        if self._closed_error is None:
+            self._closed_error = error
+        self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending = [p for queue in self._v2_pending.values() for p in queue]
+        pending.extend(self._v3_pending.values())
+        self._v2_pending.clear()
+        self._v3_pending.clear()
+        for request in pending:
+            self._finish(request, None, error)
+
+    @staticmethod
+    def _finish(request: _Pending, status: StatusCode | None, body: bytes | errors.BKError) -> None:
+        if request.done:
+            return
+        request.done = True
+        try:
+            request.callback(status, body)
+        except Exception:  # a callback bug must not take the connection down
+            log.exception("callback for a bookie response failed")
+
+    # -- timeouts ------------------------------------------------------------------------------
+
+    def _schedule_timeout_check(self) -> None:
+        assert self._loop is not None
+        period = max(min(self.request_timeout_s / 2, 1.0), 0.05)
+        self._timer = self._loop.call_later(period, self._check_timeouts)
+
+    def _check_timeouts(self) -> None:
+        now = time.monotonic()
+        expired = [p for queue in self._v2_pending.values() for p in queue if p.deadline <= now]
+        expired.extend(p for p in self._v3_pending.values() if p.deadline <= now)
+        for request in expired:
+            self._forget(request)
+            self._finish(
+                request,
+                None,
+                errors.TimeoutError(f"bookie {self.bookie_id} did not answer within {self.request_timeout_s:g} s"),
+            )
+        if self._transport is not None:
+            self._schedule_timeout_check()
+
+    def _forget(self, request: _Pending) -> None:
+        if isinstance(request.key, int):
+            self._v3_pending.pop(request.key, None)
+        else:
+            queue = self._v2_pending.get(request.key)  # type: ignore[arg-type]
+            if queue is not None:
+                try:
+                    queue.remove(request)
+                except ValueError:
+                    pass
+                if not queue:
+                    del self._v2_pending[request.key]  # type: ignore[arg-type]
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _register_v2(self, key: tuple[int, int, int], callback: Callback) -> bool:
+        if self._transport is None:
+            callback(None, self._closed_error or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"))
+            return False
+        request = _Pending(key, callback, time.monotonic() + self.request_timeout_s)
+        self._v2_pending.setdefault(key, collections.deque()).append(request)
+        return True
+
+    def _send_v3(self, request: pb.Request, callback: Callback) -> None:
+        if self._transport is None:
+            callback(None, self._closed_error or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"))
+            return
+        txn_id = request.header.txnId
+        self._v3_pending[txn_id] = _Pending(txn_id, callback, time.monotonic() + self.request_timeout_s)
+        self._transport.write(v3.encode(request))
+
+    def add(self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, callback: Callback) -> None:
+        """Sends an add; ``callback(status, b"")`` on the answer."""
+        if self.use_v3:
+            request = pb.Request()
+            request.header.CopyFrom(v3.header(pb.ADD_ENTRY, next(self._txn_ids), 1 if recovery else 0))
+            add = request.addRequest
+            add.ledgerId, add.entryId, add.masterKey, add.body = ledger_id, entry_id, master_key, entry
+            if recovery:
+                add.flag = pb.AddRequest.RECOVERY_ADD
+            self._send_v3(request, callback)
+            return
+        if self._register_v2((v2.OpCode.ADD_ENTRY, ledger_id, entry_id), callback):
+            assert self._transport is not None
+            flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
+            self._transport.write(v2.encode_add_request(master_key, entry, flags))
+
+    def read(self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, callback: Callback) -> None:
+        """Sends a read (a fencing read when ``fence``); ``callback(status, entry bytes)``."""
+        if self.use_v3:
+            request = pb.Request()
+            request.header.CopyFrom(v3.header(pb.READ_ENTRY, next(self._txn_ids), 1 if fence else 0))
+            read = request.readRequest
+            read.ledgerId, read.entryId = ledger_id, entry_id
+            if fence:
+                read.flag = pb.ReadRequest.FENCE_LEDGER
+                read.masterKey = master_key or b""
+            self._send_v3(request, callback)
+            return
+        if self._register_v2((v2.OpCode.READ_ENTRY, ledger_id, entry_id), callback):
+            assert self._transport is not None
+            flags = v2.FLAG_DO_FENCING | v2.FLAG_HIGH_PRIORITY if fence else v2.FLAG_NONE
+            self._transport.write(v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None))
+
+    # -- responses -----------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+            for frame in frames:
+                if self.use_v3:
+                    self._on_v3(v3.decode_response(frame))
+                else:
+                    self._on_v2(v2.decode_response(frame))
+        except (FrameError, MalformedMessageError) as error:
+            log.error("bookie %s sent a bad response (%s); dropping the connection", self.bookie_id, error)
+            if self._transport is not None:
+                self._transport.abort()
+            self._fail_all(errors.ProtocolError(f"bookie {self.bookie_id} sent a malformed response: {error}"))
+
+    def _on_v2(self, response: v2.Response) -> None:
+        key = (response.opcode, response.ledger_id, response.entry_id)
+        queue = self._v2_pending.get(key)
+        if not queue:
+            log.debug("bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key)
+            return
+        request = queue.popleft()
+        if not queue:
+            del self._v2_pending[key]
+        self._finish(request, response.status, response.body)
+
+    def _on_v3(self, response: pb.Response) -> None:
+        request = self._v3_pending.pop(response.header.txnId, None)
+        if request is None:
+            return
+        status = StatusCode(response.status)
+        body = b""
+        if response.HasField("readResponse"):
+            status = StatusCode(response.readResponse.status)
+            body = response.readResponse.body
+        elif response.HasField("addResponse"):
+            status = StatusCode(response.addResponse.status)
+        self._finish(request, status, body)
+
+
+STATUS_ERRORS: dict[StatusCode, type[errors.BKError]] = {
+    StatusCode.ENOLEDGER: errors.NoSuchLedgerError,
+    StatusCode.ENOENTRY: errors.NoSuchEntryError,
+    StatusCode.EBADREQ: errors.ProtocolError,
+    StatusCode.EIO: errors.BookieIOError,
+    StatusCode.EUA: errors.UnauthorizedAccessError,
+    StatusCode.EBADVERSION: errors.ProtocolError,
+    StatusCode.EFENCED: errors.LedgerFencedError,
+    StatusCode.EREADONLY: errors.WriteOnReadOnlyBookieError,
+    StatusCode.ETOOMANYREQUESTS: errors.TooManyRequestsError,
+    StatusCode.EUNKNOWNLEDGERSTATE: errors.UnknownLedgerStateError,
+}
+
+
+def status_error(status: StatusCode, bookie_id: str, what: str) -> errors.BKError:
+    """The exception for a bookie's non-OK answer."""
+    return STATUS_ERRORS.get(status, errors.BKError)(f"bookie {bookie_id} answered {status.name} to {what}")
+
+
+class BookiePool:
+    """One connection per bookie, opened on first use and reopened after it drops."""
+
+    def __init__(
+        self,
+        resolve: Callable[[str], tuple[str, int]],
+        *,
+        use_v3: bool = False,
+        connect_timeout_s: float = 5.0,
+        request_timeout_s: float = 5.0,
+    ) -> None:
+        self._resolve = resolve
+        self._use_v3 = use_v3
+        self._connect_timeout_s = connect_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._connections: dict[str, BookieConnection] = {}
+        self._connecting: dict[str, asyncio.Future[BookieConnection]] = {}
+
+    def ready(self, bookie_id: str) -> BookieConnection | None:
+        """An open connection to ``bookie_id``, if there is one (no waiting)."""
+        connection = self._connections.get(bookie_id)
+        return connection if connection is not None and connection.is_open else None
+
+    async def get(self, bookie_id: str) -> BookieConnection:
+        connection = self.ready(bookie_id)
+        if connection is not None:
+            return connection
+        pending = self._connecting.get(bookie_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._connect(bookie_id))
+            self._connecting[bookie_id] = pending
+        return await asyncio.shield(pending)
+
+    async def _connect(self, bookie_id: str) -> BookieConnection:
+        try:
+            host, port = await asyncio.to_thread(self._resolve, bookie_id)
+            connection = await BookieConnection.connect(
+                bookie_id, host, port, use_v3=self._use_v3,
+                connect_timeout_s=self._connect_timeout_s, request_timeout_s=self._request_timeout_s,
+            )
+            self._connections[bookie_id] = connection
+            return connection
+        finally:
+            self._connecting.pop(bookie_id, None)
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()

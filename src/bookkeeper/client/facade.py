@@ -1,0 +1,200 @@
+"""The blocking API: a private event loop in a thread runs the asyncio client.
+
+Every method waits for its coroutine on that loop. ``add_entry_async`` returns a
+``concurrent.futures.Future`` that completes in entry-id order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+from bookkeeper.client import client as aio_client
+from bookkeeper.client import ledger as aio_ledger
+from bookkeeper.client.ledger import LedgerEntry
+from bookkeeper.core.metadata import LedgerMetadata
+from bookkeeper.wire.digest import DigestType
+
+T = TypeVar("T")
+
+__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "ReadHandle"]
+
+
+class _LoopThread:
+    """An asyncio loop (uvloop when installed) running in a daemon thread."""
+
+    def __init__(self) -> None:
+        try:
+            import uvloop
+
+            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="bookkeeper-client", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class ReadHandle:
+    """Blocking view of :class:`bookkeeper.aio.ReadHandle`."""
+
+    def __init__(self, runner: _LoopThread, handle: aio_ledger.ReadHandle) -> None:
+        self._runner = runner
+        self._handle = handle
+
+    @property
+    def ledger_id(self) -> int:
+        return self._handle.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._handle.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        return self._handle.length
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._handle.metadata
+
+    @property
+    def is_closed(self) -> bool:
+        return self._handle.is_closed
+
+    def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        return self._runner.run(self._handle.read_entries(first, last))
+
+    def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        return self._runner.run(self._handle.read_unconfirmed_entries(first, last))
+
+    def read_last_add_confirmed(self) -> int:
+        return self._runner.run(self._handle.read_last_add_confirmed())
+
+    def close(self) -> None:
+        self._runner.run(self._handle.close())
+
+    def __enter__(self) -> ReadHandle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class LedgerHandle(ReadHandle):
+    """Blocking view of :class:`bookkeeper.aio.LedgerHandle`."""
+
+    _handle: aio_ledger.LedgerHandle
+
+    def __init__(self, runner: _LoopThread, handle: aio_ledger.LedgerHandle) -> None:
+        super().__init__(runner, handle)
+
+    @property
+    def last_add_pushed(self) -> int:
+        return self._handle.last_add_pushed
+
+    def add_entry(self, data: bytes) -> int:
+        """Adds ``data``; returns its entry id once Qa bookies made it durable."""
+        return self.add_entry_async(data).result()
+
+    def add_entry_async(self, data: bytes) -> concurrent.futures.Future[int]:
+        """Sends ``data``; the future gives its entry id once acknowledged (in entry-id order)."""
+        result: concurrent.futures.Future[int] = concurrent.futures.Future()
+        data = bytes(data)
+
+        def start() -> None:
+            try:
+                future = self._handle.add_entry_async(data)
+            except BaseException as error:
+                result.set_exception(error)
+                return
+
+            def copy(done: asyncio.Future[int]) -> None:
+                if done.cancelled():
+                    result.cancel()
+                elif done.exception() is not None:
+                    result.set_exception(done.exception())  # type: ignore[arg-type]
+                else:
+                    result.set_result(done.result())
+
+            future.add_done_callback(copy)
+
+        self._runner.loop.call_soon_threadsafe(start)
+        return result
+
+
+class BookKeeper:
+    """A blocking client of one BookKeeper cluster, named by its metadata service URI.
+
+    >>> bk = BookKeeper("sqlite:///tmp/bk/metadata.db")   # doctest: +SKIP
+    """
+
+    def __init__(
+        self, metadata_uri: str, *, use_v3: bool = False, metadata_timeout_s: float = 10.0,
+        request_timeout_s: float = 5.0,
+    ) -> None:
+        self._runner = _LoopThread()
+        try:
+            self._client = self._runner.run(
+                aio_client.BookKeeper.connect(
+                    metadata_uri, use_v3=use_v3, metadata_timeout_s=metadata_timeout_s,
+                    request_timeout_s=request_timeout_s,
+                )
+            )
+        except BaseException:
+            self._runner.stop()
+            raise
+
+    def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> LedgerHandle:
+        handle = self._runner.run(
+            self._client.create_ledger(
+                ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password, custom_metadata
+            )
+        )
+        return LedgerHandle(self._runner, handle)
+
+    def open_ledger(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
+        return ReadHandle(self._runner, self._runner.run(self._client.open_ledger(ledger_id, password)))
+
+    def open_ledger_no_recovery(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
+        return ReadHandle(self._runner, self._runner.run(self._client.open_ledger_no_recovery(ledger_id, password)))
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self._runner.run(self._client.delete_ledger(ledger_id))
+
+    def list_ledgers(self) -> list[int]:
+        return self._runner.run(self._client.list_ledgers())
+
+    def get_ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return self._runner.run(self._client.get_ledger_metadata(ledger_id))
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._client.close(), timeout=30)
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> BookKeeper:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

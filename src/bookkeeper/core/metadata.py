@@ -1,0 +1,89 @@
+"""The ledger-metadata value object: what the metadata store holds for one ledger.
+
+It is immutable; every change produces a new value that is written back with a compare-and-swap.
+Field meanings follow ``LedgerMetadataFormat`` (reference section 1.7).
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from bookkeeper.wire.digest import DigestType
+
+
+class LedgerState(enum.IntEnum):
+    """A ledger's state, numbered as in ``LedgerMetadataFormat.State``."""
+
+    OPEN = 1
+    IN_RECOVERY = 2
+    CLOSED = 3
+
+
+NO_ENTRY = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerMetadata:
+    """A ledger's metadata. ``ensembles`` maps the first entry id of each fragment to its bookies."""
+
+    ledger_id: int
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+    digest_type: DigestType
+    password: bytes
+    ensembles: tuple[tuple[int, tuple[str, ...]], ...]
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = NO_ENTRY
+    length: int = 0
+    ctime_ms: int = 0
+    custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
+    c_token: int = 0
+    format_version: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.ensembles:
+            raise ValueError(f"ledger {self.ledger_id}: metadata needs at least one ensemble")
+        starts = [first for first, _ in self.ensembles]
+        if starts != sorted(starts) or len(set(starts)) != len(starts):
+            raise ValueError(f"ledger {self.ledger_id}: fragment starts must strictly grow: {starts}")
+        for first, bookies in self.ensembles:
+            if len(bookies) != self.ensemble_size:
+                raise ValueError(
+                    f"ledger {self.ledger_id}: fragment at {first} has {len(bookies)} bookies, "
+                    f"ensemble size is {self.ensemble_size}"
+                )
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state == LedgerState.CLOSED
+
+    @property
+    def last_ensemble(self) -> tuple[int, tuple[str, ...]]:
+        """(first entry id, bookies) of the last fragment."""
+        return self.ensembles[-1]
+
+    def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
+        """The bookies of the fragment that holds ``entry_id``."""
+        starts = [first for first, _ in self.ensembles]
+        index = max(0, bisect.bisect_right(starts, entry_id) - 1)
+        return self.ensembles[index][1]
+
+    def bookies(self) -> set[str]:
+        """Every bookie that holds a fragment of this ledger."""
+        return {bookie for _, members in self.ensembles for bookie in members}
+
+    def with_state(self, state: LedgerState) -> LedgerMetadata:
+        return replace(self, state=state)
+
+    def closed_at(self, last_entry_id: int, length: int) -> LedgerMetadata:
+        """This metadata, closed with the given last entry and length."""
+        return replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
+
+    def with_ensemble(self, first_entry_id: int, bookies: tuple[str, ...]) -> LedgerMetadata:
+        """Adds a fragment starting at ``first_entry_id`` (replacing one that starts there)."""
+        kept = tuple((first, members) for first, members in self.ensembles if first < first_entry_id)
+        return replace(self, ensembles=(*kept, (first_entry_id, bookies)))

@@ -1,0 +1,154 @@
+"""The metadata store interface every driver implements, and the URI that picks a driver.
+
+The interface is ZooKeeper's data model, which BookKeeper's layout is written for: a tree of
+paths, each holding bytes and a version that every write increments; creates that fail when the
+path exists; compare-and-swap writes and deletes by version; ephemeral nodes that vanish when the
+session that made them ends (or, for SQLite, when its lease stops being renewed); sequential
+nodes whose names end in a 10-digit counter of their parent. The ledger layout, id generation
+and bookie registry are written once on top of it (``manager.py``).
+
+URIs (as BookKeeper's ``metadataServiceUri``):
+``zk+hierarchical://host:2181[;host2:2181]/ledgers`` (also ``zk://``), ``sqlite:///abs/path.db``,
+``memory://name``.
+"""
+
+from __future__ import annotations
+
+import abc
+import urllib.parse
+from dataclasses import dataclass
+
+from bookkeeper.errors import IncorrectParameterError, MetadataStoreError
+
+ANY_VERSION = -1
+
+
+class NoNodeError(MetadataStoreError):
+    """The path does not exist."""
+
+
+class NodeExistsError(MetadataStoreError):
+    """The path already exists."""
+
+
+class BadVersionError(MetadataStoreError):
+    """The path's version is not the one the compare-and-swap expected."""
+
+
+class NotEmptyError(MetadataStoreError):
+    """The path has children and cannot be deleted."""
+
+
+class MetadataStore(abc.ABC):
+    """A session on a metadata store. Thread-safe; blocking calls (run them off the event loop)."""
+
+    @abc.abstractmethod
+    def get(self, path: str) -> tuple[bytes, int]:
+        """(data, version) of ``path``; raises ``NoNodeError``."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> int | None:
+        """The version of ``path``, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = True,
+    ) -> str:
+        """Creates ``path`` (with a counter suffix when ``sequential``) and returns the real path.
+
+        Raises ``NodeExistsError`` when it exists, ``NoNodeError`` when its parent does not and
+        ``make_parents`` is false.
+        """
+
+    @abc.abstractmethod
+    def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> int:
+        """Replaces the data when the version matches (or ``ANY_VERSION``); returns the new version."""
+
+    @abc.abstractmethod
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        """Deletes a childless ``path`` when the version matches; raises ``NoNodeError``."""
+
+    @abc.abstractmethod
+    def children(self, path: str) -> list[str]:
+        """Names of the children of ``path``, sorted; raises ``NoNodeError``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Ends the session: its ephemeral nodes disappear."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAddress:
+    """A parsed metadata service URI."""
+
+    scheme: str  # "zk", "sqlite" or "memory"
+    layout: str  # "hierarchical", "flat" or "longhierarchical"
+    location: str  # ZooKeeper connect string, SQLite file path or memory store name
+    root: str  # the ledgers root path in the tree, e.g. "/ledgers"
+
+
+def parse_uri(uri: str) -> StoreAddress:
+    """Parses a metadata service URI; raises ``IncorrectParameterError`` for anything else."""
+    parts = urllib.parse.urlsplit(uri)
+    scheme, _, layout = parts.scheme.partition("+")
+    if scheme == "zk":
+        layout = layout or "hierarchical"
+        if layout not in ("hierarchical", "flat", "longhierarchical"):
+            raise IncorrectParameterError(f"unknown ledger layout {layout!r} in {uri!r}")
+        if not parts.netloc:
+            raise IncorrectParameterError(f"no ZooKeeper servers in {uri!r} (zk://host:2181/ledgers)")
+        root = parts.path.rstrip("/") or "/ledgers"
+        return StoreAddress("zk", layout, parts.netloc.replace(";", ","), root)
+    if scheme == "sqlite":
+        if not parts.path or parts.netloc:
+            raise IncorrectParameterError(f"SQLite URIs take an absolute path: sqlite:///abs/path.db, got {uri!r}")
+        return StoreAddress("sqlite", layout or "hierarchical", parts.path, "/ledgers")
+    if scheme == "memory":
+        name = parts.netloc + parts.path
+        if not name:
+            raise IncorrectParameterError(f"memory URIs need a name: memory://name, got {uri!r}")
+        return StoreAddress("memory", layout or "hierarchical", name, "/ledgers")
+    raise IncorrectParameterError(
+        f"unsupported metadata service URI {uri!r}; use zk+hierarchical://host:port/ledgers, "
+        "sqlite:///abs/path.db or memory://name"
+    )
+
+
+def open_store(
+    uri: str, *, create: bool = False, connect_timeout_s: float = 10.0, session_timeout_s: float = 10.0
+) -> tuple[MetadataStore, StoreAddress]:
+    """Connects to the store named by ``uri``.
+
+    ``create`` allows a new SQLite file; otherwise a missing store is an error. Raises
+    ``MetadataUnavailableError`` when the store cannot be reached within ``connect_timeout_s``.
+    """
+    address = parse_uri(uri)
+    if address.scheme == "memory":
+        from bookkeeper.metadata.memory import MemoryStore
+
+        return MemoryStore(address.location), address
+    if address.scheme == "sqlite":
+        from bookkeeper.metadata.sqlite import SqliteStore
+
+        return SqliteStore(address.location, create=create, lease_s=min(session_timeout_s, 5.0)), address
+    from bookkeeper.metadata.zookeeper import ZooKeeperStore
+
+    return ZooKeeperStore(address.location, connect_timeout_s, session_timeout_s), address
+
+
+def parent_of(path: str) -> str:
+    """The parent path ("/" for top-level paths)."""
+    head, _, _ = path.rstrip("/").rpartition("/")
+    return head or "/"
+
+
+def check_path(path: str) -> None:
+    """Raises ``IncorrectParameterError`` for paths the tree does not accept."""
+    if not path.startswith("/") or (path != "/" and path.endswith("/")) or "//" in path:
+        raise IncorrectParameterError(f"invalid metadata path {path!r}")

@@ -1,0 +1,227 @@
+"""BookKeeper's metadata layout on any store: cluster init, ledger ids, ledger metadata, bookies.
+
+Paths follow the ZooKeeper tree of reference section 1.9, whatever the driver, so that a
+ZooKeeper-backed cluster is laid out as Apache BookKeeper's tools expect.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from bookkeeper.core.metadata import LedgerMetadata
+from bookkeeper.errors import LedgerExistsError, MetadataVersionError, NoSuchLedgerError
+from bookkeeper.metadata import format as metadata_format
+from bookkeeper.metadata.driver import (
+    ANY_VERSION,
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    StoreAddress,
+    open_store,
+)
+from bookkeeper.metadata.layout import iter_ledger_ids, ledger_path
+from bookkeeper.wire.proto import data_formats_pb2 as formats
+
+log = logging.getLogger(__name__)
+
+LAYOUT_FORMAT_VERSION = 2
+LAYOUT_FACTORIES = {
+    "hierarchical": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1",
+    "flat": "org.apache.bookkeeper.meta.FlatLedgerManagerFactory:1",
+    "longhierarchical": "org.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory:1",
+}
+MAX_UPDATE_ATTEMPTS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class BookieEndpoint:
+    """Where a registered bookie listens."""
+
+    bookie_id: str
+    host: str
+    port: int
+
+
+def parse_bookie_id(bookie_id: str) -> tuple[str, int]:
+    """(host, port) of a ``host:port`` bookie id."""
+    host, _, port = bookie_id.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bookie id {bookie_id!r} is not host:port")
+    return host, int(port)
+
+
+class MetadataClient:
+    """BookKeeper's metadata operations on a store session. Blocking; thread-safe."""
+
+    def __init__(self, store: MetadataStore, address: StoreAddress) -> None:
+        self.store = store
+        self.address = address
+        self.root = address.root
+        self.layout = address.layout
+
+    @classmethod
+    def connect(cls, uri: str, *, create: bool = False, connect_timeout_s: float = 10.0) -> MetadataClient:
+        store, address = open_store(uri, create=create, connect_timeout_s=connect_timeout_s)
+        return cls(store, address)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- cluster -------------------------------------------------------------------------------
+
+    def init_cluster(self) -> bool:
+        """Creates the cluster's nodes when missing (root, available, readonly, INSTANCEID, LAYOUT).
+
+        Returns True when this call made a new cluster. Safe to race: creators that lose see the
+        winner's instance id.
+        """
+        created = False
+        for path in (self.root, f"{self.root}/available", f"{self.root}/available/readonly"):
+            try:
+                self.store.create(path)
+            except NodeExistsError:
+                pass
+        try:
+            self.store.create(f"{self.root}/INSTANCEID", str(uuid.uuid4()).encode())
+            created = True
+        except NodeExistsError:
+            pass
+        layout = f"{LAYOUT_FORMAT_VERSION}\n{LAYOUT_FACTORIES[self.layout]}".encode()
+        try:
+            self.store.create(f"{self.root}/LAYOUT", layout)
+        except NodeExistsError:
+            pass
+        return created
+
+    def instance_id(self) -> str | None:
+        try:
+            return self.store.get(f"{self.root}/INSTANCEID")[0].decode()
+        except NoNodeError:
+            return None
+
+    # -- ledgers -------------------------------------------------------------------------------
+
+    def generate_ledger_id(self) -> int:
+        """A cluster-unique ledger id from the sequential ``idgen/ID-`` node, as ZkLedgerIdGenerator does."""
+        path = self.store.create(f"{self.root}/idgen/ID-", ephemeral=True, sequential=True)
+        try:
+            self.store.delete(path)
+        except NoNodeError:
+            pass
+        return int(path.rsplit("ID-", 1)[1])
+
+    def _path(self, ledger_id: int) -> str:
+        return ledger_path(self.root, self.layout, ledger_id)
+
+    def create_ledger_metadata(self, metadata: LedgerMetadata) -> int:
+        """Stores the metadata of a new ledger; returns its version."""
+        try:
+            self.store.create(self._path(metadata.ledger_id), metadata_format.serialize(metadata))
+        except NodeExistsError as error:
+            raise LedgerExistsError(f"ledger {metadata.ledger_id} already exists") from error
+        return 0
+
+    def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """(metadata, version) of a ledger; raises ``NoSuchLedgerError``."""
+        try:
+            data, version = self.store.get(self._path(ledger_id))
+        except NoNodeError as error:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist in the metadata store") from error
+        return metadata_format.deserialize(ledger_id, data), version
+
+    def write_ledger_metadata(self, metadata: LedgerMetadata, version: int) -> int:
+        """Compare-and-swap write; raises ``BadVersionError`` when ``version`` is stale."""
+        try:
+            return self.store.set(self._path(metadata.ledger_id), metadata_format.serialize(metadata), version)
+        except NoNodeError as error:
+            raise NoSuchLedgerError(f"ledger {metadata.ledger_id} was deleted") from error
+
+    def update_ledger_metadata(
+        self,
+        ledger_id: int,
+        needs_change: Callable[[LedgerMetadata], bool],
+        transform: Callable[[LedgerMetadata], LedgerMetadata],
+    ) -> tuple[LedgerMetadata, int]:
+        """BookKeeper's MetadataUpdateLoop: read, check, transform, CAS; re-read on a version conflict.
+
+        Returns the metadata as stored at the end (unchanged when ``needs_change`` said no).
+        """
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            current, version = self.read_ledger_metadata(ledger_id)
+            if not needs_change(current):
+                return current, version
+            updated = transform(current)
+            try:
+                return updated, self.write_ledger_metadata(updated, version)
+            except BadVersionError:
+                log.debug("ledger %d: metadata changed under us, retrying the update", ledger_id)
+        raise MetadataVersionError(
+            f"ledger {ledger_id}: gave up updating metadata after {MAX_UPDATE_ATTEMPTS} version conflicts"
+        )
+
+    def delete_ledger_metadata(self, ledger_id: int, version: int = ANY_VERSION) -> None:
+        try:
+            self.store.delete(self._path(ledger_id), version)
+        except NoNodeError as error:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist in the metadata store") from error
+
+    def list_ledgers(self) -> Iterator[int]:
+        """Every ledger id, increasing, read one directory at a time."""
+        try:
+            yield from iter_ledger_ids(self.root, self.layout, self.store.children)
+        except NoNodeError:
+            return
+
+    # -- bookies -------------------------------------------------------------------------------
+
+    def register_bookie(self, bookie_id: str, host: str, port: int, *, readonly: bool = False) -> None:
+        """Registers a live bookie as an ephemeral node holding its service info."""
+        info = formats.BookieServiceInfoFormat()
+        info.endpoints.add(id="bookie", port=port, host=host, protocol="bookie-rpc")
+        path = self._bookie_path(bookie_id, readonly)
+        try:
+            self.store.create(path, info.SerializeToString(), ephemeral=True)
+        except NodeExistsError:
+            # A previous incarnation's registration whose session has not expired yet: replace it.
+            self.store.delete(path)
+            self.store.create(path, info.SerializeToString(), ephemeral=True)
+
+    def unregister_bookie(self, bookie_id: str, *, readonly: bool = False) -> None:
+        try:
+            self.store.delete(self._bookie_path(bookie_id, readonly))
+        except NoNodeError:
+            pass
+
+    def _bookie_path(self, bookie_id: str, readonly: bool) -> str:
+        return f"{self.root}/available/readonly/{bookie_id}" if readonly else f"{self.root}/available/{bookie_id}"
+
+    def writable_bookies(self) -> list[str]:
+        try:
+            return [name for name in self.store.children(f"{self.root}/available") if name != "readonly"]
+        except NoNodeError:
+            return []
+
+    def readonly_bookies(self) -> list[str]:
+        try:
+            return self.store.children(f"{self.root}/available/readonly")
+        except NoNodeError:
+            return []
+
+    def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
+        """Where ``bookie_id`` listens: its registered service info, or its host:port id."""
+        for readonly in (False, True):
+            try:
+                data, _ = self.store.get(self._bookie_path(bookie_id, readonly))
+            except NoNodeError:
+                continue
+            info = formats.BookieServiceInfoFormat()
+            info.ParseFromString(data)
+            for endpoint in info.endpoints:
+                if endpoint.protocol == "bookie-rpc":
+                    return BookieEndpoint(bookie_id, endpoint.host, endpoint.port)
+        host, port = parse_bookie_id(bookie_id)
+        return BookieEndpoint(bookie_id, host, port)

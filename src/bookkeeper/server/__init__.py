@@ -1,0 +1,1 @@
+"""The bookie process: listener, request handlers, registration, lifecycle."""

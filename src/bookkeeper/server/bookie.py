@@ -1,0 +1,231 @@
+"""The bookie: request semantics of reference section 2.6 over the storage engine.
+
+* Add: a fenced ledger refuses adds (EFENCED) unless the add is a recovery add; the first write
+  or fence of a ledger records its master key (journaled); later writes and fences must present
+  the same key (EUA otherwise, compared in constant time). The add is answered once the journal
+  record is durable.
+* Fence (a read with the fence flag): set fenced, journal a fence record, answer only once that
+  record is durable; a second fence waits for the same record. Then read the requested entry.
+* Read of entry -1 returns the last entry. ENOLEDGER / ENOENTRY come only from the index; an I/O
+  error is EIO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bookkeeper.storage.journal import Journal, Location, RecordType
+from bookkeeper.storage.ledger_storage import (
+    LedgerInfo,
+    LedgerStorage,
+    NoEntryError,
+    NoLedgerError,
+    StorageIOError,
+)
+from bookkeeper.wire.status import StatusCode
+
+log = logging.getLogger(__name__)
+
+_LEDGER_ID = struct.Struct(">q")
+
+ReadDone = Callable[[StatusCode, bytes], None]
+StatusDone = Callable[[StatusCode], None]
+
+
+@dataclass(frozen=True, slots=True)
+class BookieConfig:
+    """Settings of one bookie (``bk_server.conf`` names in the comments)."""
+
+    journal_directory: str  # journalDirectories
+    host: str = "127.0.0.1"  # advertisedAddress / listeningInterface
+    port: int = 3181  # bookiePort
+    bookie_id: str | None = None  # bookieId; default host:port
+    max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
+    journal_max_size_bytes: int = 2048 * 1024 * 1024  # journalMaxSizeMB
+    journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
+    journal_sync_data: bool = True  # journalSyncData
+
+    @property
+    def effective_bookie_id(self) -> str:
+        return self.bookie_id or f"{self.host}:{self.port}"
+
+
+class Bookie:
+    """Request handling over storage. Runs on one asyncio loop; the journal has its own thread."""
+
+    def __init__(self, config: BookieConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self._loop = loop
+        self.storage = LedgerStorage(config.journal_directory)
+        self.journal = Journal(
+            config.journal_directory,
+            self._journal_synced,
+            max_file_size=config.journal_max_size_bytes,
+            buffered_writes_threshold=config.journal_buffered_writes_threshold,
+            sync_data=config.journal_sync_data,
+        )
+        # Ledgers whose fence record is not durable yet -> callbacks waiting for it.
+        self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
+        self._closed = False
+
+    def start(self) -> None:
+        next_file_id = self.storage.replay()
+        self.journal.open(next_file_id)
+
+    def close(self) -> None:
+        self._closed = True
+        self.journal.close()
+        self.storage.close()
+
+    # -- journal plumbing ----------------------------------------------------------------------
+
+    def _journal_synced(self, results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
+        # Called on the journal thread: hop to the loop once per group.
+        if self._loop.is_closed():
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._complete, results, error)
+        except RuntimeError:
+            pass  # the loop is shutting down; the clients will see their connections close
+
+    @staticmethod
+    def _complete(results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
+        for token, location in results:
+            if token is not None:
+                token(location, error)
+
+    def _ensure_ledger(self, ledger_id: int, master_key: bytes) -> tuple[LedgerInfo | None, StatusCode]:
+        """The ledger's state after checking (and on first use, journaling) its master key."""
+        info = self.storage.ledger(ledger_id)
+        if info is not None and info.master_key:
+            if not self.storage.key_matches(info, master_key):
+                log.warning("ledger %d: request with a wrong master key refused", ledger_id)
+                return None, StatusCode.EUA
+            return info, StatusCode.EOK
+        info = self.storage.add_ledger(ledger_id, master_key)
+        self.journal.append(RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None)
+        return info, StatusCode.EOK
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def add_entry(
+        self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, done: StatusDone
+    ) -> None:
+        if self.journal.failure is not None or self._closed:
+            done(StatusCode.EIO)
+            return
+        if len(entry) < 16 or entry[0:8] != _LEDGER_ID.pack(ledger_id) or entry[8:16] != _LEDGER_ID.pack(entry_id):
+            done(StatusCode.EBADREQ)
+            return
+        info, status = self._ensure_ledger(ledger_id, master_key)
+        if info is None:
+            done(status)
+            return
+        if info.fenced and not recovery:
+            done(StatusCode.EFENCED)
+            return
+
+        def durable(location: Location | None, error: Exception | None) -> None:
+            if location is None:
+                done(StatusCode.EIO)
+                return
+            self.storage.index_entry(ledger_id, entry_id, location)
+            done(StatusCode.EOK)
+
+        self.journal.append(RecordType.ENTRY, entry, durable)
+
+    def read_entry(
+        self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone
+    ) -> None:
+        if not fence:
+            done(*self._read(ledger_id, entry_id))
+            return
+        if self.journal.failure is not None or self._closed:
+            done(StatusCode.EIO, b"")
+            return
+        info, status = self._ensure_ledger(ledger_id, master_key or b"")
+        if info is None:
+            done(status, b"")
+            return
+
+        def fenced(ok: bool) -> None:
+            if not ok:
+                done(StatusCode.EIO, b"")
+            else:
+                done(*self._read(ledger_id, entry_id))
+
+        waiting = self._fences_in_flight.get(ledger_id)
+        if waiting is not None:
+            waiting.append(fenced)
+            return
+        if info.fenced:
+            fenced(True)
+            return
+        info.fenced = True
+        self._fences_in_flight[ledger_id] = [fenced]
+
+        def durable(location: Location | None, error: Exception | None) -> None:
+            for callback in self._fences_in_flight.pop(ledger_id, []):
+                callback(location is not None)
+
+        self.journal.append(RecordType.FENCE, _LEDGER_ID.pack(ledger_id), durable)
+
+    def _read(self, ledger_id: int, entry_id: int) -> tuple[StatusCode, bytes]:
+        try:
+            return StatusCode.EOK, self.storage.read(ledger_id, entry_id)
+        except NoLedgerError:
+            return StatusCode.ENOLEDGER, b""
+        except NoEntryError:
+            return StatusCode.ENOENTRY, b""
+        except StorageIOError as error:
+            log.error("ledger %d entry %d: %s", ledger_id, entry_id, error)
+            return StatusCode.EIO, b""
+
+    def write_lac(self, ledger_id: int, master_key: bytes, body: bytes, done: StatusDone) -> None:
+        if self.journal.failure is not None or self._closed:
+            done(StatusCode.EIO)
+            return
+        info, status = self._ensure_ledger(ledger_id, master_key)
+        if info is None:
+            done(status)
+            return
+        info.explicit_lac = body
+
+        def durable(location: Location | None, error: Exception | None) -> None:
+            done(StatusCode.EOK if location is not None else StatusCode.EIO)
+
+        self.journal.append(RecordType.EXPLICIT_LAC, _LEDGER_ID.pack(ledger_id) + body, durable)
+
+    def read_lac(self, ledger_id: int) -> tuple[StatusCode, bytes | None, bytes | None]:
+        """(status, explicit LAC body, last entry) for READ_LAC."""
+        info = self.storage.ledger(ledger_id)
+        if info is None:
+            return StatusCode.ENOLEDGER, None, None
+        status, last_entry = self._read(ledger_id, -1)
+        if status not in (StatusCode.EOK, StatusCode.ENOENTRY):
+            return status, None, None
+        last = last_entry if status == StatusCode.EOK else None
+        if info.explicit_lac is None and last is None:
+            return StatusCode.ENOENTRY, None, None
+        return StatusCode.EOK, info.explicit_lac, last
+
+    def force_ledger(self, ledger_id: int, done: StatusDone) -> None:
+        if self.journal.failure is not None or self._closed:
+            done(StatusCode.EIO)
+            return
+
+        def durable(location: Location | None, error: Exception | None) -> None:
+            done(StatusCode.EOK if location is not None else StatusCode.EIO)
+
+        self.journal.append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), durable)
+
+    def disk_info(self) -> tuple[int, int]:
+        """(total, free) bytes of the journal disk."""
+        usage = shutil.disk_usage(self.config.journal_directory)
+        return usage.total, usage.free

@@ -1,0 +1,180 @@
+"""One client connection to a bookie: framing, protocol detection, dispatch, responses.
+
+The first frame decides the connection's protocol for good: a frame that parses as a complete
+v3 ``Request`` makes it v3, anything else v2 (as the Java bookie does). Responses are written as
+their operations complete, so v3 answers may leave out of order (they carry the txnId).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bookkeeper.server.bookie import Bookie
+from bookkeeper.wire import v2, v3
+from bookkeeper.wire.errors import MalformedMessageError
+from bookkeeper.wire.framing import FrameDecoder, FrameError
+from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
+from bookkeeper.wire.status import StatusCode
+
+log = logging.getLogger(__name__)
+
+
+class BookieConnection(asyncio.Protocol):
+    """Serves one client socket."""
+
+    def __init__(self, bookie: Bookie, connections: set[BookieConnection]) -> None:
+        self._bookie = bookie
+        self._connections = connections
+        self._decoder = FrameDecoder(bookie.config.max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._protocol: int | None = None  # 2 or 3 once detected
+        self._peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._peer = str(transport.get_extra_info("peername"))
+        self._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._connections.discard(self)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def _send(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _protocol_error(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self._peer, reason)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as error:
+            self._protocol_error(str(error))
+            return
+        for frame in frames:
+            if self._transport is None:
+                return
+            try:
+                if self._protocol is None:
+                    self._protocol = 3 if v3.is_v3_request(frame) else 2
+                if self._protocol == 3:
+                    self._handle_v3(v3.decode_request(frame))
+                else:
+                    self._handle_v2(frame)
+            except MalformedMessageError as error:
+                self._protocol_error(str(error))
+                return
+
+    # -- v2 ------------------------------------------------------------------------------------
+
+    def _handle_v2(self, frame: bytes) -> None:
+        request = v2.decode_request(frame)
+        if isinstance(request, v2.AddRequest):
+            lid, eid = request.ledger_id, request.entry_id
+
+            def added(status: StatusCode) -> None:
+                self._send(v2.encode_response(v2.OpCode.ADD_ENTRY, status, lid, eid))
+
+            self._bookie.add_entry(lid, eid, request.master_key, request.entry, request.is_recovery_add, added)
+        elif isinstance(request, v2.ReadRequest):
+            lid, eid = request.ledger_id, request.entry_id
+
+            def read(status: StatusCode, body: bytes) -> None:
+                self._send(v2.encode_response(v2.OpCode.READ_ENTRY, status, lid, eid, body))
+
+            self._bookie.read_entry(lid, eid, request.is_fencing, request.master_key, read)
+        else:
+            log.info("v2 opcode %d from %s is not served; answering EBADREQ", request.opcode, self._peer)
+            self._send(v2.encode_response(request.opcode, StatusCode.EBADREQ, -1, -1))
+
+    # -- v3 ------------------------------------------------------------------------------------
+
+    def _respond(self, request: pb.Request, status: StatusCode) -> pb.Response:
+        response = pb.Response(status=int(status))  # type: ignore[arg-type]
+        response.header.CopyFrom(request.header)
+        return response
+
+    def _handle_v3(self, request: pb.Request) -> None:
+        operation = request.header.operation
+        if operation == pb.ADD_ENTRY and request.HasField("addRequest"):
+            add = request.addRequest
+
+            def added(status: StatusCode) -> None:
+                response = self._respond(request, status)
+                response.addResponse.status = int(status)  # type: ignore[assignment]
+                response.addResponse.ledgerId = add.ledgerId
+                response.addResponse.entryId = add.entryId
+                self._send(v3.encode(response))
+
+            recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
+            self._bookie.add_entry(add.ledgerId, add.entryId, add.masterKey, add.body, recovery, added)
+        elif operation == pb.READ_ENTRY and request.HasField("readRequest"):
+            read = request.readRequest
+
+            def answered(status: StatusCode, body: bytes) -> None:
+                response = self._respond(request, status)
+                response.readResponse.status = int(status)  # type: ignore[assignment]
+                response.readResponse.ledgerId = read.ledgerId
+                response.readResponse.entryId = read.entryId
+                if status == StatusCode.EOK:
+                    response.readResponse.body = body
+                self._send(v3.encode(response))
+
+            fence = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
+            if fence and not read.HasField("masterKey"):
+                answered(StatusCode.EBADREQ, b"")
+                return
+            self._bookie.read_entry(read.ledgerId, read.entryId, fence, read.masterKey, answered)
+        elif operation == pb.WRITE_LAC and request.HasField("writeLacRequest"):
+            write = request.writeLacRequest
+
+            def written(status: StatusCode) -> None:
+                response = self._respond(request, status)
+                response.writeLacResponse.status = int(status)  # type: ignore[assignment]
+                response.writeLacResponse.ledgerId = write.ledgerId
+                self._send(v3.encode(response))
+
+            self._bookie.write_lac(write.ledgerId, write.masterKey, write.body, written)
+        elif operation == pb.READ_LAC and request.HasField("readLacRequest"):
+            ledger_id = request.readLacRequest.ledgerId
+            status, lac_body, last_entry = self._bookie.read_lac(ledger_id)
+            response = self._respond(request, status)
+            response.readLacResponse.status = int(status)  # type: ignore[assignment]
+            response.readLacResponse.ledgerId = ledger_id
+            if lac_body is not None:
+                response.readLacResponse.lacBody = lac_body
+            if last_entry is not None:
+                response.readLacResponse.lastEntryBody = last_entry
+            self._send(v3.encode(response))
+        elif operation == pb.FORCE_LEDGER and request.HasField("forceLedgerRequest"):
+            ledger_id = request.forceLedgerRequest.ledgerId
+
+            def forced(status: StatusCode) -> None:
+                response = self._respond(request, status)
+                response.forceLedgerResponse.status = int(status)  # type: ignore[assignment]
+                response.forceLedgerResponse.ledgerId = ledger_id
+                self._send(v3.encode(response))
+
+            self._bookie.force_ledger(ledger_id, forced)
+        elif operation == pb.GET_BOOKIE_INFO:
+            total, free = self._bookie.disk_info()
+            requested = request.getBookieInfoRequest.requested if request.HasField("getBookieInfoRequest") else 0
+            response = self._respond(request, StatusCode.EOK)
+            response.getBookieInfoResponse.status = pb.EOK
+            if requested & pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY:
+                response.getBookieInfoResponse.totalDiskCapacity = total
+            if requested & pb.GetBookieInfoRequest.FREE_DISK_SPACE:
+                response.getBookieInfoResponse.freeDiskSpace = free
+            self._send(v3.encode(response))
+        else:
+            log.info("v3 operation %d from %s is not served; answering EBADREQ", operation, self._peer)
+            self._send(v3.encode(self._respond(request, StatusCode.EBADREQ)))

@@ -1,0 +1,113 @@
+"""The bookie process: start storage, listen, register in the metadata store, stop cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+
+from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.server.bookie import Bookie, BookieConfig
+from bookkeeper.server.connection import BookieConnection
+
+log = logging.getLogger(__name__)
+
+
+class BookieServer:
+    """A bookie listening on TCP and registered in the metadata store."""
+
+    def __init__(self, config: BookieConfig, metadata_uri: str | None) -> None:
+        self.config = config
+        self.metadata_uri = metadata_uri
+        self.metadata: MetadataClient | None = None
+        self.bookie: Bookie | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[BookieConnection] = set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        os.makedirs(self.config.journal_directory, exist_ok=True)
+        self.bookie = Bookie(self.config, loop)
+        await asyncio.to_thread(self.bookie.start)
+        bookie = self.bookie
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.config.host, self.config.port))
+        self._server = await loop.create_server(
+            lambda: BookieConnection(bookie, self._connections), sock=listener, backlog=1024
+        )
+        if self.metadata_uri:
+            self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
+            await asyncio.to_thread(self.metadata.init_cluster)
+            await asyncio.to_thread(
+                self.metadata.register_bookie, self.config.effective_bookie_id, self.config.host, self.config.port
+            )
+        log.info("bookie %s serving on %s:%d", self.config.effective_bookie_id, self.config.host, self.config.port)
+
+    async def stop(self) -> None:
+        """Stops accepting, unregisters, lets queued journal writes finish, closes connections."""
+        if self._server is not None:
+            self._server.close()
+        if self.metadata is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.metadata.unregister_bookie, self.config.effective_bookie_id)
+            await asyncio.to_thread(self.metadata.close)
+        if self.bookie is not None:
+            await asyncio.to_thread(self.bookie.close)
+            await asyncio.sleep(0)  # deliver the last completions queued by the journal
+        for connection in list(self._connections):
+            connection.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def serve(config: BookieConfig, metadata_uri: str | None, ready_file: str | None) -> None:
+    server = BookieServer(config, metadata_uri)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    if ready_file:
+        temporary = ready_file + ".tmp"
+        with open(temporary, "w") as handle:
+            handle.write(config.effective_bookie_id + "\n")
+        os.replace(temporary, ready_file)
+    await stop.wait()
+    log.info("bookie %s stopping", config.effective_bookie_id)
+    await server.stop()
+
+
+def run_event_loop(coroutine) -> None:  # type: ignore[no-untyped-def]
+    """Runs ``coroutine`` on uvloop when it is installed, else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coroutine)
+    else:
+        uvloop.run(coroutine)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metadata-uri", help="metadataServiceUri, e.g. sqlite:///tmp/bk/metadata.db")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
+    parser.add_argument("--port", type=int, default=3181, help="bookiePort")
+    parser.add_argument("--journal-dir", required=True, help="journalDirectories")
+    parser.add_argument("--bookie-id", help="bookieId (default host:port)")
+    parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
+    parser.add_argument("--no-journal-sync", action="store_true", help="journalSyncData=false (unsafe)")
+
+
+def main(args: argparse.Namespace) -> None:
+    config = BookieConfig(
+        journal_directory=os.path.abspath(args.journal_dir),
+        host=args.host,
+        port=args.port,
+        bookie_id=args.bookie_id,
+        journal_sync_data=not args.no_journal_sync,
+    )
+    run_event_loop(serve(config, args.metadata_uri, args.ready_file))

@@ -1,0 +1,1 @@
+"""The bookie's storage engine. Knows nothing of the network."""

@@ -1,0 +1,176 @@
+"""The v2 binary protocol (``BookieProtocol``; reference section 2.2).
+
+Every frame starts with a header int ``version << 24 | opcode << 16 | flags``. Layouts after the
+4-byte frame length, all integers big-endian:
+
+* add request: header, masterKey[20], entry (the packaged entry; it begins with ledgerId, entryId)
+* read request: header, ledgerId i64, entryId i64, masterKey[20] only when DO_FENCING is set
+* add / read response: header (flags 0), rc i32, ledgerId i64, entryId i64, then for reads the
+  stored entry bytes
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from bookkeeper.wire.errors import MalformedMessageError
+from bookkeeper.wire.status import StatusCode, from_v2, to_v2
+
+CURRENT_PROTOCOL_VERSION = 2
+MASTER_KEY_SIZE = 20
+
+FLAG_NONE = 0
+FLAG_DO_FENCING = 0x1
+FLAG_RECOVERY_ADD = 0x2
+FLAG_HIGH_PRIORITY = 0x4
+
+_HEADER = struct.Struct(">i")
+_READ_REQUEST = struct.Struct(">iqq")
+_RESPONSE = struct.Struct(">iiqq")
+_FRAMED_RESPONSE = struct.Struct(">Iiiqq")
+RESPONSE_FIXED_SIZE = _RESPONSE.size  # 24
+
+
+class OpCode(enum.IntEnum):
+    """v2 operation codes."""
+
+    ADD_ENTRY = 1
+    READ_ENTRY = 2
+    AUTH = 3
+    READ_LAC = 4
+    WRITE_LAC = 5
+    GET_BOOKIE_INFO = 6
+    BATCH_READ_ENTRY = 7
+
+
+def pack_header(opcode: int, flags: int, version: int = CURRENT_PROTOCOL_VERSION) -> int:
+    """The v2 header int."""
+    return (version << 24) | (opcode << 16) | (flags & 0xFFFF)
+
+
+def unpack_header(header: int) -> tuple[int, int, int]:
+    """(version, opcode, flags) of a header int; version 0 is the legacy opcode-only form."""
+    version = (header >> 24) & 0xFF
+    if version == 0:
+        return 0, header & 0xFF, 0
+    return version, (header >> 16) & 0xFF, header & 0xFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    """ADD_ENTRY: store ``entry`` (ledger and entry ids are read from the entry itself)."""
+
+    flags: int
+    master_key: bytes
+    ledger_id: int
+    entry_id: int
+    entry: bytes
+
+    @property
+    def is_recovery_add(self) -> bool:
+        return bool(self.flags & FLAG_RECOVERY_ADD)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """READ_ENTRY: return an entry; entry -1 means the last entry; DO_FENCING fences first."""
+
+    flags: int
+    ledger_id: int
+    entry_id: int
+    master_key: bytes | None
+
+    @property
+    def is_fencing(self) -> bool:
+        return bool(self.flags & FLAG_DO_FENCING)
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedRequest:
+    """A well-formed header with an operation this bookie does not serve over v2."""
+
+    opcode: int
+    flags: int
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A bookie's answer to an add or read."""
+
+    opcode: int
+    status: StatusCode
+    ledger_id: int
+    entry_id: int
+    body: bytes = b""
+
+
+def encode_add_request(master_key: bytes, entry: bytes, flags: int = FLAG_NONE) -> bytes:
+    """A framed ADD_ENTRY request."""
+    if len(master_key) != MASTER_KEY_SIZE:
+        raise ValueError(f"master key must be {MASTER_KEY_SIZE} bytes, got {len(master_key)}")
+    length = 4 + MASTER_KEY_SIZE + len(entry)
+    head = struct.pack(">Ii", length, pack_header(OpCode.ADD_ENTRY, flags))
+    return b"".join((head, master_key, entry))
+
+
+def encode_read_request(
+    ledger_id: int, entry_id: int, flags: int = FLAG_NONE, master_key: bytes | None = None
+) -> bytes:
+    """A framed READ_ENTRY request (with the master key when fencing)."""
+    fencing = bool(flags & FLAG_DO_FENCING)
+    if fencing and (master_key is None or len(master_key) != MASTER_KEY_SIZE):
+        raise ValueError("a fencing read needs the 20-byte master key")
+    body = _READ_REQUEST.pack(pack_header(OpCode.READ_ENTRY, flags), ledger_id, entry_id)
+    if fencing:
+        assert master_key is not None
+        body += master_key
+    return struct.pack(">I", len(body)) + body
+
+
+def decode_request(frame: bytes) -> AddRequest | ReadRequest | UnsupportedRequest:
+    """Parses one v2 request frame (without its length prefix)."""
+    if len(frame) < 4:
+        raise MalformedMessageError(f"v2 frame of {len(frame)} bytes has no header")
+    (header,) = _HEADER.unpack_from(frame, 0)
+    _version, opcode, flags = unpack_header(header)
+    if opcode == OpCode.ADD_ENTRY:
+        if len(frame) < 4 + MASTER_KEY_SIZE + 16:
+            raise MalformedMessageError(f"v2 add request of {len(frame)} bytes is truncated")
+        master_key = frame[4 : 4 + MASTER_KEY_SIZE]
+        entry = frame[4 + MASTER_KEY_SIZE :]
+        ledger_id, entry_id = struct.unpack_from(">qq", entry, 0)
+        return AddRequest(flags, master_key, ledger_id, entry_id, entry)
+    if opcode == OpCode.READ_ENTRY:
+        if len(frame) < _READ_REQUEST.size:
+            raise MalformedMessageError(f"v2 read request of {len(frame)} bytes is truncated")
+        _, ledger_id, entry_id = _READ_REQUEST.unpack_from(frame, 0)
+        key: bytes | None = None
+        if flags & FLAG_DO_FENCING:
+            key = frame[_READ_REQUEST.size : _READ_REQUEST.size + MASTER_KEY_SIZE]
+            if len(key) != MASTER_KEY_SIZE:
+                raise MalformedMessageError("v2 fencing read request lacks its 20-byte master key")
+        return ReadRequest(flags, ledger_id, entry_id, key)
+    if opcode in OpCode.__members__.values():
+        return UnsupportedRequest(opcode, flags)
+    raise MalformedMessageError(f"unknown v2 opcode {opcode}")
+
+
+def encode_response(
+    opcode: int, status: StatusCode, ledger_id: int, entry_id: int, body: bytes = b""
+) -> bytes:
+    """A framed add or read response."""
+    head = _FRAMED_RESPONSE.pack(
+        RESPONSE_FIXED_SIZE + len(body), pack_header(opcode, 0), to_v2(status), ledger_id, entry_id
+    )
+    return head + body if body else head
+
+
+def decode_response(frame: bytes) -> Response:
+    """Parses one v2 response frame (without its length prefix)."""
+    if len(frame) < RESPONSE_FIXED_SIZE:
+        raise MalformedMessageError(f"v2 response of {len(frame)} bytes is shorter than 24")
+    header, rc, ledger_id, entry_id = _RESPONSE.unpack_from(frame, 0)
+    _version, opcode, _flags = unpack_header(header)
+    return Response(opcode, from_v2(rc), ledger_id, entry_id, frame[RESPONSE_FIXED_SIZE:])
