@@ -9,6 +9,7 @@ pending request fails with ``BookieHandleNotAvailableError``.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 import collections
 import itertools
 import logging
@@ -75,8 +76,8 @@ class BookieConnection(asyncio.Protocol):
         return self._transport is not None and self._closed_error is None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
         self._loop = asyncio.get_running_loop()
         self._schedule_timeout_check()
 

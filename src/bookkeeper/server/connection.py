@@ -8,6 +8,7 @@ their operations complete, so v3 answers may leave out of order (they carry the 
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 import logging
 
 from bookkeeper.server.bookie import Bookie
@@ -32,8 +33,8 @@ class BookieConnection(asyncio.Protocol):
         self._peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
         self._peer = str(transport.get_extra_info("peername"))
         self._connections.add(self)
 

@@ -1,0 +1,3 @@
+from bookkeeper.admin.cli import main
+
+main()

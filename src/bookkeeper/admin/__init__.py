@@ -1,0 +1,1 @@
+"""The ``bookkeeper`` command line and operator tools."""
