@@ -257,9 +257,24 @@ STATUS_ERRORS: dict[StatusCode, type[errors.BKError]] = {
 }
 
 
+STATUS_MEANINGS: dict[StatusCode, str] = {
+    StatusCode.ENOLEDGER: "the bookie holds nothing of this ledger",
+    StatusCode.ENOENTRY: "the bookie does not hold this entry",
+    StatusCode.EBADREQ: "the bookie could not make sense of the request",
+    StatusCode.EIO: "the bookie hit an I/O error or corrupt data; the answer is unknown",
+    StatusCode.EUA: "the master key (password) does not match the ledger's",
+    StatusCode.EBADVERSION: "the bookie does not speak this protocol version",
+    StatusCode.EFENCED: "the ledger was fenced by a recovering reader; this writer may add nothing more",
+    StatusCode.EREADONLY: "the bookie is read-only",
+    StatusCode.ETOOMANYREQUESTS: "the bookie's queues are full; retry later",
+    StatusCode.EUNKNOWNLEDGERSTATE: "the bookie cannot tell whether it holds the ledger",
+}
+
+
 def status_error(status: StatusCode, bookie_id: str, what: str) -> errors.BKError:
     """The exception for a bookie's non-OK answer."""
-    return STATUS_ERRORS.get(status, errors.BKError)(f"bookie {bookie_id} answered {status.name} to {what}")
+    meaning = STATUS_MEANINGS.get(status, "unexpected status")
+    return STATUS_ERRORS.get(status, errors.BKError)(f"bookie {bookie_id} answered {status.name} to {what}: {meaning}")
 
 
 class BookiePool:

@@ -1,0 +1,90 @@
+"""A live bookie answers v2 and v3 on one port, detected per connection. Requests are built byte
+by byte from the reference and every byte of the answers is checked."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from bookkeeper.testing import LocalCluster
+
+from .test_cluster import recv_frame
+
+KEY = bytes([0x22]) * 20
+LEDGER = 9_000_000_005  # not created through metadata: the bookie does not care
+
+
+@pytest.fixture(scope="module")
+def bookie() -> Iterator[tuple[str, int]]:
+    with LocalCluster(1) as local:
+        host, port = local.bookie_ids[0].rsplit(":", 1)
+        yield host, int(port)
+
+
+def frame(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+def varint(value: int) -> bytes:
+    out = b""
+    while True:
+        low, value = value & 0x7F, value >> 7
+        if value:
+            out += bytes([low | 0x80])
+        else:
+            return out + bytes([low])
+
+
+def test_v3_then_v2_on_the_same_port(bookie: tuple[str, int]) -> None:
+    ledger = LEDGER.to_bytes(8, "big")
+    entry = ledger + bytes(8) + b"payload"  # ledgerId, entryId 0, then bytes the bookie keeps as they are
+    lid = bytes([0x08]) + varint(LEDGER)
+    add_body = lid + bytes.fromhex("1000") + bytes.fromhex("1a14") + KEY + bytes([0x22, len(entry)]) + entry
+    v3_add = bytes.fromhex("0a06" "0803" "1002" "1807") + bytes.fromhex("aa06") + bytes([len(add_body)]) + add_body
+    with socket.create_connection(bookie, timeout=10) as v3_connection:
+        v3_connection.sendall(frame(v3_add))
+        answer = recv_frame(v3_connection)
+        add_response = bytes.fromhex("0800") + bytes([0x10]) + varint(LEDGER) + bytes.fromhex("1800")
+        assert answer == (
+            bytes.fromhex("0a06" "0803" "1002" "1807" "1000" "aa06") + bytes([len(add_response)]) + add_response
+        )
+        # READ_ENTRY of entry 1, txnId 8: ENOENTRY (403)
+        read_body = lid + bytes.fromhex("1001")
+        v3_connection.sendall(
+            frame(bytes.fromhex("0a06" "0803" "1001" "1808" "a206") + bytes([len(read_body)]) + read_body)
+        )
+        read_response = bytes.fromhex("089303") + bytes([0x10]) + varint(LEDGER) + bytes.fromhex("1801")
+        assert recv_frame(v3_connection) == (
+            bytes.fromhex("0a06" "0803" "1001" "1808" "109303" "a206") + bytes([len(read_response)]) + read_response
+        )
+    with socket.create_connection(bookie, timeout=10) as v2_connection:
+        # v2 READ_ENTRY of the entry added over v3
+        v2_connection.sendall(frame(bytes.fromhex("02020000") + ledger + bytes(8)))
+        assert recv_frame(v2_connection) == bytes.fromhex("02020000" "00000000") + ledger + bytes(8) + entry
+        # v2 fencing read of entry -1 (the last one) with a wrong master key: EUA (102)
+        v2_connection.sendall(frame(bytes.fromhex("02020001") + ledger + b"\xff" * 8 + b"\x33" * 20))
+        assert recv_frame(v2_connection) == bytes.fromhex("02020000" "00000066") + ledger + b"\xff" * 8
+        # with the right key: fenced, then the last entry
+        v2_connection.sendall(frame(bytes.fromhex("02020001") + ledger + b"\xff" * 8 + KEY))
+        assert recv_frame(v2_connection) == bytes.fromhex("02020000" "00000000") + ledger + b"\xff" * 8 + entry
+        # an add to the fenced ledger: EFENCED (104)
+        entry1 = ledger + (1).to_bytes(8, "big") + b"late"
+        v2_connection.sendall(frame(bytes.fromhex("02010000") + KEY + entry1))
+        assert recv_frame(v2_connection) == bytes.fromhex("02010000" "00000068") + ledger + (1).to_bytes(8, "big")
+        # ... unless it is a recovery add (RECOVERY_ADD flag 0x2): EOK
+        v2_connection.sendall(frame(bytes.fromhex("02010002") + KEY + entry1))
+        assert recv_frame(v2_connection) == bytes.fromhex("02010000" "00000000") + ledger + (1).to_bytes(8, "big")
+
+
+def test_oversized_and_garbage_frames_close_only_that_connection(bookie: tuple[str, int]) -> None:
+    with socket.create_connection(bookie, timeout=10) as bad:
+        bad.sendall((6 * 1024 * 1024).to_bytes(4, "big"))  # above the 5 MiB maximum
+        assert bad.recv(1) == b""  # closed by the bookie
+    with socket.create_connection(bookie, timeout=10) as bad:
+        bad.sendall(frame(bytes.fromhex("02630000")))  # unknown v2 opcode 99
+        assert bad.recv(1) == b""
+    with socket.create_connection(bookie, timeout=10) as good:
+        good.sendall(frame(bytes.fromhex("02020000") + LEDGER.to_bytes(8, "big") + bytes(8)))
+        assert recv_frame(good)[4:8] == bytes(4)  # still serving: EOK

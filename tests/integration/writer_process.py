@@ -1,0 +1,36 @@
+"""A writer in its own process, for crash tests: creates a ledger, prints its id, then adds
+entries with many in flight and prints each acknowledged entry id until it is killed.
+
+    python writer_process.py METADATA_URI PASSWORD
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from workloads import payload  # noqa: E402
+
+from bookkeeper import BookKeeper, DigestType  # noqa: E402
+
+MAX_ENTRIES = 1_000_000
+
+
+def main() -> None:
+    uri, password = sys.argv[1], sys.argv[2].encode()
+    bk = BookKeeper(uri)
+    handle = bk.create_ledger(3, 2, 2, DigestType.CRC32C, password)
+    print(f"ledger {handle.ledger_id}", flush=True)
+    window: collections.deque[concurrent.futures.Future[int]] = collections.deque()
+    for entry_id in range(MAX_ENTRIES):
+        if len(window) >= 200:
+            print(f"acked {window.popleft().result()}", flush=True)
+        window.append(handle.add_entry_async(payload(entry_id, 100 + entry_id % 900)))
+
+
+if __name__ == "__main__":
+    main()

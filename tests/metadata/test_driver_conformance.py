@@ -1,0 +1,229 @@
+"""One conformance suite for every metadata driver: memory, SQLite and a real ZooKeeper."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from bookkeeper.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper.errors import LedgerExistsError, MetadataUnavailableError, NoSuchLedgerError
+from bookkeeper.metadata.driver import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, open_store
+from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.testing.zookeeper import ZooKeeperServer
+from bookkeeper.wire.digest import DigestType
+
+Opener = Callable[[], MetadataClient]
+
+
+def _uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return f"memory://{uuid.uuid4().hex}"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'metadata.db'}"
+    server: ZooKeeperServer = request.getfixturevalue("zookeeper")
+    return server.metadata_uri(f"/test-{uuid.uuid4().hex[:12]}")
+
+
+ZOOKEEPER = pytest.param("zookeeper", marks=pytest.mark.zookeeper)
+
+
+@pytest.fixture(params=["memory", "sqlite", ZOOKEEPER])
+def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return _uri(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", ZOOKEEPER])
+def shared_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that several processes can share."""
+    return _uri(request, tmp_path)
+
+
+@pytest.fixture
+def opener(uri: str) -> Iterator[Opener]:
+    opened: list[MetadataClient] = []
+
+    def open_client() -> MetadataClient:
+        client = MetadataClient.connect(uri, create=True)
+        opened.append(client)
+        return client
+
+    yield open_client
+    for client in opened:
+        try:
+            client.close()
+        except Exception:
+            pass
+
+
+def sample(ledger_id: int) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=ledger_id, ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+        digest_type=DigestType.CRC32, password=b"secret", ensembles=((0, ("h:1", "h:2", "h:3")),),
+    )
+
+
+def test_node_operations(opener: Opener) -> None:
+    store = opener().store
+    root = "/conformance"
+    assert store.create(f"{root}/a/b", b"x") == f"{root}/a/b"
+    assert store.get(f"{root}/a/b") == (b"x", 0)
+    with pytest.raises(NodeExistsError):
+        store.create(f"{root}/a/b")
+    assert store.set(f"{root}/a/b", b"y", 0) == 1
+    with pytest.raises(BadVersionError):
+        store.set(f"{root}/a/b", b"z", 0)
+    with pytest.raises(NotEmptyError):
+        store.delete(f"{root}/a")
+    with pytest.raises(BadVersionError):
+        store.delete(f"{root}/a/b", 0)
+    store.delete(f"{root}/a/b", 1)
+    assert store.exists(f"{root}/a/b") is None
+    with pytest.raises(NoNodeError):
+        store.get(f"{root}/a/b")
+    store.create(f"{root}/a/c")
+    store.create(f"{root}/a/d")
+    assert store.children(f"{root}/a") == ["c", "d"]
+    first = store.create(f"{root}/seq/n-", sequential=True)
+    second = store.create(f"{root}/seq/n-", sequential=True)
+    assert first.endswith("n-0000000000") and second.endswith("n-0000000001")
+
+
+def test_ephemeral_nodes_end_with_their_session(opener: Opener) -> None:
+    owner, observer = opener(), opener()
+    owner.init_cluster()
+    owner.register_bookie("127.0.0.1:9999", "127.0.0.1", 9999)
+    assert observer.writable_bookies() == ["127.0.0.1:9999"]
+    assert observer.bookie_endpoint("127.0.0.1:9999").port == 9999
+    owner.close()
+    deadline = time.monotonic() + 15
+    while observer.writable_bookies() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert observer.writable_bookies() == []
+
+
+def test_ledger_metadata_create_read_cas_delete_list(opener: Opener) -> None:
+    client = opener()
+    client.init_cluster()
+    ids = [client.generate_ledger_id() for _ in range(5)]
+    assert len(set(ids)) == 5
+    for ledger_id in ids:
+        client.create_ledger_metadata(sample(ledger_id))
+    with pytest.raises(LedgerExistsError):
+        client.create_ledger_metadata(sample(ids[0]))
+    assert list(client.list_ledgers()) == sorted(ids)
+    stored, version = client.read_ledger_metadata(ids[0])
+    assert stored == sample(ids[0])
+    closed = stored.closed_at(4, 100)
+    new_version = client.write_ledger_metadata(closed, version)
+    with pytest.raises(BadVersionError):
+        client.write_ledger_metadata(stored, version)
+    assert client.read_ledger_metadata(ids[0]) == (closed, new_version)
+    client.delete_ledger_metadata(ids[1])
+    with pytest.raises(NoSuchLedgerError):
+        client.read_ledger_metadata(ids[1])
+    assert ids[1] not in list(client.list_ledgers())
+
+
+def test_update_loop_lets_exactly_one_racer_win(opener: Opener) -> None:
+    client = opener()
+    client.init_cluster()
+    ledger_id = client.generate_ledger_id()
+    client.create_ledger_metadata(sample(ledger_id))
+    clients = [opener() for _ in range(4)]
+
+    def recover(index: int) -> int:
+        # Each racer moves OPEN -> IN_RECOVERY only if nobody did it first.
+        winner = []
+
+        def transform(current: LedgerMetadata) -> LedgerMetadata:
+            winner.append(index)
+            return current.with_state(LedgerState.IN_RECOVERY)
+
+        clients[index].update_ledger_metadata(ledger_id, lambda m: m.state == LedgerState.OPEN, transform)
+        return index if winner else -1
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(recover, range(4)))
+    final, version = client.read_ledger_metadata(ledger_id)
+    assert final.state == LedgerState.IN_RECOVERY
+    assert version == 1  # exactly one CAS landed
+
+
+def _create_ids(uri: str, count: int, queue: multiprocessing.Queue[list[int]]) -> None:
+    client = MetadataClient.connect(uri)
+    try:
+        queue.put([client.generate_ledger_id() for _ in range(count)])
+    finally:
+        client.close()
+
+
+def test_ledger_ids_are_unique_across_processes(shared_uri: str) -> None:
+    uri = shared_uri
+    setup = MetadataClient.connect(uri, create=True)
+    setup.init_cluster()
+    setup.close()
+    context = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue[list[int]] = context.Queue()
+    processes = [context.Process(target=_create_ids, args=(uri, 25, queue)) for _ in range(8)]
+    for process in processes:
+        process.start()
+    results = [queue.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(60)
+    ids = [i for chunk in results for i in chunk]
+    assert len(ids) == 200 and len(set(ids)) == 200
+
+
+def test_sqlite_registration_expires_when_its_process_is_killed(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'metadata.db'}"
+    observer = MetadataClient.connect(uri, create=True)
+    observer.init_cluster()
+    script = textwrap.dedent(f"""
+        import time
+        from bookkeeper.metadata.manager import MetadataClient
+        client = MetadataClient.connect({uri!r})
+        client.register_bookie("127.0.0.1:7777", "127.0.0.1", 7777)
+        print("registered", flush=True)
+        time.sleep(600)
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == b"registered"
+        assert observer.writable_bookies() == ["127.0.0.1:7777"]
+        os.kill(holder.pid, 9)
+        holder.wait()
+        deadline = time.monotonic() + 20
+        while observer.writable_bookies() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert observer.writable_bookies() == []
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+        observer.close()
+
+
+def test_missing_sqlite_store_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(MetadataUnavailableError, match="no metadata store at"):
+        open_store(f"sqlite:///{tmp_path / 'absent.db'}")
+
+
+@pytest.mark.timeout(60)  # a hang fails the test; the error itself must come back
+def test_unreachable_zookeeper_is_a_clear_error_not_a_hang() -> None:
+    from bookkeeper.testing.local_cluster import free_port
+
+    with pytest.raises(MetadataUnavailableError, match="could not connect to ZooKeeper"):
+        open_store(f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers", connect_timeout_s=2)

@@ -1,0 +1,140 @@
+"""The journal and the index rebuilt from it: durability, replay, torn tails, corruption, fsync failure."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bookkeeper.storage.journal import (
+    CorruptJournalError,
+    Journal,
+    JournalError,
+    Location,
+    RecordType,
+    journal_name,
+)
+from bookkeeper.storage.ledger_storage import LedgerStorage, NoEntryError, NoLedgerError
+from bookkeeper.wire.digest import DigestManager, DigestType
+
+
+class Collector:
+    """Gathers journal completions and lets a test wait for a number of them."""
+
+    def __init__(self) -> None:
+        self.results: list[tuple[Any, Location | None, Exception | None]] = []
+        self._condition = threading.Condition()
+
+    def __call__(self, results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
+        with self._condition:
+            self.results.extend((token, location, error) for token, location in results)
+            self._condition.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        with self._condition:
+            assert self._condition.wait_for(lambda: len(self.results) >= count, timeout=30)
+
+
+def entry(ledger_id: int, entry_id: int, payload: bytes) -> bytes:
+    return DigestManager(ledger_id, DigestType.CRC32C, b"").package(entry_id, entry_id - 1, 0, payload)
+
+
+def write_journal(directory: Path, records: list[tuple[RecordType, bytes]], file_id: int = 0) -> Collector:
+    collector = Collector()
+    journal = Journal(str(directory), collector)
+    journal.open(file_id)
+    for index, (record_type, body) in enumerate(records):
+        journal.append(record_type, body, index)
+    collector.wait_for(len(records))
+    journal.close()
+    return collector
+
+
+def replayed(directory: Path) -> tuple[LedgerStorage, int]:
+    storage = LedgerStorage(str(directory))
+    next_id = storage.replay()
+    return storage, next_id
+
+
+def test_records_survive_and_are_replayed(tmp_path: Path) -> None:
+    key = b"k" * 20
+    records = [
+        (RecordType.MASTER_KEY, (7).to_bytes(8, "big") + key),
+        (RecordType.ENTRY, entry(7, 0, b"zero")),
+        (RecordType.ENTRY, entry(7, 1, b"one")),
+        (RecordType.EXPLICIT_LAC, (7).to_bytes(8, "big") + b"lac-body"),
+        (RecordType.FENCE, (7).to_bytes(8, "big")),
+    ]
+    collector = write_journal(tmp_path, records)
+    assert [token for token, _, _ in collector.results] == list(range(5))
+    assert all(error is None and location is not None for _, location, error in collector.results)
+    storage, next_id = replayed(tmp_path)
+    assert next_id == 1
+    info = storage.ledger(7)
+    assert info is not None
+    assert (info.master_key, info.fenced, info.explicit_lac, info.last_entry_id) == (key, True, b"lac-body", 1)
+    assert storage.read(7, 0) == entry(7, 0, b"zero")
+    assert storage.read(7, -1) == entry(7, 1, b"one")
+    with pytest.raises(NoEntryError):
+        storage.read(7, 2)
+    with pytest.raises(NoLedgerError):
+        storage.read(8, 0)
+    storage.close()
+
+
+def test_torn_tail_is_cut_and_earlier_records_kept(tmp_path: Path) -> None:
+    write_journal(tmp_path, [(RecordType.ENTRY, entry(1, i, b"x" * 100)) for i in range(3)])
+    path = tmp_path / journal_name(0)
+    size = path.stat().st_size
+    os.truncate(path, size - 50)  # the last record loses its end, as in a crash mid-write
+    storage, _ = replayed(tmp_path)
+    assert storage.ledger(1).last_entry_id == 1  # type: ignore[union-attr]
+    assert path.stat().st_size < size - 50  # the partial record was cut off
+    storage.close()
+    storage, _ = replayed(tmp_path)  # and a second replay is clean
+    assert storage.read(1, 1) == entry(1, 1, b"x" * 100)
+    storage.close()
+
+
+def test_corruption_in_the_middle_is_reported_with_file_and_offset(tmp_path: Path) -> None:
+    write_journal(tmp_path, [(RecordType.ENTRY, entry(1, i, b"y" * 100)) for i in range(3)])
+    path = tmp_path / journal_name(0)
+    data = bytearray(path.read_bytes())
+    data[16 + 9 + 40] ^= 0xFF  # inside the first record's body
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptJournalError) as failure:
+        replayed(tmp_path)
+    assert failure.value.offset == 16
+    assert str(path) in str(failure.value)
+
+
+def test_corruption_in_an_older_file_is_not_taken_for_a_torn_tail(tmp_path: Path) -> None:
+    write_journal(tmp_path, [(RecordType.ENTRY, entry(1, 0, b"a" * 10))], file_id=0)
+    write_journal(tmp_path, [(RecordType.ENTRY, entry(1, 1, b"b" * 10))], file_id=1)
+    path = tmp_path / journal_name(0)
+    os.truncate(path, path.stat().st_size - 3)
+    with pytest.raises(CorruptJournalError, match="truncated record body"):
+        replayed(tmp_path)
+
+
+def test_failed_fsync_fails_the_records_and_every_later_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector)
+    journal.open(0)
+
+    def broken_fdatasync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
+    journal.append(RecordType.ENTRY, entry(1, 0, b"lost?"), "first")
+    collector.wait_for(1)
+    monkeypatch.undo()
+    journal.append(RecordType.ENTRY, entry(1, 1, b"later"), "second")
+    collector.wait_for(2)
+    journal.close()
+    assert [(token, location) for token, location, _ in collector.results] == [("first", None), ("second", None)]
+    assert all(isinstance(error, JournalError) for _, _, error in collector.results)
+    assert journal.failure is not None

@@ -1,0 +1,106 @@
+"""Ledger metadata format v3 and the znode layout, against bytes and paths written out by hand
+from reference sections 1.7-1.9."""
+
+from __future__ import annotations
+
+import pytest
+
+from bookkeeper.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper.errors import MetadataStoreError
+from bookkeeper.metadata import format as metadata_format
+from bookkeeper.metadata.driver import parse_uri
+from bookkeeper.metadata.layout import iter_ledger_ids, ledger_path
+from bookkeeper.wire.digest import DigestType
+
+HEADER = b"BookieMetadataFormatVersion\t3\n"
+SEGMENT = bytes.fromhex("0a03") + b"a:1" + bytes.fromhex("0a03") + b"b:2" + bytes.fromhex("0a03") + b"c:3" + bytes.fromhex("1000")
+
+
+def metadata(**changes: object) -> LedgerMetadata:
+    base: dict[str, object] = dict(
+        ledger_id=1, ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+        digest_type=DigestType.CRC32C, password=b"pw", ensembles=((0, ("a:1", "b:2", "c:3")),),
+    )
+    base.update(changes)
+    return LedgerMetadata(**base)  # type: ignore[arg-type]
+
+
+def test_open_ledger_v3_bytes() -> None:
+    body = (
+        bytes.fromhex("0802" "1003" "1800" "2801" "3211") + SEGMENT
+        + bytes.fromhex("3803" "4202") + b"pw" + bytes.fromhex("4802")
+    )
+    assert len(body) == 0x23
+    expected = HEADER + b"\x23" + body
+    assert metadata_format.serialize(metadata()) == expected
+    assert metadata_format.deserialize(1, expected) == metadata()
+
+
+def test_closed_ledger_v3_bytes_with_custom_metadata_ctime_and_token() -> None:
+    md = metadata(state=LedgerState.CLOSED, last_entry_id=9, length=300, ctime_ms=5, custom_metadata={"k": b"v"}, c_token=7)
+    body = (
+        bytes.fromhex("0802" "1003" "18ac02" "2009" "2803" "3211") + SEGMENT
+        + bytes.fromhex("3803" "4202") + b"pw" + bytes.fromhex("4802" "5005" "5a06" "0a01") + b"k"
+        + bytes.fromhex("1201") + b"v" + bytes.fromhex("6007")
+    )
+    expected = HEADER + bytes([len(body)]) + body
+    assert metadata_format.serialize(md) == expected
+    assert metadata_format.deserialize(1, expected) == md
+
+
+def test_v2_text_format_is_readable() -> None:
+    text = (
+        b"BookieMetadataFormatVersion\t2\n"
+        b'quorumSize: 2\nensembleSize: 3\nlength: 0\nstate: OPEN\n'
+        b'segment { ensembleMember: "a:1" ensembleMember: "b:2" ensembleMember: "c:3" firstEntryId: 0 }\n'
+        b"digestType: CRC32C\npassword: \"pw\"\nackQuorumSize: 2\n"
+    )
+    parsed = metadata_format.deserialize(1, text)
+    assert parsed.ensembles == metadata().ensembles
+    assert parsed.format_version == 2
+
+
+@pytest.mark.parametrize("data", [b"", b"garbage", HEADER + b"\x40" + b"\x08\x02"])
+def test_corrupt_metadata_is_a_clear_error(data: bytes) -> None:
+    with pytest.raises(MetadataStoreError, match="ledger 1"):
+        metadata_format.deserialize(1, data)
+
+
+@pytest.mark.parametrize(
+    ("layout", "ledger_id", "path"),
+    [
+        ("hierarchical", 1, "/ledgers/00/0000/L0001"),
+        ("hierarchical", 1234567890, "/ledgers/12/3456/L7890"),
+        ("hierarchical", 2**31 - 2, "/ledgers/21/4748/L3646"),
+        ("hierarchical", 2**31 - 1, "/ledgers/000/0000/0021/4748/L3647"),
+        ("hierarchical", 2**63 - 1, "/ledgers/922/3372/0368/5477/L5807"),
+        ("longhierarchical", 1, "/ledgers/000/0000/0000/0000/L0001"),
+        ("flat", 42, "/ledgers/L0000000042"),
+    ],
+)
+def test_ledger_paths(layout: str, ledger_id: int, path: str) -> None:
+    assert ledger_path("/ledgers", layout, ledger_id) == path
+
+
+def test_listing_walks_both_hierarchical_forms() -> None:
+    ids = [3, 70_000, 2**31 - 2, 2**31 + 5, 2**40]
+    tree: dict[str, list[str]] = {}
+    for ledger_id in ids:
+        parts = ledger_path("/ledgers", "hierarchical", ledger_id).split("/")
+        for depth in range(2, len(parts)):
+            parent = "/".join(parts[:depth])
+            tree.setdefault(parent, [])
+            if parts[depth] not in tree[parent]:
+                tree[parent].append(parts[depth])
+    tree["/ledgers"] += ["available", "LAYOUT", "idgen"]
+    assert list(iter_ledger_ids("/ledgers", "hierarchical", lambda p: tree.get(p, []))) == ids
+
+
+def test_uri_parsing() -> None:
+    zk = parse_uri("zk+hierarchical://127.0.0.1:2181;127.0.0.2:2181/ledgers")
+    assert (zk.scheme, zk.layout, zk.location, zk.root) == ("zk", "hierarchical", "127.0.0.1:2181,127.0.0.2:2181", "/ledgers")
+    assert parse_uri("zk://h:1/bk").root == "/bk"
+    assert parse_uri("sqlite:///tmp/x.db").location == "/tmp/x.db"
+    assert parse_uri("memory://t").location == "t"
+    with pytest.raises(ValueError, match="unsupported metadata service URI"):
+        parse_uri("etcd://h:1/x")
