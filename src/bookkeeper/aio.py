@@ -5,4 +5,12 @@ from bookkeeper.client.ledger import LedgerEntry, LedgerHandle, ReadHandle
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.wire.digest import DigestType
 
-__all__ = ["BookKeeper", "DigestType", "LedgerEntry", "LedgerHandle", "LedgerMetadata", "LedgerState", "ReadHandle"]
+__all__ = [
+    "BookKeeper",
+    "DigestType",
+    "LedgerEntry",
+    "LedgerHandle",
+    "LedgerMetadata",
+    "LedgerState",
+    "ReadHandle",
+]

@@ -53,7 +53,7 @@ class DigestMismatchError(BKError):
     """An entry read from a bookie failed its digest check, or is not the entry that was asked for."""
 
 
-class TimeoutError(BKError, builtins.TimeoutError):  # noqa: A001 - BookKeeper's name on purpose
+class TimeoutError(BKError, builtins.TimeoutError):
     """An operation did not finish in its time limit; its outcome may be unknown."""
 
 

@@ -39,43 +39,75 @@ def varint(value: int) -> bytes:
 
 def test_v3_then_v2_on_the_same_port(bookie: tuple[str, int]) -> None:
     ledger = LEDGER.to_bytes(8, "big")
-    entry = ledger + bytes(8) + b"payload"  # ledgerId, entryId 0, then bytes the bookie keeps as they are
+    entry = (
+        ledger + bytes(8) + b"payload"
+    )  # ledgerId, entryId 0, then bytes the bookie keeps as they are
     lid = bytes([0x08]) + varint(LEDGER)
-    add_body = lid + bytes.fromhex("1000") + bytes.fromhex("1a14") + KEY + bytes([0x22, len(entry)]) + entry
-    v3_add = bytes.fromhex("0a06" "0803" "1002" "1807") + bytes.fromhex("aa06") + bytes([len(add_body)]) + add_body
+    add_body = (
+        lid
+        + bytes.fromhex("1000")
+        + bytes.fromhex("1a14")
+        + KEY
+        + bytes([0x22, len(entry)])
+        + entry
+    )
+    v3_add = (
+        bytes.fromhex("0a06080310021807")
+        + bytes.fromhex("aa06")
+        + bytes([len(add_body)])
+        + add_body
+    )
     with socket.create_connection(bookie, timeout=10) as v3_connection:
         v3_connection.sendall(frame(v3_add))
         answer = recv_frame(v3_connection)
-        add_response = bytes.fromhex("0800") + bytes([0x10]) + varint(LEDGER) + bytes.fromhex("1800")
+        add_response = (
+            bytes.fromhex("0800") + bytes([0x10]) + varint(LEDGER) + bytes.fromhex("1800")
+        )
         assert answer == (
-            bytes.fromhex("0a06" "0803" "1002" "1807" "1000" "aa06") + bytes([len(add_response)]) + add_response
+            bytes.fromhex("0a060803100218071000aa06") + bytes([len(add_response)]) + add_response
         )
         # READ_ENTRY of entry 1, txnId 8: ENOENTRY (403)
         read_body = lid + bytes.fromhex("1001")
         v3_connection.sendall(
-            frame(bytes.fromhex("0a06" "0803" "1001" "1808" "a206") + bytes([len(read_body)]) + read_body)
+            frame(bytes.fromhex("0a06080310011808a206") + bytes([len(read_body)]) + read_body)
         )
-        read_response = bytes.fromhex("089303") + bytes([0x10]) + varint(LEDGER) + bytes.fromhex("1801")
+        read_response = (
+            bytes.fromhex("089303") + bytes([0x10]) + varint(LEDGER) + bytes.fromhex("1801")
+        )
         assert recv_frame(v3_connection) == (
-            bytes.fromhex("0a06" "0803" "1001" "1808" "109303" "a206") + bytes([len(read_response)]) + read_response
+            bytes.fromhex("0a06080310011808109303a206")
+            + bytes([len(read_response)])
+            + read_response
         )
     with socket.create_connection(bookie, timeout=10) as v2_connection:
         # v2 READ_ENTRY of the entry added over v3
         v2_connection.sendall(frame(bytes.fromhex("02020000") + ledger + bytes(8)))
-        assert recv_frame(v2_connection) == bytes.fromhex("02020000" "00000000") + ledger + bytes(8) + entry
+        assert (
+            recv_frame(v2_connection)
+            == bytes.fromhex("0202000000000000") + ledger + bytes(8) + entry
+        )
         # v2 fencing read of entry -1 (the last one) with a wrong master key: EUA (102)
-        v2_connection.sendall(frame(bytes.fromhex("02020001") + ledger + b"\xff" * 8 + b"\x33" * 20))
-        assert recv_frame(v2_connection) == bytes.fromhex("02020000" "00000066") + ledger + b"\xff" * 8
+        v2_connection.sendall(
+            frame(bytes.fromhex("02020001") + ledger + b"\xff" * 8 + b"\x33" * 20)
+        )
+        assert recv_frame(v2_connection) == bytes.fromhex("0202000000000066") + ledger + b"\xff" * 8
         # with the right key: fenced, then the last entry
         v2_connection.sendall(frame(bytes.fromhex("02020001") + ledger + b"\xff" * 8 + KEY))
-        assert recv_frame(v2_connection) == bytes.fromhex("02020000" "00000000") + ledger + b"\xff" * 8 + entry
+        assert (
+            recv_frame(v2_connection)
+            == bytes.fromhex("0202000000000000") + ledger + b"\xff" * 8 + entry
+        )
         # an add to the fenced ledger: EFENCED (104)
         entry1 = ledger + (1).to_bytes(8, "big") + b"late"
         v2_connection.sendall(frame(bytes.fromhex("02010000") + KEY + entry1))
-        assert recv_frame(v2_connection) == bytes.fromhex("02010000" "00000068") + ledger + (1).to_bytes(8, "big")
+        assert recv_frame(v2_connection) == bytes.fromhex("0201000000000068") + ledger + (
+            1
+        ).to_bytes(8, "big")
         # ... unless it is a recovery add (RECOVERY_ADD flag 0x2): EOK
         v2_connection.sendall(frame(bytes.fromhex("02010002") + KEY + entry1))
-        assert recv_frame(v2_connection) == bytes.fromhex("02010000" "00000000") + ledger + (1).to_bytes(8, "big")
+        assert recv_frame(v2_connection) == bytes.fromhex("0201000000000000") + ledger + (
+            1
+        ).to_bytes(8, "big")
 
 
 def test_oversized_and_garbage_frames_close_only_that_connection(bookie: tuple[str, int]) -> None:

@@ -43,14 +43,18 @@ def zk_cluster(zookeeper: ZooKeeperServer) -> Iterator[LocalCluster]:
         yield local
 
 
-def write_read_back(uri: str, digest_type: DigestType, *, use_v3: bool = False, entries: int = 10_000) -> None:
+def write_read_back(
+    uri: str, digest_type: DigestType, *, use_v3: bool = False, entries: int = 10_000
+) -> None:
     """E=3 Qw=2 Qa=2, ``entries`` entries of 0 B to 1 MiB all in flight at once, closed, then
     reopened by another client and read back byte for byte with digests verified."""
     sizes = mixed_sizes(entries, seed=int(digest_type))
     payloads = [payload(i, size, seed=int(digest_type)) for i, size in enumerate(sizes)]
     password = b"secret-" + digest_type.name.encode()
     with BookKeeper(uri, use_v3=use_v3) as writer_client:
-        writer = writer_client.create_ledger(3, 2, 2, digest_type, password, custom_metadata={"test": b"yes"})
+        writer = writer_client.create_ledger(
+            3, 2, 2, digest_type, password, custom_metadata={"test": b"yes"}
+        )
         futures = [writer.add_entry_async(data) for data in payloads]
         assert [future.result() for future in futures] == list(range(entries))
         assert writer.last_add_confirmed == entries - 1
@@ -73,14 +77,18 @@ def write_read_back(uri: str, digest_type: DigestType, *, use_v3: bool = False, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("digest_type", list(DigestType), ids=lambda d: d.name)
-def test_ten_thousand_mixed_entries_on_sqlite_metadata(cluster: LocalCluster, digest_type: DigestType) -> None:
+def test_ten_thousand_mixed_entries_on_sqlite_metadata(
+    cluster: LocalCluster, digest_type: DigestType
+) -> None:
     write_read_back(cluster.metadata_uri, digest_type)
 
 
 @pytest.mark.slow
 @pytest.mark.zookeeper
 @pytest.mark.parametrize("digest_type", list(DigestType), ids=lambda d: d.name)
-def test_ten_thousand_mixed_entries_on_zookeeper_metadata(zk_cluster: LocalCluster, digest_type: DigestType) -> None:
+def test_ten_thousand_mixed_entries_on_zookeeper_metadata(
+    zk_cluster: LocalCluster, digest_type: DigestType
+) -> None:
     write_read_back(zk_cluster.metadata_uri, digest_type)
 
 
@@ -89,11 +97,14 @@ def test_v3_protocol_client_end_to_end(cluster: LocalCluster) -> None:
 
 
 @pytest.mark.slow
-def test_ledger_of_a_killed_writer_is_recovered_with_every_acked_entry(cluster: LocalCluster) -> None:
+def test_ledger_of_a_killed_writer_is_recovered_with_every_acked_entry(
+    cluster: LocalCluster,
+) -> None:
     password = "recover-me"
     writer = subprocess.Popen(
         [sys.executable, os.path.join(HERE, "writer_process.py"), cluster.metadata_uri, password],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     acked: list[int] = []
     try:
@@ -107,7 +118,11 @@ def test_ledger_of_a_killed_writer_is_recovered_with_every_acked_entry(cluster: 
             acked.append(int(line.split()[1]))
         os.kill(writer.pid, 9)
         writer.wait()
-        acked.extend(int(line.split()[1]) for line in writer.stdout.read().splitlines() if line.startswith(b"acked"))
+        acked.extend(
+            int(line.split()[1])
+            for line in writer.stdout.read().splitlines()
+            if line.startswith(b"acked")
+        )
     finally:
         if writer.poll() is None:
             writer.kill()
@@ -147,11 +162,17 @@ def test_wrong_password_is_refused_and_changes_nothing(cluster: LocalCluster) ->
         # entry is not stored.
         bookie = metadata.ensembles[0][1][0]
         host, port = bookie.rsplit(":", 1)
-        entry = DigestManager(writer.ledger_id, DigestType.MAC, b"wrong").package(11, 10, 999, b"intruder")
+        entry = DigestManager(writer.ledger_id, DigestType.MAC, b"wrong").package(
+            11, 10, 999, b"intruder"
+        )
         with socket.create_connection((host, int(port)), timeout=10) as raw:
             raw.sendall(v2.encode_add_request(master_key(b"wrong"), entry))
             answer = v2.decode_response(recv_frame(raw))
-            assert (answer.status, answer.ledger_id, answer.entry_id) == (StatusCode.EUA, writer.ledger_id, 11)
+            assert (answer.status, answer.ledger_id, answer.entry_id) == (
+                StatusCode.EUA,
+                writer.ledger_id,
+                11,
+            )
             raw.sendall(v2.encode_read_request(writer.ledger_id, 11))
             assert v2.decode_response(recv_frame(raw)).status == StatusCode.ENOENTRY
         writer.close()
@@ -176,7 +197,10 @@ def test_bad_quorums_are_refused_at_create(cluster: LocalCluster, e: int, qw: in
 
 
 def test_an_ensemble_larger_than_the_cluster_is_refused(cluster: LocalCluster) -> None:
-    with BookKeeper(cluster.metadata_uri) as client, pytest.raises(NotEnoughBookiesError, match="need 5"):
+    with (
+        BookKeeper(cluster.metadata_uri) as client,
+        pytest.raises(NotEnoughBookiesError, match="need 5"),
+    ):
         client.create_ledger(5, 2, 2)
 
 
@@ -191,7 +215,9 @@ def test_reads_stop_at_the_last_add_confirmed(cluster: LocalCluster) -> None:
         with pytest.raises(NoSuchEntryError, match="beyond the last add confirmed"):
             tail.read_entries(0, 19 + 5)
         assert [e.data for e in tail.read_unconfirmed_entries(19, 19)] == [b"19"]
-        assert client.get_ledger_metadata(writer.ledger_id).state == LedgerState.OPEN  # never fenced
+        assert (
+            client.get_ledger_metadata(writer.ledger_id).state == LedgerState.OPEN
+        )  # never fenced
         writer.close()
         client.delete_ledger(writer.ledger_id)
         assert writer.ledger_id not in client.list_ledgers()
@@ -217,21 +243,52 @@ def test_a_bookie_killed_and_restarted_serves_what_it_acknowledged() -> None:
         local.resume_bookie(1)
         reader = client.open_ledger(writer.ledger_id, b"pw")  # recovers: the writer never closed
         assert reader.last_add_confirmed == 199
-        assert [e.data for e in reader.read_entries(0, 199)] == [payload(i, 500) for i in range(200)]
+        assert [e.data for e in reader.read_entries(0, 199)] == [
+            payload(i, 500) for i in range(200)
+        ]
         with pytest.raises(LedgerFencedError, match="EFENCED"):
             writer.add_entry(b"after recovery")
 
 
 def test_simpletest_command_against_a_local_cluster(cluster: LocalCluster) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "bookkeeper", "shell", "simpletest", "--metadata-uri", cluster.metadata_uri,
-         "-n", "300", "-e", "3", "-w", "2", "-a", "2"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "bookkeeper",
+            "shell",
+            "simpletest",
+            "--metadata-uri",
+            cluster.metadata_uri,
+            "-n",
+            "300",
+            "-e",
+            "3",
+            "-w",
+            "2",
+            "-a",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "read and verified them" in result.stdout
     listed = subprocess.run(
-        [sys.executable, "-m", "bookkeeper", "shell", "listbookies", "--metadata-uri", cluster.metadata_uri],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-m",
+            "bookkeeper",
+            "shell",
+            "listbookies",
+            "--metadata-uri",
+            cluster.metadata_uri,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert sorted(listed.stdout.split()) == sorted(cluster.bookie_ids)

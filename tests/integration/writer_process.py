@@ -13,9 +13,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from workloads import payload  # noqa: E402
+from workloads import payload
 
-from bookkeeper import BookKeeper, DigestType  # noqa: E402
+from bookkeeper import BookKeeper, DigestType
 
 MAX_ENTRIES = 1_000_000
 

@@ -17,7 +17,13 @@ import pytest
 
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.errors import LedgerExistsError, MetadataUnavailableError, NoSuchLedgerError
-from bookkeeper.metadata.driver import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, open_store
+from bookkeeper.metadata.driver import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    open_store,
+)
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.testing.zookeeper import ZooKeeperServer
 from bookkeeper.wire.digest import DigestType
@@ -67,8 +73,13 @@ def opener(uri: str) -> Iterator[Opener]:
 
 def sample(ledger_id: int) -> LedgerMetadata:
     return LedgerMetadata(
-        ledger_id=ledger_id, ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
-        digest_type=DigestType.CRC32, password=b"secret", ensembles=((0, ("h:1", "h:2", "h:3")),),
+        ledger_id=ledger_id,
+        ensemble_size=3,
+        write_quorum_size=2,
+        ack_quorum_size=2,
+        digest_type=DigestType.CRC32,
+        password=b"secret",
+        ensembles=((0, ("h:1", "h:2", "h:3")),),
     )
 
 
@@ -149,7 +160,9 @@ def test_update_loop_lets_exactly_one_racer_win(opener: Opener) -> None:
             winner.append(index)
             return current.with_state(LedgerState.IN_RECOVERY)
 
-        clients[index].update_ledger_metadata(ledger_id, lambda m: m.state == LedgerState.OPEN, transform)
+        clients[index].update_ledger_metadata(
+            ledger_id, lambda m: m.state == LedgerState.OPEN, transform
+        )
         return index if winner else -1
 
     with ThreadPoolExecutor(4) as pool:

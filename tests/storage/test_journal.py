@@ -39,10 +39,14 @@ class Collector:
 
 
 def entry(ledger_id: int, entry_id: int, payload: bytes) -> bytes:
-    return DigestManager(ledger_id, DigestType.CRC32C, b"").package(entry_id, entry_id - 1, 0, payload)
+    return DigestManager(ledger_id, DigestType.CRC32C, b"").package(
+        entry_id, entry_id - 1, 0, payload
+    )
 
 
-def write_journal(directory: Path, records: list[tuple[RecordType, bytes]], file_id: int = 0) -> Collector:
+def write_journal(
+    directory: Path, records: list[tuple[RecordType, bytes]], file_id: int = 0
+) -> Collector:
     collector = Collector()
     journal = Journal(str(directory), collector)
     journal.open(file_id)
@@ -75,7 +79,12 @@ def test_records_survive_and_are_replayed(tmp_path: Path) -> None:
     assert next_id == 1
     info = storage.ledger(7)
     assert info is not None
-    assert (info.master_key, info.fenced, info.explicit_lac, info.last_entry_id) == (key, True, b"lac-body", 1)
+    assert (info.master_key, info.fenced, info.explicit_lac, info.last_entry_id) == (
+        key,
+        True,
+        b"lac-body",
+        1,
+    )
     assert storage.read(7, 0) == entry(7, 0, b"zero")
     assert storage.read(7, -1) == entry(7, 1, b"one")
     with pytest.raises(NoEntryError):
@@ -120,7 +129,9 @@ def test_corruption_in_an_older_file_is_not_taken_for_a_torn_tail(tmp_path: Path
         replayed(tmp_path)
 
 
-def test_failed_fsync_fails_the_records_and_every_later_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_fsync_fails_the_records_and_every_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     collector = Collector()
     journal = Journal(str(tmp_path), collector)
     journal.open(0)
@@ -135,6 +146,9 @@ def test_failed_fsync_fails_the_records_and_every_later_one(tmp_path: Path, monk
     journal.append(RecordType.ENTRY, entry(1, 1, b"later"), "second")
     collector.wait_for(2)
     journal.close()
-    assert [(token, location) for token, location, _ in collector.results] == [("first", None), ("second", None)]
+    assert [(token, location) for token, location, _ in collector.results] == [
+        ("first", None),
+        ("second", None),
+    ]
     assert all(isinstance(error, JournalError) for _, _, error in collector.results)
     assert journal.failure is not None

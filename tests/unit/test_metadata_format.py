@@ -13,13 +13,26 @@ from bookkeeper.metadata.layout import iter_ledger_ids, ledger_path
 from bookkeeper.wire.digest import DigestType
 
 HEADER = b"BookieMetadataFormatVersion\t3\n"
-SEGMENT = bytes.fromhex("0a03") + b"a:1" + bytes.fromhex("0a03") + b"b:2" + bytes.fromhex("0a03") + b"c:3" + bytes.fromhex("1000")
+SEGMENT = (
+    bytes.fromhex("0a03")
+    + b"a:1"
+    + bytes.fromhex("0a03")
+    + b"b:2"
+    + bytes.fromhex("0a03")
+    + b"c:3"
+    + bytes.fromhex("1000")
+)
 
 
 def metadata(**changes: object) -> LedgerMetadata:
     base: dict[str, object] = dict(
-        ledger_id=1, ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
-        digest_type=DigestType.CRC32C, password=b"pw", ensembles=((0, ("a:1", "b:2", "c:3")),),
+        ledger_id=1,
+        ensemble_size=3,
+        write_quorum_size=2,
+        ack_quorum_size=2,
+        digest_type=DigestType.CRC32C,
+        password=b"pw",
+        ensembles=((0, ("a:1", "b:2", "c:3")),),
     )
     base.update(changes)
     return LedgerMetadata(**base)  # type: ignore[arg-type]
@@ -27,8 +40,11 @@ def metadata(**changes: object) -> LedgerMetadata:
 
 def test_open_ledger_v3_bytes() -> None:
     body = (
-        bytes.fromhex("0802" "1003" "1800" "2801" "3211") + SEGMENT
-        + bytes.fromhex("3803" "4202") + b"pw" + bytes.fromhex("4802")
+        bytes.fromhex("08021003180028013211")
+        + SEGMENT
+        + bytes.fromhex("38034202")
+        + b"pw"
+        + bytes.fromhex("4802")
     )
     assert len(body) == 0x23
     expected = HEADER + b"\x23" + body
@@ -37,11 +53,24 @@ def test_open_ledger_v3_bytes() -> None:
 
 
 def test_closed_ledger_v3_bytes_with_custom_metadata_ctime_and_token() -> None:
-    md = metadata(state=LedgerState.CLOSED, last_entry_id=9, length=300, ctime_ms=5, custom_metadata={"k": b"v"}, c_token=7)
+    md = metadata(
+        state=LedgerState.CLOSED,
+        last_entry_id=9,
+        length=300,
+        ctime_ms=5,
+        custom_metadata={"k": b"v"},
+        c_token=7,
+    )
     body = (
-        bytes.fromhex("0802" "1003" "18ac02" "2009" "2803" "3211") + SEGMENT
-        + bytes.fromhex("3803" "4202") + b"pw" + bytes.fromhex("4802" "5005" "5a06" "0a01") + b"k"
-        + bytes.fromhex("1201") + b"v" + bytes.fromhex("6007")
+        bytes.fromhex("0802100318ac02200928033211")
+        + SEGMENT
+        + bytes.fromhex("38034202")
+        + b"pw"
+        + bytes.fromhex("480250055a060a01")
+        + b"k"
+        + bytes.fromhex("1201")
+        + b"v"
+        + bytes.fromhex("6007")
     )
     expected = HEADER + bytes([len(body)]) + body
     assert metadata_format.serialize(md) == expected
@@ -51,9 +80,9 @@ def test_closed_ledger_v3_bytes_with_custom_metadata_ctime_and_token() -> None:
 def test_v2_text_format_is_readable() -> None:
     text = (
         b"BookieMetadataFormatVersion\t2\n"
-        b'quorumSize: 2\nensembleSize: 3\nlength: 0\nstate: OPEN\n'
+        b"quorumSize: 2\nensembleSize: 3\nlength: 0\nstate: OPEN\n"
         b'segment { ensembleMember: "a:1" ensembleMember: "b:2" ensembleMember: "c:3" firstEntryId: 0 }\n'
-        b"digestType: CRC32C\npassword: \"pw\"\nackQuorumSize: 2\n"
+        b'digestType: CRC32C\npassword: "pw"\nackQuorumSize: 2\n'
     )
     parsed = metadata_format.deserialize(1, text)
     assert parsed.ensembles == metadata().ensembles
@@ -98,7 +127,12 @@ def test_listing_walks_both_hierarchical_forms() -> None:
 
 def test_uri_parsing() -> None:
     zk = parse_uri("zk+hierarchical://127.0.0.1:2181;127.0.0.2:2181/ledgers")
-    assert (zk.scheme, zk.layout, zk.location, zk.root) == ("zk", "hierarchical", "127.0.0.1:2181,127.0.0.2:2181", "/ledgers")
+    assert (zk.scheme, zk.layout, zk.location, zk.root) == (
+        "zk",
+        "hierarchical",
+        "127.0.0.1:2181,127.0.0.2:2181",
+        "/ledgers",
+    )
     assert parse_uri("zk://h:1/bk").root == "/bk"
     assert parse_uri("sqlite:///tmp/x.db").location == "/tmp/x.db"
     assert parse_uri("memory://t").location == "t"

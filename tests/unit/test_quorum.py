@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookkeeper.core.quorum import AckSet, CoverageSet, check_quorum_sizes, negative_threshold, write_set
+from bookkeeper.core.quorum import (
+    AckSet,
+    CoverageSet,
+    check_quorum_sizes,
+    negative_threshold,
+    write_set,
+)
 from bookkeeper.core.writer import PendingAdds
 from bookkeeper.errors import IncorrectParameterError
 
@@ -16,13 +22,20 @@ from bookkeeper.errors import IncorrectParameterError
 def test_write_sets_of_the_protocol_example() -> None:
     # E=4, Qw=3: entry 0 -> B1 B2 B3, 1 -> B2 B3 B4, 2 -> B3 B4 B1, 3 -> B4 B1 B2 (protocol.md)
     assert [write_set(e, 4, 3) for e in range(6)] == [
-        [0, 1, 2], [1, 2, 3], [2, 3, 0], [3, 0, 1], [0, 1, 2], [1, 2, 3],
+        [0, 1, 2],
+        [1, 2, 3],
+        [2, 3, 0],
+        [3, 0, 1],
+        [0, 1, 2],
+        [1, 2, 3],
     ]
 
 
 @pytest.mark.parametrize("sizes", [(2, 3, 2), (3, 2, 3), (3, 3, 0), (0, 0, 0)])
 def test_bad_quorum_sizes_are_refused(sizes: tuple[int, int, int]) -> None:
-    with pytest.raises(IncorrectParameterError, match="ensemble size >= write quorum >= ack quorum"):
+    with pytest.raises(
+        IncorrectParameterError, match="ensemble size >= write quorum >= ack quorum"
+    ):
         check_quorum_sizes(*sizes)
 
 
@@ -43,7 +56,9 @@ def brute_force_covered(known: set[int], e: int, qw: int, qa: int) -> bool:
     return all(sum(1 for m in write_set(first, e, qw) if m not in known) < qa for first in range(e))
 
 
-@given(st.sampled_from([(3, 3, 2), (3, 2, 2), (5, 3, 2), (4, 4, 3), (5, 2, 1), (6, 3, 3)]), st.data())
+@given(
+    st.sampled_from([(3, 3, 2), (3, 2, 2), (5, 3, 2), (4, 4, 3), (5, 2, 1), (6, 3, 3)]), st.data()
+)
 def test_coverage_matches_brute_force(sizes: tuple[int, int, int], data: st.DataObject) -> None:
     e, qw, qa = sizes
     order = data.draw(st.permutations(range(e)))
@@ -84,7 +99,9 @@ def test_pending_adds_complete_in_order() -> None:
 
 
 @given(st.permutations(list(itertools.product(range(6), range(2)))))
-def test_pending_adds_any_ack_order_yields_sequential_completions(order: list[tuple[int, int]]) -> None:
+def test_pending_adds_any_ack_order_yields_sequential_completions(
+    order: list[tuple[int, int]],
+) -> None:
     window = PendingAdds(2, 2, 2)
     for _ in range(6):
         window.push(1)

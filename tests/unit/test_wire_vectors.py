@@ -35,9 +35,7 @@ def test_crc32c_reference_check_value() -> None:
 
 
 # ledger 1, entry 0, LAC -1, length 5, then the payload "hello"
-ENTRY_HEADER = bytes.fromhex(
-    "0000000000000001" "0000000000000000" "ffffffffffffffff" "0000000000000005"
-)
+ENTRY_HEADER = bytes.fromhex("00000000000000010000000000000000ffffffffffffffff0000000000000005")
 PAYLOAD = b"hello"
 
 
@@ -59,11 +57,16 @@ def test_mac_entry_layout_and_keys() -> None:
     assert master_key(b"") == hashlib.sha1(b"ledger").digest()
     digest = hmac.new(key, ENTRY_HEADER + PAYLOAD, "sha1").digest()
     assert len(digest) == 20
-    assert DigestManager(1, DigestType.MAC, b"secret").package(0, -1, 5, PAYLOAD) == ENTRY_HEADER + digest + PAYLOAD
+    assert (
+        DigestManager(1, DigestType.MAC, b"secret").package(0, -1, 5, PAYLOAD)
+        == ENTRY_HEADER + digest + PAYLOAD
+    )
 
 
 def test_dummy_entry_layout() -> None:
-    assert DigestManager(1, DigestType.DUMMY, b"").package(0, -1, 5, PAYLOAD) == ENTRY_HEADER + PAYLOAD
+    assert (
+        DigestManager(1, DigestType.DUMMY, b"").package(0, -1, 5, PAYLOAD) == ENTRY_HEADER + PAYLOAD
+    )
 
 
 @pytest.mark.parametrize("digest_type", list(DigestType))
@@ -71,7 +74,13 @@ def test_verify_round_trip_and_rejects_corruption(digest_type: DigestType) -> No
     manager = DigestManager(1, digest_type, b"pw")
     data = manager.package(0, -1, 5, PAYLOAD)
     entry = manager.verify(data, 0)
-    assert (entry.ledger_id, entry.entry_id, entry.last_add_confirmed, entry.length, entry.payload) == (1, 0, -1, 5, PAYLOAD)
+    assert (
+        entry.ledger_id,
+        entry.entry_id,
+        entry.last_add_confirmed,
+        entry.length,
+        entry.payload,
+    ) == (1, 0, -1, 5, PAYLOAD)
     with pytest.raises(DigestMismatchError):
         manager.verify(data, 1)  # not the entry asked for
     if digest_type != DigestType.DUMMY:
@@ -88,7 +97,7 @@ def test_mac_with_wrong_password_fails() -> None:
 
 
 def test_lac_body_layout() -> None:
-    header = bytes.fromhex("0000000000000007" "0000000000000009")
+    header = bytes.fromhex("00000000000000070000000000000009")
     expected = header + crc32c_reference(header).to_bytes(4, "big")
     manager = DigestManager(7, DigestType.CRC32C, b"")
     assert manager.package_lac(9) == expected
@@ -97,39 +106,67 @@ def test_lac_body_layout() -> None:
 
 def test_v2_add_request_bytes() -> None:
     entry = ENTRY_HEADER + PAYLOAD
-    expected = bytes.fromhex("0000003d" "02010002") + KEY + entry  # length 61, v2, ADD, RECOVERY_ADD
+    expected = bytes.fromhex("0000003d02010002") + KEY + entry  # length 61, v2, ADD, RECOVERY_ADD
     assert v2.encode_add_request(KEY, entry, v2.FLAG_RECOVERY_ADD) == expected
     request = v2.decode_request(expected[4:])
     assert isinstance(request, v2.AddRequest)
-    assert (request.ledger_id, request.entry_id, request.master_key, request.entry) == (1, 0, KEY, entry)
+    assert (request.ledger_id, request.entry_id, request.master_key, request.entry) == (
+        1,
+        0,
+        KEY,
+        entry,
+    )
     assert request.is_recovery_add
 
 
 def test_v2_read_request_bytes() -> None:
-    plain = bytes.fromhex("00000014" "02020000" "0000000000000005" "ffffffffffffffff")
+    plain = bytes.fromhex("00000014020200000000000000000005ffffffffffffffff")
     assert v2.encode_read_request(5, -1) == plain
-    fencing = bytes.fromhex("00000028" "02020001" "0000000000000005" "0000000000000003") + KEY
+    fencing = bytes.fromhex("000000280202000100000000000000050000000000000003") + KEY
     assert v2.encode_read_request(5, 3, v2.FLAG_DO_FENCING, KEY) == fencing
     request = v2.decode_request(fencing[4:])
     assert isinstance(request, v2.ReadRequest)
-    assert (request.ledger_id, request.entry_id, request.is_fencing, request.master_key) == (5, 3, True, KEY)
+    assert (request.ledger_id, request.entry_id, request.is_fencing, request.master_key) == (
+        5,
+        3,
+        True,
+        KEY,
+    )
 
 
 def test_v2_responses_bytes() -> None:
-    no_entry = bytes.fromhex("00000018" "02020000" "00000002" "0000000000000005" "0000000000000003")
+    no_entry = bytes.fromhex("00000018020200000000000200000000000000050000000000000003")
     assert v2.encode_response(v2.OpCode.READ_ENTRY, StatusCode.ENOENTRY, 5, 3) == no_entry
-    read_ok = bytes.fromhex("0000001b" "02020000" "00000000" "0000000000000005" "0000000000000003") + b"abc"
+    read_ok = bytes.fromhex("0000001b020200000000000000000000000000050000000000000003") + b"abc"
     response = v2.decode_response(read_ok[4:])
-    assert (response.opcode, response.status, response.ledger_id, response.entry_id, response.body) == (
-        2, StatusCode.EOK, 5, 3, b"abc",
+    assert (
+        response.opcode,
+        response.status,
+        response.ledger_id,
+        response.entry_id,
+        response.body,
+    ) == (
+        2,
+        StatusCode.EOK,
+        5,
+        3,
+        b"abc",
     )
 
 
 def test_v2_return_codes() -> None:
     expected = {
-        StatusCode.EOK: 0, StatusCode.ENOLEDGER: 1, StatusCode.ENOENTRY: 2, StatusCode.EBADREQ: 100,
-        StatusCode.EIO: 101, StatusCode.EUA: 102, StatusCode.EBADVERSION: 103, StatusCode.EFENCED: 104,
-        StatusCode.EREADONLY: 105, StatusCode.ETOOMANYREQUESTS: 106, StatusCode.EUNKNOWNLEDGERSTATE: 107,
+        StatusCode.EOK: 0,
+        StatusCode.ENOLEDGER: 1,
+        StatusCode.ENOENTRY: 2,
+        StatusCode.EBADREQ: 100,
+        StatusCode.EIO: 101,
+        StatusCode.EUA: 102,
+        StatusCode.EBADVERSION: 103,
+        StatusCode.EFENCED: 104,
+        StatusCode.EREADONLY: 105,
+        StatusCode.ETOOMANYREQUESTS: 106,
+        StatusCode.EUNKNOWNLEDGERSTATE: 107,
     }
     for status, code in expected.items():
         assert to_v2(status) == code
@@ -140,16 +177,17 @@ def test_v2_rejects_unknown_opcode_and_truncation() -> None:
     with pytest.raises(MalformedMessageError):
         v2.decode_request(bytes.fromhex("02630000"))  # opcode 99
     with pytest.raises(MalformedMessageError):
-        v2.decode_request(bytes.fromhex("02020000" "00000000"))  # read without ids
+        v2.decode_request(bytes.fromhex("0202000000000000"))  # read without ids
 
 
 # A v3 add request: header {version 3, ADD_ENTRY, txnId 7}, addRequest (field 101) {ledger 5,
 # entry 0, masterKey 20 x 0x11, body "xy"}.
 V3_ADD = (
-    bytes.fromhex("0a06" "0803" "1002" "1807")
-    + bytes.fromhex("aa06" "1e" "0805" "1000" "1a14")
+    bytes.fromhex("0a06080310021807")
+    + bytes.fromhex("aa061e080510001a14")
     + KEY
-    + bytes.fromhex("2202") + b"xy"
+    + bytes.fromhex("2202")
+    + b"xy"
 )
 
 
@@ -170,7 +208,7 @@ def test_v3_add_response_bytes() -> None:
     response.addResponse.status = pb.EOK
     response.addResponse.ledgerId = 5
     response.addResponse.entryId = 0
-    body = bytes.fromhex("0a06" "0803" "1002" "1807" "1000" "aa0606" "0800" "1005" "1800")
+    body = bytes.fromhex("0a060803100218071000aa0606080010051800")
     assert v3.encode(response) == len(body).to_bytes(4, "big") + body
 
 
@@ -186,7 +224,7 @@ def test_v2_frames_are_never_taken_for_v3() -> None:
 
 def test_framing_splits_stream_and_bounds_size() -> None:
     decoder = FrameDecoder(max_frame_size=8)
-    stream = bytes.fromhex("00000002" "aabb" "00000000" "00000003" "ccddee")
+    stream = bytes.fromhex("00000002aabb0000000000000003ccddee")
     frames = []
     for byte in stream:  # one byte at a time
         frames.extend(decoder.feed(bytes([byte])))

@@ -19,7 +19,12 @@ import threading
 from bookkeeper.errors import BKError
 from bookkeeper.wire.digest import DigestType
 
-DIGESTS = {"crc32": DigestType.CRC32, "mac": DigestType.MAC, "crc32c": DigestType.CRC32C, "dummy": DigestType.DUMMY}
+DIGESTS = {
+    "crc32": DigestType.CRC32,
+    "mac": DigestType.MAC,
+    "crc32c": DigestType.CRC32C,
+    "dummy": DigestType.DUMMY,
+}
 
 
 def _metadata_uri(args: argparse.Namespace) -> str:
@@ -55,8 +60,13 @@ def _cmd_localbookie(args: argparse.Namespace) -> None:
             with BookKeeper(cluster.metadata_uri) as bk:
                 for digest in DigestType:
                     result = simple_test(
-                        bk, entries=args.demo_entries, entry_size=1024, ensemble_size=ensemble,
-                        write_quorum_size=quorum, ack_quorum_size=quorum, digest_type=digest,
+                        bk,
+                        entries=args.demo_entries,
+                        entry_size=1024,
+                        ensemble_size=ensemble,
+                        write_quorum_size=quorum,
+                        ack_quorum_size=quorum,
+                        digest_type=digest,
                     )
                     print(
                         f"ledger {result.ledger_id} ({digest.name}, E={ensemble} Qw={quorum} Qa={quorum}): "
@@ -69,7 +79,8 @@ def _cmd_localbookie(args: argparse.Namespace) -> None:
         if args.exit_after_demo:
             return
         print(
-            "cluster is up; try: bookkeeper shell simpletest --metadata-uri " + cluster.metadata_uri
+            "cluster is up; try: bookkeeper shell simpletest --metadata-uri "
+            + cluster.metadata_uri
             + "\npress Ctrl-C to stop",
             flush=True,
         )
@@ -87,8 +98,13 @@ def _cmd_simpletest(args: argparse.Namespace) -> None:
 
     with BookKeeper(_metadata_uri(args)) as bk:
         result = simple_test(
-            bk, entries=args.num_entries, entry_size=args.entry_size, ensemble_size=args.ensemble,
-            write_quorum_size=args.writeQuorum, ack_quorum_size=args.ackQuorum, digest_type=DIGESTS[args.digest],
+            bk,
+            entries=args.num_entries,
+            entry_size=args.entry_size,
+            ensemble_size=args.ensemble,
+            write_quorum_size=args.writeQuorum,
+            ack_quorum_size=args.ackQuorum,
+            digest_type=DIGESTS[args.digest],
         )
     print(
         f"ledger {result.ledger_id}: wrote {result.entries} entries ({result.bytes:,} bytes) in "
@@ -130,9 +146,16 @@ def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
         ledger, version = metadata.read_ledger_metadata(args.ledgerid)
     finally:
         metadata.close()
-    print(f"ledger {ledger.ledger_id} (metadata version {version}, format v{ledger.format_version})")
-    print(f"  state: {ledger.state.name}  last entry: {ledger.last_entry_id}  length: {ledger.length}")
-    print(f"  E={ledger.ensemble_size} Qw={ledger.write_quorum_size} Qa={ledger.ack_quorum_size} digest: {ledger.digest_type.name}")
+    print(
+        f"ledger {ledger.ledger_id} (metadata version {version}, format v{ledger.format_version})"
+    )
+    print(
+        f"  state: {ledger.state.name}  last entry: {ledger.last_entry_id}  length: {ledger.length}"
+    )
+    print(
+        f"  E={ledger.ensemble_size} Qw={ledger.write_quorum_size} Qa={ledger.ack_quorum_size} "
+        f"digest: {ledger.digest_type.name}"
+    )
     for first, bookies in ledger.ensembles:
         print(f"  from entry {first}: {', '.join(bookies)}")
     for key, value in sorted(ledger.custom_metadata.items()):
@@ -142,7 +165,9 @@ def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from bookkeeper.server import main as bookie_main
 
-    parser = argparse.ArgumentParser(prog="bookkeeper", description="pybookkeeper: Apache BookKeeper in Python")
+    parser = argparse.ArgumentParser(
+        prog="bookkeeper", description="pybookkeeper: Apache BookKeeper in Python"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -152,10 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     local = commands.add_parser("localbookie", help="run N bookies on the embedded metadata store")
     local.add_argument("bookies", type=int, help="number of bookies")
-    local.add_argument("--data-dir", help="directory for metadata and bookie data (default: a temporary one)")
-    local.add_argument("--demo", action="store_true", help="write and read back ledgers of each digest type")
+    local.add_argument(
+        "--data-dir", help="directory for metadata and bookie data (default: a temporary one)"
+    )
+    local.add_argument(
+        "--demo", action="store_true", help="write and read back ledgers of each digest type"
+    )
     local.add_argument("--demo-entries", type=int, default=2000, help="entries per demo ledger")
-    local.add_argument("--exit-after-demo", action="store_true", help="stop the cluster once the demo is done")
+    local.add_argument(
+        "--exit-after-demo", action="store_true", help="stop the cluster once the demo is done"
+    )
     local.set_defaults(run=_cmd_localbookie)
 
     shell = commands.add_parser("shell", help="admin and test commands")
@@ -167,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    simple = shell_command("simpletest", "create a ledger, write N entries, read them back, verify", _cmd_simpletest)
+    simple = shell_command(
+        "simpletest", "create a ledger, write N entries, read them back, verify", _cmd_simpletest
+    )
     simple.add_argument("-e", "--ensemble", type=int, default=3)
     simple.add_argument("-w", "--writeQuorum", type=int, default=2)
     simple.add_argument("-a", "--ackQuorum", type=int, default=2)
@@ -175,10 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
     simple.add_argument("--entry-size", type=int, default=1024)
     simple.add_argument("--digest", choices=sorted(DIGESTS), default="crc32c")
     listbookies = shell_command("listbookies", "list registered bookies", _cmd_listbookies)
-    listbookies.add_argument("-rw", "--readwrite", action="store_true", help="only writable bookies")
-    listbookies.add_argument("-ro", "--readonly", action="store_true", help="only read-only bookies")
+    listbookies.add_argument(
+        "-rw", "--readwrite", action="store_true", help="only writable bookies"
+    )
+    listbookies.add_argument(
+        "-ro", "--readonly", action="store_true", help="only read-only bookies"
+    )
     shell_command("listledgers", "list ledger ids", _cmd_listledgers)
-    ledgermetadata = shell_command("ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata)
+    ledgermetadata = shell_command(
+        "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
+    )
     ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
     return parser
 

@@ -38,7 +38,9 @@ def simple_test(
     rng = random.Random(seed)
     password = b"simpletest"
     payloads = [rng.randbytes(entry_size) for _ in range(entries)]
-    handle = bk.create_ledger(ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password)
+    handle = bk.create_ledger(
+        ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password
+    )
     start = time.perf_counter()
     window: collections.deque[concurrent.futures.Future[int]] = collections.deque()
     ids: list[int] = []
@@ -61,5 +63,9 @@ def simple_test(
     read_seconds = time.perf_counter() - start
     for entry, payload in zip(read, payloads, strict=True):
         if entry.data != payload:
-            raise AssertionError(f"ledger {handle.ledger_id} entry {entry.entry_id}: read bytes differ")
-    return SimpleTestResult(handle.ledger_id, entries, entries * entry_size, write_seconds, read_seconds)
+            raise AssertionError(
+                f"ledger {handle.ledger_id} entry {entry.entry_id}: read bytes differ"
+            )
+    return SimpleTestResult(
+        handle.ledger_id, entries, entries * entry_size, write_seconds, read_seconds
+    )

@@ -25,23 +25,36 @@ class BookKeeper:
     """A client of one BookKeeper cluster, named by its metadata service URI."""
 
     def __init__(
-        self, metadata: MetadataClient, *, use_v3: bool = False, request_timeout_s: float = 5.0,
+        self,
+        metadata: MetadataClient,
+        *,
+        use_v3: bool = False,
+        request_timeout_s: float = 5.0,
         connect_timeout_s: float = 5.0,
     ) -> None:
         self.metadata = metadata
         self.pool = BookiePool(
-            self._resolve, use_v3=use_v3, connect_timeout_s=connect_timeout_s, request_timeout_s=request_timeout_s
+            self._resolve,
+            use_v3=use_v3,
+            connect_timeout_s=connect_timeout_s,
+            request_timeout_s=request_timeout_s,
         )
         self._random = random.Random()
         self._closed = False
 
     @classmethod
     async def connect(
-        cls, metadata_uri: str, *, use_v3: bool = False, metadata_timeout_s: float = 10.0,
+        cls,
+        metadata_uri: str,
+        *,
+        use_v3: bool = False,
+        metadata_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
     ) -> BookKeeper:
         """Connects to the metadata store; raises ``MetadataUnavailableError`` within ``metadata_timeout_s``."""
-        metadata = await asyncio.to_thread(MetadataClient.connect, metadata_uri, connect_timeout_s=metadata_timeout_s)
+        metadata = await asyncio.to_thread(
+            MetadataClient.connect, metadata_uri, connect_timeout_s=metadata_timeout_s
+        )
         return cls(metadata, use_v3=use_v3, request_timeout_s=request_timeout_s)
 
     def _resolve(self, bookie_id: str) -> tuple[str, int]:

@@ -9,12 +9,12 @@ pending request fails with ``BookieHandleNotAvailableError``.
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 import collections
 import itertools
 import logging
 import time
 from collections.abc import Callable
+from typing import cast
 
 from bookkeeper import errors
 from bookkeeper.wire import v2, v3
@@ -32,7 +32,9 @@ Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
 class _Pending:
     __slots__ = ("callback", "deadline", "done", "key")
 
-    def __init__(self, key: object, callback: Callback, deadline: float) -> None:
+    def __init__(
+        self, key: tuple[int, int, int] | int, callback: Callback, deadline: float
+    ) -> None:
         self.key = key
         self.callback = callback
         self.deadline = deadline
@@ -57,15 +59,24 @@ class BookieConnection(asyncio.Protocol):
 
     @classmethod
     async def connect(
-        cls, bookie_id: str, host: str, port: int, *, use_v3: bool, connect_timeout_s: float, request_timeout_s: float
+        cls,
+        bookie_id: str,
+        host: str,
+        port: int,
+        *,
+        use_v3: bool,
+        connect_timeout_s: float,
+        request_timeout_s: float,
     ) -> BookieConnection:
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(bookie_id, use_v3, request_timeout_s), host, port),
+                loop.create_connection(
+                    lambda: cls(bookie_id, use_v3, request_timeout_s), host, port
+                ),
                 connect_timeout_s,
             )
-        except (OSError, asyncio.TimeoutError) as error:
+        except (TimeoutError, OSError) as error:
             raise errors.BookieHandleNotAvailableError(
                 f"cannot connect to bookie {bookie_id} at {host}:{port}: {error or 'timed out'}"
             ) from error
@@ -91,7 +102,11 @@ class BookieConnection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
-        self._fail_all(errors.ClientClosedError(f"connection to bookie {self.bookie_id} was closed by the client"))
+        self._fail_all(
+            errors.ClientClosedError(
+                f"connection to bookie {self.bookie_id} was closed by the client"
+            )
+        )
 
     def _fail_all(self, error: errors.BKError) -> None:
         if self._closed_error is None:
@@ -133,29 +148,36 @@ class BookieConnection(asyncio.Protocol):
             self._finish(
                 request,
                 None,
-                errors.TimeoutError(f"bookie {self.bookie_id} did not answer within {self.request_timeout_s:g} s"),
+                errors.TimeoutError(
+                    f"bookie {self.bookie_id} did not answer within {self.request_timeout_s:g} s"
+                ),
             )
         if self._transport is not None:
             self._schedule_timeout_check()
 
     def _forget(self, request: _Pending) -> None:
-        if isinstance(request.key, int):
-            self._v3_pending.pop(request.key, None)
-        else:
-            queue = self._v2_pending.get(request.key)  # type: ignore[arg-type]
-            if queue is not None:
-                try:
-                    queue.remove(request)
-                except ValueError:
-                    pass
-                if not queue:
-                    del self._v2_pending[request.key]  # type: ignore[arg-type]
+        key = request.key
+        if isinstance(key, int):
+            self._v3_pending.pop(key, None)
+            return
+        queue = self._v2_pending.get(key)
+        if queue is not None:
+            try:
+                queue.remove(request)
+            except ValueError:
+                pass
+            if not queue:
+                del self._v2_pending[key]
 
     # -- requests ------------------------------------------------------------------------------
 
     def _register_v2(self, key: tuple[int, int, int], callback: Callback) -> bool:
         if self._transport is None:
-            callback(None, self._closed_error or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"))
+            callback(
+                None,
+                self._closed_error
+                or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
+            )
             return False
         request = _Pending(key, callback, time.monotonic() + self.request_timeout_s)
         self._v2_pending.setdefault(key, collections.deque()).append(request)
@@ -163,19 +185,40 @@ class BookieConnection(asyncio.Protocol):
 
     def _send_v3(self, request: pb.Request, callback: Callback) -> None:
         if self._transport is None:
-            callback(None, self._closed_error or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"))
+            callback(
+                None,
+                self._closed_error
+                or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
+            )
             return
         txn_id = request.header.txnId
-        self._v3_pending[txn_id] = _Pending(txn_id, callback, time.monotonic() + self.request_timeout_s)
+        self._v3_pending[txn_id] = _Pending(
+            txn_id, callback, time.monotonic() + self.request_timeout_s
+        )
         self._transport.write(v3.encode(request))
 
-    def add(self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, callback: Callback) -> None:
+    def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes,
+        recovery: bool,
+        callback: Callback,
+    ) -> None:
         """Sends an add; ``callback(status, b"")`` on the answer."""
         if self.use_v3:
             request = pb.Request()
-            request.header.CopyFrom(v3.header(pb.ADD_ENTRY, next(self._txn_ids), 1 if recovery else 0))
+            request.header.CopyFrom(
+                v3.header(pb.ADD_ENTRY, next(self._txn_ids), 1 if recovery else 0)
+            )
             add = request.addRequest
-            add.ledgerId, add.entryId, add.masterKey, add.body = ledger_id, entry_id, master_key, entry
+            add.ledgerId, add.entryId, add.masterKey, add.body = (
+                ledger_id,
+                entry_id,
+                master_key,
+                entry,
+            )
             if recovery:
                 add.flag = pb.AddRequest.RECOVERY_ADD
             self._send_v3(request, callback)
@@ -185,11 +228,20 @@ class BookieConnection(asyncio.Protocol):
             flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
             self._transport.write(v2.encode_add_request(master_key, entry, flags))
 
-    def read(self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, callback: Callback) -> None:
+    def read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        fence: bool,
+        master_key: bytes | None,
+        callback: Callback,
+    ) -> None:
         """Sends a read (a fencing read when ``fence``); ``callback(status, entry bytes)``."""
         if self.use_v3:
             request = pb.Request()
-            request.header.CopyFrom(v3.header(pb.READ_ENTRY, next(self._txn_ids), 1 if fence else 0))
+            request.header.CopyFrom(
+                v3.header(pb.READ_ENTRY, next(self._txn_ids), 1 if fence else 0)
+            )
             read = request.readRequest
             read.ledgerId, read.entryId = ledger_id, entry_id
             if fence:
@@ -200,7 +252,9 @@ class BookieConnection(asyncio.Protocol):
         if self._register_v2((v2.OpCode.READ_ENTRY, ledger_id, entry_id), callback):
             assert self._transport is not None
             flags = v2.FLAG_DO_FENCING | v2.FLAG_HIGH_PRIORITY if fence else v2.FLAG_NONE
-            self._transport.write(v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None))
+            self._transport.write(
+                v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None)
+            )
 
     # -- responses -----------------------------------------------------------------------------
 
@@ -213,16 +267,22 @@ class BookieConnection(asyncio.Protocol):
                 else:
                     self._on_v2(v2.decode_response(frame))
         except (FrameError, MalformedMessageError) as error:
-            log.error("bookie %s sent a bad response (%s); dropping the connection", self.bookie_id, error)
+            log.error(
+                "bookie %s sent a bad response (%s); dropping the connection", self.bookie_id, error
+            )
             if self._transport is not None:
                 self._transport.abort()
-            self._fail_all(errors.ProtocolError(f"bookie {self.bookie_id} sent a malformed response: {error}"))
+            self._fail_all(
+                errors.ProtocolError(f"bookie {self.bookie_id} sent a malformed response: {error}")
+            )
 
     def _on_v2(self, response: v2.Response) -> None:
         key = (response.opcode, response.ledger_id, response.entry_id)
         queue = self._v2_pending.get(key)
         if not queue:
-            log.debug("bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key)
+            log.debug(
+                "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
+            )
             return
         request = queue.popleft()
         if not queue:
@@ -271,10 +331,17 @@ STATUS_MEANINGS: dict[StatusCode, str] = {
 }
 
 
+def describe(status: StatusCode | None, problem: object) -> str:
+    """A short account of a failed request: the bookie's status, or the local error."""
+    return status.name if status is not None else str(problem)
+
+
 def status_error(status: StatusCode, bookie_id: str, what: str) -> errors.BKError:
     """The exception for a bookie's non-OK answer."""
     meaning = STATUS_MEANINGS.get(status, "unexpected status")
-    return STATUS_ERRORS.get(status, errors.BKError)(f"bookie {bookie_id} answered {status.name} to {what}: {meaning}")
+    return STATUS_ERRORS.get(status, errors.BKError)(
+        f"bookie {bookie_id} answered {status.name} to {what}: {meaning}"
+    )
 
 
 class BookiePool:
@@ -314,8 +381,12 @@ class BookiePool:
         try:
             host, port = await asyncio.to_thread(self._resolve, bookie_id)
             connection = await BookieConnection.connect(
-                bookie_id, host, port, use_v3=self._use_v3,
-                connect_timeout_s=self._connect_timeout_s, request_timeout_s=self._request_timeout_s,
+                bookie_id,
+                host,
+                port,
+                use_v3=self._use_v3,
+                connect_timeout_s=self._connect_timeout_s,
+                request_timeout_s=self._request_timeout_s,
             )
             self._connections[bookie_id] = connection
             return connection

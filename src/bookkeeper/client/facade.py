@@ -33,7 +33,9 @@ class _LoopThread:
             self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:
             self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="bookkeeper-client", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="bookkeeper-client", daemon=True
+        )
         self._thread.start()
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -124,7 +126,7 @@ class LedgerHandle(ReadHandle):
                 if done.cancelled():
                     result.cancel()
                 elif done.exception() is not None:
-                    result.set_exception(done.exception())  # type: ignore[arg-type]
+                    result.set_exception(done.exception())
                 else:
                     result.set_result(done.result())
 
@@ -141,14 +143,20 @@ class BookKeeper:
     """
 
     def __init__(
-        self, metadata_uri: str, *, use_v3: bool = False, metadata_timeout_s: float = 10.0,
+        self,
+        metadata_uri: str,
+        *,
+        use_v3: bool = False,
+        metadata_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
     ) -> None:
         self._runner = _LoopThread()
         try:
             self._client = self._runner.run(
                 aio_client.BookKeeper.connect(
-                    metadata_uri, use_v3=use_v3, metadata_timeout_s=metadata_timeout_s,
+                    metadata_uri,
+                    use_v3=use_v3,
+                    metadata_timeout_s=metadata_timeout_s,
                     request_timeout_s=request_timeout_s,
                 )
             )
@@ -167,16 +175,26 @@ class BookKeeper:
     ) -> LedgerHandle:
         handle = self._runner.run(
             self._client.create_ledger(
-                ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password, custom_metadata
+                ensemble_size,
+                write_quorum_size,
+                ack_quorum_size,
+                digest_type,
+                password,
+                custom_metadata,
             )
         )
         return LedgerHandle(self._runner, handle)
 
     def open_ledger(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
-        return ReadHandle(self._runner, self._runner.run(self._client.open_ledger(ledger_id, password)))
+        return ReadHandle(
+            self._runner, self._runner.run(self._client.open_ledger(ledger_id, password))
+        )
 
     def open_ledger_no_recovery(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
-        return ReadHandle(self._runner, self._runner.run(self._client.open_ledger_no_recovery(ledger_id, password)))
+        return ReadHandle(
+            self._runner,
+            self._runner.run(self._client.open_ledger_no_recovery(ledger_id, password)),
+        )
 
     def delete_ledger(self, ledger_id: int) -> None:
         self._runner.run(self._client.delete_ledger(ledger_id))

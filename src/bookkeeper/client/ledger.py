@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bookkeeper import errors
-from bookkeeper.client.connection import status_error
+from bookkeeper.client.connection import describe, status_error
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.core.quorum import CoverageSet, negative_threshold, write_set
+from bookkeeper.core.quorum import CoverageSet, write_set
 from bookkeeper.core.writer import PendingAdds
 from bookkeeper.wire.digest import DigestManager, Entry, master_key, peek_header
 from bookkeeper.wire.status import StatusCode
@@ -44,7 +44,9 @@ class LedgerEntry:
 class ReadHandle:
     """A handle for reading a ledger (opened with or without recovery)."""
 
-    def __init__(self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes) -> None:
+    def __init__(
+        self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes
+    ) -> None:
         self._client = client
         self.metadata = metadata
         self._version = version
@@ -70,7 +72,9 @@ class ReadHandle:
     ) -> tuple[StatusCode, bytes]:
         """One request to one bookie; connection and timeout failures raise."""
         connection = await self._client.pool.get(bookie_id)
-        future: asyncio.Future[tuple[StatusCode, bytes]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[StatusCode, bytes]] = (
+            asyncio.get_running_loop().create_future()
+        )
 
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
             if future.done():
@@ -85,8 +89,12 @@ class ReadHandle:
         getattr(connection, operation)(*args, answered)
         return await future
 
-    async def _read_from(self, bookie_id: str, entry_id: int, fence: bool) -> tuple[StatusCode, bytes]:
-        return await self._request(bookie_id, "read", self.ledger_id, entry_id, fence, self._master_key if fence else None)
+    async def _read_from(
+        self, bookie_id: str, entry_id: int, fence: bool
+    ) -> tuple[StatusCode, bytes]:
+        return await self._request(
+            bookie_id, "read", self.ledger_id, entry_id, fence, self._master_key if fence else None
+        )
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -113,12 +121,18 @@ class ReadHandle:
                 negatives += 1
             problems.append(f"{bookie}: {status.name}")
         if negatives == len(members):
-            raise errors.NoSuchEntryError(f"ledger {self.ledger_id} entry {entry_id}: no replica has it ({'; '.join(problems)})")
-        raise errors.ReadError(f"ledger {self.ledger_id} entry {entry_id}: no replica could serve it ({'; '.join(problems)})")
+            raise errors.NoSuchEntryError(
+                f"ledger {self.ledger_id} entry {entry_id}: no replica has it ({'; '.join(problems)})"
+            )
+        raise errors.ReadError(
+            f"ledger {self.ledger_id} entry {entry_id}: no replica could serve it ({'; '.join(problems)})"
+        )
 
     async def _read_range(self, first: int, last: int) -> list[LedgerEntry]:
         if first < 0 or last < first:
-            raise errors.IncorrectParameterError(f"bad entry range [{first}, {last}] for ledger {self.ledger_id}")
+            raise errors.IncorrectParameterError(
+                f"bad entry range [{first}, {last}] for ledger {self.ledger_id}"
+            )
         self._check_open()
         results: list[LedgerEntry | None] = [None] * (last - first + 1)
         semaphore = asyncio.Semaphore(READ_WINDOW)
@@ -163,13 +177,19 @@ class ReadHandle:
         """(max LAC, its length if seen, {entry id: length} of the last entries seen) from the last
         ensemble, until covered. With ``fence`` this fences the ledger on every bookie it reaches."""
         first_entry, ensemble = self.metadata.last_ensemble
-        coverage = CoverageSet(self.metadata.ensemble_size, self.metadata.write_quorum_size, self.metadata.ack_quorum_size)
+        coverage = CoverageSet(
+            self.metadata.ensemble_size,
+            self.metadata.write_quorum_size,
+            self.metadata.ack_quorum_size,
+        )
         best_lac = -1
         best_length = -1
         lengths: dict[int, int] = {}
         problems: list[str] = []
 
-        async def ask(index: int, bookie: str) -> tuple[int, str, StatusCode | None, bytes | Exception]:
+        async def ask(
+            index: int, bookie: str
+        ) -> tuple[int, str, StatusCode | None, bytes | Exception]:
             try:
                 status, body = await self._read_from(bookie, -1, fence)
                 return index, bookie, status, body
@@ -201,7 +221,7 @@ class ReadHandle:
                             f"bookie {bookie} refused ledger {self.ledger_id}: the password does not match"
                         )
                     else:
-                        problems.append(f"{bookie}: {status.name if status else body}")
+                        problems.append(f"{bookie}: {describe(status, body)}")
         finally:
             for task in pending:
                 task.cancel()
@@ -225,13 +245,18 @@ class ReadHandle:
 class LedgerHandle(ReadHandle):
     """The single writer of a ledger: adds are acknowledged in entry-id order after Qa acks."""
 
-    def __init__(self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes) -> None:
+    def __init__(
+        self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes
+    ) -> None:
         super().__init__(client, metadata, version, password)
         self.last_add_confirmed = -1
         self.length = 0  # bytes of the confirmed entries
         self._pushed_length = 0  # bytes of every entry sent, confirmed or not
-        self._pending = PendingAdds(metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size)
+        self._pending = PendingAdds(
+            metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
+        )
         self._futures: dict[int, asyncio.Future[int]] = {}
+        self._connecting: set[asyncio.Future[None]] = set()
         self._error: errors.BKError | None = None
 
     @property
@@ -250,7 +275,9 @@ class LedgerHandle(ReadHandle):
         entry_id = add.entry_id
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._futures[entry_id] = future
-        entry = self._digest.package(entry_id, self._pending.last_add_confirmed, self._pushed_length, data)
+        entry = self._digest.package(
+            entry_id, self._pending.last_add_confirmed, self._pushed_length, data
+        )
         ensemble = self.metadata.ensemble_at(entry_id)
         for index in add.write_set:
             self._send_add(ensemble[index], index, entry_id, entry, recovery=False)
@@ -260,7 +287,9 @@ class LedgerHandle(ReadHandle):
         """Adds ``data`` and returns its entry id once Qa bookies made it durable."""
         return await self.add_entry_async(data)
 
-    def _send_add(self, bookie_id: str, index: int, entry_id: int, entry: bytes, recovery: bool) -> None:
+    def _send_add(
+        self, bookie_id: str, index: int, entry_id: int, entry: bytes, recovery: bool
+    ) -> None:
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
             self._on_add_answer(bookie_id, index, entry_id, status, body)
 
@@ -277,10 +306,17 @@ class LedgerHandle(ReadHandle):
                 return
             connection.add(self.ledger_id, entry_id, self._master_key, entry, recovery, answered)
 
-        asyncio.ensure_future(connect_then_send())
+        task = asyncio.ensure_future(connect_then_send())
+        self._connecting.add(task)  # keep a reference until it ran (asyncio holds tasks weakly)
+        task.add_done_callback(self._connecting.discard)
 
     def _on_add_answer(
-        self, bookie_id: str, index: int, entry_id: int, status: StatusCode | None, body: bytes | errors.BKError
+        self,
+        bookie_id: str,
+        index: int,
+        entry_id: int,
+        status: StatusCode | None,
+        body: bytes | errors.BKError,
     ) -> None:
         if self._error is not None:
             return
@@ -296,7 +332,9 @@ class LedgerHandle(ReadHandle):
             assert isinstance(body, errors.BKError)
             error = body
         else:
-            error = status_error(status, bookie_id, f"add of ledger {self.ledger_id} entry {entry_id}")
+            error = status_error(
+                status, bookie_id, f"add of ledger {self.ledger_id} entry {entry_id}"
+            )
         if isinstance(error, errors.LedgerFencedError | errors.UnauthorizedAccessError):
             self._fail(error)
             return
@@ -325,7 +363,11 @@ class LedgerHandle(ReadHandle):
             return
         self._closed = True
         if len(self._pending):
-            self._fail(errors.LedgerClosedError(f"ledger {self.ledger_id} was closed with this add pending"))
+            self._fail(
+                errors.LedgerClosedError(
+                    f"ledger {self.ledger_id} was closed with this add pending"
+                )
+            )
         last_entry = self.last_add_confirmed
         length = self.length
 
@@ -338,7 +380,9 @@ class LedgerHandle(ReadHandle):
                     f"(length {current.length}) while this writer had {last_entry} (length {length}) confirmed"
                 )
             if current.state == LedgerState.IN_RECOVERY:
-                raise errors.LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
+                raise errors.LedgerFencedError(
+                    f"ledger {self.ledger_id} is being recovered by another client"
+                )
             return True
 
         self.metadata, self._version = await asyncio.to_thread(

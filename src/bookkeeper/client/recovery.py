@@ -16,6 +16,7 @@ import asyncio
 import logging
 
 from bookkeeper import errors
+from bookkeeper.client.connection import describe
 from bookkeeper.client.ledger import RECOVERY_READ_WINDOW, ReadHandle
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.core.quorum import AckSet, negative_threshold, write_set
@@ -66,10 +67,17 @@ async def recover(handle: ReadHandle) -> None:
     )
     handle.metadata, handle._version = metadata, version
     handle.last_add_confirmed, handle.length = metadata.last_entry_id, metadata.length
-    log.info("ledger %d: recovered and closed at entry %d, length %d", ledger_id, metadata.last_entry_id, metadata.length)
+    log.info(
+        "ledger %d: recovered and closed at entry %d, length %d",
+        ledger_id,
+        metadata.last_entry_id,
+        metadata.length,
+    )
 
 
-async def _read_forward(handle: ReadHandle, metadata: LedgerMetadata, lac: int, length: int) -> tuple[int, int]:
+async def _read_forward(
+    handle: ReadHandle, metadata: LedgerMetadata, lac: int, length: int
+) -> tuple[int, int]:
     """Reads entries after ``lac`` until the first absent one, writing each back; returns (last, length)."""
     last = lac
     reads: dict[int, asyncio.Future[tuple[Entry, bytes] | None]] = {}
@@ -78,7 +86,9 @@ async def _read_forward(handle: ReadHandle, metadata: LedgerMetadata, lac: int, 
     try:
         while True:
             while next_to_schedule <= last + RECOVERY_READ_WINDOW:
-                reads[next_to_schedule] = asyncio.ensure_future(_recovery_read(handle, metadata, next_to_schedule))
+                reads[next_to_schedule] = asyncio.ensure_future(
+                    _recovery_read(handle, metadata, next_to_schedule)
+                )
                 next_to_schedule += 1
             found = await reads.pop(last + 1)
             if found is _ABSENT:
@@ -88,16 +98,22 @@ async def _read_forward(handle: ReadHandle, metadata: LedgerMetadata, lac: int, 
                 raise errors.LedgerRecoveryError(
                     f"ledger {handle.ledger_id}: expected entry {last + 1} in recovery, read {entry.entry_id}"
                 )
-            writes.append(asyncio.ensure_future(_recovery_write(handle, metadata, entry.entry_id, raw)))
+            writes.append(
+                asyncio.ensure_future(_recovery_write(handle, metadata, entry.entry_id, raw))
+            )
             last, length = entry.entry_id, entry.length
         await asyncio.gather(*writes)
     finally:
-        for future in (*reads.values(), *writes):
-            future.cancel()
+        for read in reads.values():
+            read.cancel()
+        for write in writes:
+            write.cancel()
     return last, length
 
 
-async def _recovery_read(handle: ReadHandle, metadata: LedgerMetadata, entry_id: int) -> tuple[Entry, bytes] | None:
+async def _recovery_read(
+    handle: ReadHandle, metadata: LedgerMetadata, entry_id: int
+) -> tuple[Entry, bytes] | None:
     """The entry from any replica (fencing reads), or None once enough replicas said it is absent."""
     ensemble = metadata.ensemble_at(entry_id)
     members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
@@ -129,9 +145,11 @@ async def _recovery_read(handle: ReadHandle, metadata: LedgerMetadata, entry_id:
                     if negatives >= threshold:
                         return _ABSENT
                 elif status == StatusCode.EUA:
-                    raise errors.UnauthorizedAccessError(f"bookie {bookie} refused ledger {handle.ledger_id}: wrong password")
+                    raise errors.UnauthorizedAccessError(
+                        f"bookie {bookie} refused ledger {handle.ledger_id}: wrong password"
+                    )
                 else:
-                    problems.append(f"{bookie}: {status.name if status is not None else body}")
+                    problems.append(f"{bookie}: {describe(status, body)}")
     finally:
         for task in pending:
             task.cancel()
@@ -142,7 +160,9 @@ async def _recovery_read(handle: ReadHandle, metadata: LedgerMetadata, entry_id:
     )
 
 
-async def _recovery_write(handle: ReadHandle, metadata: LedgerMetadata, entry_id: int, raw: bytes) -> None:
+async def _recovery_write(
+    handle: ReadHandle, metadata: LedgerMetadata, entry_id: int, raw: bytes
+) -> None:
     """Writes ``raw`` back with RECOVERY_ADD to the whole write set; returns once Qa acked it."""
     ensemble = metadata.ensemble_at(entry_id)
     members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
@@ -152,7 +172,9 @@ async def _recovery_write(handle: ReadHandle, metadata: LedgerMetadata, entry_id
     async def write(index: int) -> tuple[int, StatusCode | None, object]:
         bookie = ensemble[index]
         try:
-            status, _ = await handle._request(bookie, "add", handle.ledger_id, entry_id, handle._master_key, raw, True)
+            status, _ = await handle._request(
+                bookie, "add", handle.ledger_id, entry_id, handle._master_key, raw, True
+            )
             return index, status, None
         except errors.BKError as error:
             return index, None, error
@@ -167,7 +189,7 @@ async def _recovery_write(handle: ReadHandle, metadata: LedgerMetadata, entry_id
                     acks.ack(index)
                 else:
                     acks.fail(index)
-                    problems.append(f"{ensemble[index]}: {status.name if status is not None else problem}")
+                    problems.append(f"{ensemble[index]}: {describe(status, problem)}")
     finally:
         for task in pending:
             task.cancel()

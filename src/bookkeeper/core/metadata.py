@@ -49,7 +49,9 @@ class LedgerMetadata:
             raise ValueError(f"ledger {self.ledger_id}: metadata needs at least one ensemble")
         starts = [first for first, _ in self.ensembles]
         if starts != sorted(starts) or len(set(starts)) != len(starts):
-            raise ValueError(f"ledger {self.ledger_id}: fragment starts must strictly grow: {starts}")
+            raise ValueError(
+                f"ledger {self.ledger_id}: fragment starts must strictly grow: {starts}"
+            )
         for first, bookies in self.ensembles:
             if len(bookies) != self.ensemble_size:
                 raise ValueError(
@@ -85,5 +87,7 @@ class LedgerMetadata:
 
     def with_ensemble(self, first_entry_id: int, bookies: tuple[str, ...]) -> LedgerMetadata:
         """Adds a fragment starting at ``first_entry_id`` (replacing one that starts there)."""
-        kept = tuple((first, members) for first, members in self.ensembles if first < first_entry_id)
+        kept = tuple(
+            (first, members) for first, members in self.ensembles if first < first_entry_id
+        )
         return replace(self, ensembles=(*kept, (first_entry_id, bookies)))

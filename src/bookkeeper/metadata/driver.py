@@ -102,12 +102,16 @@ def parse_uri(uri: str) -> StoreAddress:
         if layout not in ("hierarchical", "flat", "longhierarchical"):
             raise IncorrectParameterError(f"unknown ledger layout {layout!r} in {uri!r}")
         if not parts.netloc:
-            raise IncorrectParameterError(f"no ZooKeeper servers in {uri!r} (zk://host:2181/ledgers)")
+            raise IncorrectParameterError(
+                f"no ZooKeeper servers in {uri!r} (zk://host:2181/ledgers)"
+            )
         root = parts.path.rstrip("/") or "/ledgers"
         return StoreAddress("zk", layout, parts.netloc.replace(";", ","), root)
     if scheme == "sqlite":
         if not parts.path or parts.netloc:
-            raise IncorrectParameterError(f"SQLite URIs take an absolute path: sqlite:///abs/path.db, got {uri!r}")
+            raise IncorrectParameterError(
+                f"SQLite URIs take an absolute path: sqlite:///abs/path.db, got {uri!r}"
+            )
         return StoreAddress("sqlite", layout or "hierarchical", parts.path, "/ledgers")
     if scheme == "memory":
         name = parts.netloc + parts.path
@@ -121,7 +125,11 @@ def parse_uri(uri: str) -> StoreAddress:
 
 
 def open_store(
-    uri: str, *, create: bool = False, connect_timeout_s: float = 10.0, session_timeout_s: float = 10.0
+    uri: str,
+    *,
+    create: bool = False,
+    connect_timeout_s: float = 10.0,
+    session_timeout_s: float = 10.0,
 ) -> tuple[MetadataStore, StoreAddress]:
     """Connects to the store named by ``uri``.
 
@@ -136,7 +144,9 @@ def open_store(
     if address.scheme == "sqlite":
         from bookkeeper.metadata.sqlite import SqliteStore
 
-        return SqliteStore(address.location, create=create, lease_s=min(session_timeout_s, 5.0)), address
+        return SqliteStore(
+            address.location, create=create, lease_s=min(session_timeout_s, 5.0)
+        ), address
     from bookkeeper.metadata.zookeeper import ZooKeeperStore
 
     return ZooKeeperStore(address.location, connect_timeout_s, session_timeout_s), address

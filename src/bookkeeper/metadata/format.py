@@ -6,6 +6,8 @@ v3 (written): ``BookieMetadataFormatVersion\\t3\\n`` then a varint length then a
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
@@ -73,7 +75,9 @@ def serialize(metadata: LedgerMetadata) -> bytes:
     return HEADER_PREFIX + b"%d\n" % CURRENT_VERSION + encode_varint(len(body)) + body
 
 
-def from_proto(ledger_id: int, message: formats.LedgerMetadataFormat, version: int) -> LedgerMetadata:
+def from_proto(
+    ledger_id: int, message: formats.LedgerMetadataFormat, version: int
+) -> LedgerMetadata:
     """The value object for a parsed ``LedgerMetadataFormat``."""
     state = LedgerState(message.state)
     return LedgerMetadata(
@@ -81,8 +85,12 @@ def from_proto(ledger_id: int, message: formats.LedgerMetadataFormat, version: i
         ensemble_size=message.ensembleSize,
         write_quorum_size=message.quorumSize,
         # Metadata written before ack quorums existed has none: then Qa was Qw.
-        ack_quorum_size=message.ackQuorumSize if message.HasField("ackQuorumSize") else message.quorumSize,
-        digest_type=DigestType(message.digestType) if message.HasField("digestType") else DigestType.CRC32,
+        ack_quorum_size=message.ackQuorumSize
+        if message.HasField("ackQuorumSize")
+        else message.quorumSize,
+        digest_type=DigestType(message.digestType)
+        if message.HasField("digestType")
+        else DigestType.CRC32,
         password=bytes(message.password),
         ensembles=tuple((s.firstEntryId, tuple(s.ensembleMember)) for s in message.segment),
         state=state,
@@ -106,7 +114,9 @@ def deserialize(ledger_id: int, data: bytes) -> LedgerMetadata:
     try:
         version = int(data[len(HEADER_PREFIX) : line_end])
     except ValueError as error:
-        raise MetadataStoreError(f"ledger {ledger_id}: unreadable metadata format version") from error
+        raise MetadataStoreError(
+            f"ledger {ledger_id}: unreadable metadata format version"
+        ) from error
     body_start = line_end + 1
     message = formats.LedgerMetadataFormat()
     try:
@@ -121,7 +131,8 @@ def deserialize(ledger_id: int, data: bytes) -> LedgerMetadata:
         else:
             raise ValueError(f"unsupported metadata format version {version}")
         if not message.IsInitialized():
-            raise ValueError("missing required fields: " + ", ".join(message.FindInitializationErrors()))
+            missing = cast(Any, message).FindInitializationErrors()  # not in the type stubs
+            raise ValueError("missing required fields: " + ", ".join(missing))
         return from_proto(ledger_id, message, version)
     except (DecodeError, ValueError, text_format.ParseError) as error:
         raise MetadataStoreError(f"ledger {ledger_id}: corrupt metadata: {error}") from error

@@ -38,7 +38,9 @@ def iter_ledger_ids(root: str, layout: str, children: Callable[[str], list[str]]
     """Every ledger id under ``root`` in increasing order, walking one directory at a time."""
     top = children(root)
     if layout == "flat":
-        yield from sorted(int(name[1:]) for name in top if name.startswith("L") and name[1:].isdigit())
+        yield from sorted(
+            int(name[1:]) for name in top if name.startswith("L") and name[1:].isdigit()
+        )
         return
     for depth_name_length, levels in ((2, 2), (3, 4)):
         if layout == "longhierarchical" and depth_name_length == 2:
@@ -47,10 +49,14 @@ def iter_ledger_ids(root: str, layout: str, children: Callable[[str], list[str]]
             yield from _walk(f"{root}/{first}", first, levels - 1, children)
 
 
-def _walk(path: str, digits: str, levels_left: int, children: Callable[[str], list[str]]) -> Iterator[int]:
+def _walk(
+    path: str, digits: str, levels_left: int, children: Callable[[str], list[str]]
+) -> Iterator[int]:
     names = children(path)
     if levels_left == 0:
-        for name in sorted(n for n in names if n.startswith("L") and n[1:].isdigit() and len(n) == 5):
+        for name in sorted(
+            n for n in names if n.startswith("L") and n[1:].isdigit() and len(n) == 5
+        ):
             yield int(digits + name[1:])
         return
     for name in sorted(n for n in names if n.isdigit() and len(n) == 4):

@@ -64,7 +64,9 @@ class MetadataClient:
         self.layout = address.layout
 
     @classmethod
-    def connect(cls, uri: str, *, create: bool = False, connect_timeout_s: float = 10.0) -> MetadataClient:
+    def connect(
+        cls, uri: str, *, create: bool = False, connect_timeout_s: float = 10.0
+    ) -> MetadataClient:
         store, address = open_store(uri, create=create, connect_timeout_s=connect_timeout_s)
         return cls(store, address)
 
@@ -130,13 +132,17 @@ class MetadataClient:
         try:
             data, version = self.store.get(self._path(ledger_id))
         except NoNodeError as error:
-            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist in the metadata store") from error
+            raise NoSuchLedgerError(
+                f"ledger {ledger_id} does not exist in the metadata store"
+            ) from error
         return metadata_format.deserialize(ledger_id, data), version
 
     def write_ledger_metadata(self, metadata: LedgerMetadata, version: int) -> int:
         """Compare-and-swap write; raises ``BadVersionError`` when ``version`` is stale."""
         try:
-            return self.store.set(self._path(metadata.ledger_id), metadata_format.serialize(metadata), version)
+            return self.store.set(
+                self._path(metadata.ledger_id), metadata_format.serialize(metadata), version
+            )
         except NoNodeError as error:
             raise NoSuchLedgerError(f"ledger {metadata.ledger_id} was deleted") from error
 
@@ -167,7 +173,9 @@ class MetadataClient:
         try:
             self.store.delete(self._path(ledger_id), version)
         except NoNodeError as error:
-            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist in the metadata store") from error
+            raise NoSuchLedgerError(
+                f"ledger {ledger_id} does not exist in the metadata store"
+            ) from error
 
     def list_ledgers(self) -> Iterator[int]:
         """Every ledger id, increasing, read one directory at a time."""
@@ -178,7 +186,9 @@ class MetadataClient:
 
     # -- bookies -------------------------------------------------------------------------------
 
-    def register_bookie(self, bookie_id: str, host: str, port: int, *, readonly: bool = False) -> None:
+    def register_bookie(
+        self, bookie_id: str, host: str, port: int, *, readonly: bool = False
+    ) -> None:
         """Registers a live bookie as an ephemeral node holding its service info."""
         info = formats.BookieServiceInfoFormat()
         info.endpoints.add(id="bookie", port=port, host=host, protocol="bookie-rpc")
@@ -197,11 +207,17 @@ class MetadataClient:
             pass
 
     def _bookie_path(self, bookie_id: str, readonly: bool) -> str:
-        return f"{self.root}/available/readonly/{bookie_id}" if readonly else f"{self.root}/available/{bookie_id}"
+        return (
+            f"{self.root}/available/readonly/{bookie_id}"
+            if readonly
+            else f"{self.root}/available/{bookie_id}"
+        )
 
     def writable_bookies(self) -> list[str]:
         try:
-            return [name for name in self.store.children(f"{self.root}/available") if name != "readonly"]
+            return [
+                name for name in self.store.children(f"{self.root}/available") if name != "readonly"
+            ]
         except NoNodeError:
             return []
 

@@ -75,19 +75,27 @@ class SqliteStore(MetadataStore):
         self._lease_ms = int(lease_s * 1000)
         self._lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(
+                path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as error:
-            raise MetadataUnavailableError(f"cannot open SQLite metadata store {path}: {error}") from error
+            raise MetadataUnavailableError(
+                f"cannot open SQLite metadata store {path}: {error}"
+            ) from error
         with self._write() as db:
-            cursor = db.execute("INSERT INTO sessions(expires_ms) VALUES (?)", (_now_ms() + self._lease_ms,))
+            cursor = db.execute(
+                "INSERT INTO sessions(expires_ms) VALUES (?)", (_now_ms() + self._lease_ms,)
+            )
             session = cursor.lastrowid
         assert session is not None
         self._session: int = session
         self._closed = threading.Event()
-        self._heartbeat = threading.Thread(target=self._renew_lease, name="sqlite-metadata-lease", daemon=True)
+        self._heartbeat = threading.Thread(
+            target=self._renew_lease, name="sqlite-metadata-lease", daemon=True
+        )
         self._heartbeat.start()
 
     @contextmanager
@@ -98,11 +106,14 @@ class SqliteStore(MetadataStore):
             try:
                 db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as error:
-                raise MetadataStoreError(f"SQLite metadata store busy or broken: {error}") from error
+                raise MetadataStoreError(
+                    f"SQLite metadata store busy or broken: {error}"
+                ) from error
             try:
                 now = _now_ms()
                 db.execute(
-                    "DELETE FROM nodes WHERE session IN (SELECT id FROM sessions WHERE expires_ms < ?)", (now,)
+                    "DELETE FROM nodes WHERE session IN (SELECT id FROM sessions WHERE expires_ms < ?)",
+                    (now,),
                 )
                 db.execute("DELETE FROM sessions WHERE expires_ms < ?", (now,))
                 yield db
@@ -124,7 +135,10 @@ class SqliteStore(MetadataStore):
                     if cursor.rowcount == 0:
                         # Our lease ran out (the process stalled); a new one cannot revive the
                         # ephemeral nodes, exactly as after a ZooKeeper session expiry.
-                        log.error("SQLite metadata session %d expired; ephemeral nodes are gone", self._session)
+                        log.error(
+                            "SQLite metadata session %d expired; ephemeral nodes are gone",
+                            self._session,
+                        )
                         return
             except (MetadataStoreError, sqlite3.Error) as error:
                 log.warning("could not renew SQLite metadata lease: %s", error)
@@ -162,7 +176,9 @@ class SqliteStore(MetadataStore):
         check_path(path)
         with self._write() as db:
             parent = parent_of(path)
-            parent_row = db.execute("SELECT session, child_counter FROM nodes WHERE path = ?", (parent,)).fetchone()
+            parent_row = db.execute(
+                "SELECT session, child_counter FROM nodes WHERE path = ?", (parent,)
+            ).fetchone()
             if parent_row is None:
                 if not make_parents:
                     raise NoNodeError(f"parent of {path} does not exist")
@@ -172,7 +188,9 @@ class SqliteStore(MetadataStore):
                 raise NoNodeError(f"{parent} is ephemeral and cannot have children")
             if sequential:
                 counter = int(parent_row[1])
-                db.execute("UPDATE nodes SET child_counter = ? WHERE path = ?", (counter + 1, parent))
+                db.execute(
+                    "UPDATE nodes SET child_counter = ? WHERE path = ?", (counter + 1, parent)
+                )
                 path = f"{path}{counter:010d}"
             try:
                 db.execute(
@@ -191,7 +209,8 @@ class SqliteStore(MetadataStore):
             path = parent_of(path)
         for each in reversed(missing):
             db.execute(
-                "INSERT INTO nodes(path, parent, data, version) VALUES (?, ?, x'', 0)", (each, parent_of(each))
+                "INSERT INTO nodes(path, parent, data, version) VALUES (?, ?, x'', 0)",
+                (each, parent_of(each)),
             )
 
     def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> int:
@@ -201,7 +220,10 @@ class SqliteStore(MetadataStore):
                 raise NoNodeError(f"no node {path}")
             if version != ANY_VERSION and int(row[0]) != version:
                 raise BadVersionError(f"{path} is at version {row[0]}, not {version}")
-            db.execute("UPDATE nodes SET data = ?, version = version + 1 WHERE path = ?", (bytes(data), path))
+            db.execute(
+                "UPDATE nodes SET data = ?, version = version + 1 WHERE path = ?",
+                (bytes(data), path),
+            )
             return int(row[0]) + 1
 
     def delete(self, path: str, version: int = ANY_VERSION) -> None:
@@ -221,7 +243,8 @@ class SqliteStore(MetadataStore):
         prefix = "/" if path == "/" else path + "/"
         with self._lock:
             rows = self._db.execute(
-                f"SELECT path FROM nodes WHERE parent = ? AND {_LIVE} ORDER BY path", (path, _now_ms())
+                f"SELECT path FROM nodes WHERE parent = ? AND {_LIVE} ORDER BY path",
+                (path, _now_ms()),
             ).fetchall()
         return [row[0][len(prefix) :] for row in rows]
 

@@ -42,7 +42,9 @@ class ZooKeeperStore(MetadataStore):
 
     def __init__(self, hosts: str, connect_timeout_s: float, session_timeout_s: float) -> None:
         self._hosts = hosts
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry={"max_tries": 3})
+        self._client = KazooClient(
+            hosts=hosts, timeout=session_timeout_s, connection_retry={"max_tries": 3}
+        )
         try:
             self._client.start(timeout=connect_timeout_s)
         except (KazooTimeoutError, KazooException) as error:
@@ -65,7 +67,9 @@ class ZooKeeperStore(MetadataStore):
         except KazooNotEmpty as error:
             raise NotEmptyError(f"{path} has children") from error
         except (ZookeeperError, KazooException, KazooTimeoutError) as error:
-            raise MetadataStoreError(f"ZooKeeper {what} {path} at {self._hosts} failed: {error!r}") from error
+            raise MetadataStoreError(
+                f"ZooKeeper {what} {path} at {self._hosts} failed: {error!r}"
+            ) from error
 
     def get(self, path: str) -> tuple[bytes, int]:
         data, stat = self._call("get", path, self._client.get, path)
@@ -87,8 +91,14 @@ class ZooKeeperStore(MetadataStore):
         check_path(path)
         return str(
             self._call(
-                "create", path, self._client.create, path, bytes(data),
-                ephemeral=ephemeral, sequence=sequential, makepath=make_parents,
+                "create",
+                path,
+                self._client.create,
+                path,
+                bytes(data),
+                ephemeral=ephemeral,
+                sequence=sequential,
+                makepath=make_parents,
             )
         )
 

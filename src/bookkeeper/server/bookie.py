@@ -85,7 +85,9 @@ class Bookie:
 
     # -- journal plumbing ----------------------------------------------------------------------
 
-    def _journal_synced(self, results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
+    def _journal_synced(
+        self, results: list[tuple[Any, Location | None]], error: Exception | None
+    ) -> None:
         # Called on the journal thread: hop to the loop once per group.
         if self._loop.is_closed():
             return
@@ -100,7 +102,9 @@ class Bookie:
             if token is not None:
                 token(location, error)
 
-    def _ensure_ledger(self, ledger_id: int, master_key: bytes) -> tuple[LedgerInfo | None, StatusCode]:
+    def _ensure_ledger(
+        self, ledger_id: int, master_key: bytes
+    ) -> tuple[LedgerInfo | None, StatusCode]:
         """The ledger's state after checking (and on first use, journaling) its master key."""
         info = self.storage.ledger(ledger_id)
         if info is not None and info.master_key:
@@ -115,12 +119,22 @@ class Bookie:
     # -- operations ----------------------------------------------------------------------------
 
     def add_entry(
-        self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, done: StatusDone
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes,
+        recovery: bool,
+        done: StatusDone,
     ) -> None:
         if self.journal.failure is not None or self._closed:
             done(StatusCode.EIO)
             return
-        if len(entry) < 16 or entry[0:8] != _LEDGER_ID.pack(ledger_id) or entry[8:16] != _LEDGER_ID.pack(entry_id):
+        if (
+            len(entry) < 16
+            or entry[0:8] != _LEDGER_ID.pack(ledger_id)
+            or entry[8:16] != _LEDGER_ID.pack(entry_id)
+        ):
             done(StatusCode.EBADREQ)
             return
         info, status = self._ensure_ledger(ledger_id, master_key)

@@ -8,8 +8,8 @@ their operations complete, so v3 answers may leave out of order (they carry the 
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 import logging
+from typing import cast
 
 from bookkeeper.server.bookie import Bookie
 from bookkeeper.wire import v2, v3
@@ -85,7 +85,9 @@ class BookieConnection(asyncio.Protocol):
             def added(status: StatusCode) -> None:
                 self._send(v2.encode_response(v2.OpCode.ADD_ENTRY, status, lid, eid))
 
-            self._bookie.add_entry(lid, eid, request.master_key, request.entry, request.is_recovery_add, added)
+            self._bookie.add_entry(
+                lid, eid, request.master_key, request.entry, request.is_recovery_add, added
+            )
         elif isinstance(request, v2.ReadRequest):
             lid, eid = request.ledger_id, request.entry_id
 
@@ -94,7 +96,9 @@ class BookieConnection(asyncio.Protocol):
 
             self._bookie.read_entry(lid, eid, request.is_fencing, request.master_key, read)
         else:
-            log.info("v2 opcode %d from %s is not served; answering EBADREQ", request.opcode, self._peer)
+            log.info(
+                "v2 opcode %d from %s is not served; answering EBADREQ", request.opcode, self._peer
+            )
             self._send(v2.encode_response(request.opcode, StatusCode.EBADREQ, -1, -1))
 
     # -- v3 ------------------------------------------------------------------------------------
@@ -117,7 +121,9 @@ class BookieConnection(asyncio.Protocol):
                 self._send(v3.encode(response))
 
             recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
-            self._bookie.add_entry(add.ledgerId, add.entryId, add.masterKey, add.body, recovery, added)
+            self._bookie.add_entry(
+                add.ledgerId, add.entryId, add.masterKey, add.body, recovery, added
+            )
         elif operation == pb.READ_ENTRY and request.HasField("readRequest"):
             read = request.readRequest
 
@@ -168,7 +174,11 @@ class BookieConnection(asyncio.Protocol):
             self._bookie.force_ledger(ledger_id, forced)
         elif operation == pb.GET_BOOKIE_INFO:
             total, free = self._bookie.disk_info()
-            requested = request.getBookieInfoRequest.requested if request.HasField("getBookieInfoRequest") else 0
+            requested = (
+                request.getBookieInfoRequest.requested
+                if request.HasField("getBookieInfoRequest")
+                else 0
+            )
             response = self._respond(request, StatusCode.EOK)
             response.getBookieInfoResponse.status = pb.EOK
             if requested & pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY:
@@ -177,5 +187,7 @@ class BookieConnection(asyncio.Protocol):
                 response.getBookieInfoResponse.freeDiskSpace = free
             self._send(v3.encode(response))
         else:
-            log.info("v3 operation %d from %s is not served; answering EBADREQ", operation, self._peer)
+            log.info(
+                "v3 operation %d from %s is not served; answering EBADREQ", operation, self._peer
+            )
             self._send(v3.encode(self._respond(request, StatusCode.EBADREQ)))

@@ -44,9 +44,17 @@ class BookieServer:
             self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
             await asyncio.to_thread(self.metadata.init_cluster)
             await asyncio.to_thread(
-                self.metadata.register_bookie, self.config.effective_bookie_id, self.config.host, self.config.port
+                self.metadata.register_bookie,
+                self.config.effective_bookie_id,
+                self.config.host,
+                self.config.port,
             )
-        log.info("bookie %s serving on %s:%d", self.config.effective_bookie_id, self.config.host, self.config.port)
+        log.info(
+            "bookie %s serving on %s:%d",
+            self.config.effective_bookie_id,
+            self.config.host,
+            self.config.port,
+        )
 
     async def stop(self) -> None:
         """Stops accepting, unregisters, lets queued journal writes finish, closes connections."""
@@ -54,7 +62,9 @@ class BookieServer:
             self._server.close()
         if self.metadata is not None:
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self.metadata.unregister_bookie, self.config.effective_bookie_id)
+                await asyncio.to_thread(
+                    self.metadata.unregister_bookie, self.config.effective_bookie_id
+                )
             await asyncio.to_thread(self.metadata.close)
         if self.bookie is not None:
             await asyncio.to_thread(self.bookie.close)
@@ -73,13 +83,17 @@ async def serve(config: BookieConfig, metadata_uri: str | None, ready_file: str 
         loop.add_signal_handler(signum, stop.set)
     await server.start()
     if ready_file:
-        temporary = ready_file + ".tmp"
-        with open(temporary, "w") as handle:
-            handle.write(config.effective_bookie_id + "\n")
-        os.replace(temporary, ready_file)
+        await asyncio.to_thread(_write_atomically, ready_file, config.effective_bookie_id + "\n")
     await stop.wait()
     log.info("bookie %s stopping", config.effective_bookie_id)
     await server.stop()
+
+
+def _write_atomically(path: str, text: str) -> None:
+    temporary = path + ".tmp"
+    with open(temporary, "w") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
 
 
 def run_event_loop(coroutine) -> None:  # type: ignore[no-untyped-def]
@@ -93,13 +107,17 @@ def run_event_loop(coroutine) -> None:  # type: ignore[no-untyped-def]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metadata-uri", help="metadataServiceUri, e.g. sqlite:///tmp/bk/metadata.db")
+    parser.add_argument(
+        "--metadata-uri", help="metadataServiceUri, e.g. sqlite:///tmp/bk/metadata.db"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
     parser.add_argument("--port", type=int, default=3181, help="bookiePort")
     parser.add_argument("--journal-dir", required=True, help="journalDirectories")
     parser.add_argument("--bookie-id", help="bookieId (default host:port)")
     parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
-    parser.add_argument("--no-journal-sync", action="store_true", help="journalSyncData=false (unsafe)")
+    parser.add_argument(
+        "--no-journal-sync", action="store_true", help="journalSyncData=false (unsafe)"
+    )
 
 
 def main(args: argparse.Namespace) -> None:

@@ -78,7 +78,7 @@ def journal_name(file_id: int) -> str:
 def list_journal_ids(directory: str) -> list[int]:
     ids = []
     for name in os.listdir(directory):
-        stem, dot, ext = name.partition(".")
+        stem, _, ext = name.partition(".")
         if ext == "txn" and len(stem) == 16:
             try:
                 ids.append(int(stem, 16))
@@ -127,7 +127,9 @@ def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]
                     problem = f"unknown record type {rtype}"
             if problem is not None:
                 if is_last and _only_zeros_or_tail(data, offset, problem):
-                    log.warning("journal %s: cutting torn tail at offset %d (%s)", path, offset, problem)
+                    log.warning(
+                        "journal %s: cutting torn tail at offset %d (%s)", path, offset, problem
+                    )
                     handle.truncate(offset)
                     handle.flush()
                     os.fsync(handle.fileno())

@@ -138,7 +138,9 @@ class LedgerStorage:
             fd = self._read_fd(location.file_id)
             data = os.pread(fd, location.length, location.offset)
         except OSError as error:
-            raise StorageIOError(f"reading journal {journal_name(location.file_id)}: {error}") from error
+            raise StorageIOError(
+                f"reading journal {journal_name(location.file_id)}: {error}"
+            ) from error
         if len(data) != location.length:
             raise StorageIOError(
                 f"journal {journal_name(location.file_id)} offset {location.offset}: "
@@ -150,7 +152,9 @@ class LedgerStorage:
         with self._fd_lock:
             fd = self._read_fds.get(file_id)
             if fd is None:
-                fd = os.open(os.path.join(self.journal_directory, journal_name(file_id)), os.O_RDONLY)
+                fd = os.open(
+                    os.path.join(self.journal_directory, journal_name(file_id)), os.O_RDONLY
+                )
                 self._read_fds[file_id] = fd
             return fd
 

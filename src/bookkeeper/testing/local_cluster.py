@@ -77,12 +77,17 @@ class LocalCluster:
         bookie_args: list[str] | None = None,
     ) -> None:
         self._owns_directory = base_directory is None
-        self.base_directory = os.path.abspath(base_directory or tempfile.mkdtemp(prefix="bk-cluster-"))
+        self.base_directory = os.path.abspath(
+            base_directory or tempfile.mkdtemp(prefix="bk-cluster-")
+        )
         os.makedirs(self.base_directory, exist_ok=True)
-        self.metadata_uri = metadata_uri or f"sqlite:///{os.path.join(self.base_directory, 'metadata.db')}"
+        self.metadata_uri = (
+            metadata_uri or f"sqlite:///{os.path.join(self.base_directory, 'metadata.db')}"
+        )
         self._bookie_args = list(bookie_args or [])
         self.bookies = [
-            BookieProcess(i, free_port(), os.path.join(self.base_directory, f"bookie-{i}")) for i in range(num_bookies)
+            BookieProcess(i, free_port(), os.path.join(self.base_directory, f"bookie-{i}"))
+            for i in range(num_bookies)
         ]
         self._started = False
 
@@ -119,12 +124,20 @@ class LocalCluster:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(bookie.ready_file)
         command = [
-            sys.executable, "-m", "bookkeeper", "bookie",
-            "--metadata-uri", self.metadata_uri,
-            "--host", "127.0.0.1",
-            "--port", str(bookie.port),
-            "--journal-dir", bookie.journal_directory,
-            "--ready-file", bookie.ready_file,
+            sys.executable,
+            "-m",
+            "bookkeeper",
+            "bookie",
+            "--metadata-uri",
+            self.metadata_uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(bookie.port),
+            "--journal-dir",
+            bookie.journal_directory,
+            "--ready-file",
+            bookie.ready_file,
             *self._bookie_args,
         ]
         with open(bookie.log_file, "ab") as log_handle:
@@ -143,7 +156,8 @@ class LocalCluster:
                 )
             time.sleep(0.05)
         raise RuntimeError(
-            f"bookie {bookie.bookie_id} did not start within {START_TIMEOUT_S:.0f} s; its log:\n{self._log_tail(bookie)}"
+            f"bookie {bookie.bookie_id} did not start within {START_TIMEOUT_S:.0f} s; "
+            f"its log:\n{self._log_tail(bookie)}"
         )
 
     @staticmethod
@@ -174,7 +188,9 @@ class LocalCluster:
         try:
             bookie.process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            log.warning("bookie %s ignored SIGTERM for %.0f s; killing it", bookie.bookie_id, STOP_TIMEOUT_S)
+            log.warning(
+                "bookie %s ignored SIGTERM for %.0f s; killing it", bookie.bookie_id, STOP_TIMEOUT_S
+            )
             bookie.process.kill()
             bookie.process.wait()
 

@@ -74,9 +74,18 @@ class ZooKeeperServer:
         log_path = os.path.join(self.directory, "zookeeper.log")
         with open(log_path, "ab") as log_handle:
             self._process = subprocess.Popen(
-                ["java", "-Xmx256m", "-cp", self._classpath, f"-Dzookeeper.log.dir={self.directory}",
-                 "org.apache.zookeeper.server.ZooKeeperServerMain", config],
-                stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    "java",
+                    "-Xmx256m",
+                    "-cp",
+                    self._classpath,
+                    f"-Dzookeeper.log.dir={self.directory}",
+                    "org.apache.zookeeper.server.ZooKeeperServerMain",
+                    config,
+                ],
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -87,7 +96,9 @@ class ZooKeeperServer:
                 return
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"ZooKeeper did not answer on port {self.port} within {START_TIMEOUT_S:.0f} s")
+        raise RuntimeError(
+            f"ZooKeeper did not answer on port {self.port} within {START_TIMEOUT_S:.0f} s"
+        )
 
     def _answers(self) -> bool:
         try:

@@ -157,10 +157,15 @@ class DigestManager:
         """The LAC carried by a LAC body, after checking its digest."""
         view = memoryview(data)
         if len(view) < LAC_HEADER.size + self.digest_size:
-            raise DigestMismatchError(f"ledger {self.ledger_id}: LAC body of {len(view)} bytes is too short")
+            raise DigestMismatchError(
+                f"ledger {self.ledger_id}: LAC body of {len(view)} bytes is too short"
+            )
         header = bytes(view[: LAC_HEADER.size])
         ledger_id, lac = LAC_HEADER.unpack(header)
         stored = view[LAC_HEADER.size : LAC_HEADER.size + self.digest_size]
-        if not hmac.compare_digest(self._digest(header, b""), stored) or ledger_id != self.ledger_id:
+        if (
+            not hmac.compare_digest(self._digest(header, b""), stored)
+            or ledger_id != self.ledger_id
+        ):
             raise DigestMismatchError(f"ledger {self.ledger_id}: LAC body failed its digest check")
         return int(lac)

@@ -7,6 +7,7 @@ may arrive out of order.
 from __future__ import annotations
 
 import struct
+from typing import Any, cast
 
 from google.protobuf.message import DecodeError
 
@@ -25,6 +26,11 @@ def encode(message: pb.Request | pb.Response) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+def _missing_fields(message: pb.Request | pb.Response) -> list[str]:
+    # FindInitializationErrors exists on every message but is missing from the type stubs.
+    return list(cast(Any, message).FindInitializationErrors())
+
+
 def decode_request(frame: bytes) -> pb.Request:
     """Parses a v3 request frame; raises ``MalformedMessageError`` when it is not one."""
     request = pb.Request()
@@ -33,7 +39,7 @@ def decode_request(frame: bytes) -> pb.Request:
     except (DecodeError, ValueError, RuntimeError) as error:
         raise MalformedMessageError(f"not a v3 request: {error}") from error
     if not request.IsInitialized():
-        missing = ", ".join(request.FindInitializationErrors())
+        missing = ", ".join(_missing_fields(request))
         raise MalformedMessageError(f"v3 request lacks required fields: {missing}")
     return request
 
@@ -46,7 +52,7 @@ def decode_response(frame: bytes) -> pb.Response:
     except (DecodeError, ValueError, RuntimeError) as error:
         raise MalformedMessageError(f"not a v3 response: {error}") from error
     if not response.IsInitialized():
-        missing = ", ".join(response.FindInitializationErrors())
+        missing = ", ".join(_missing_fields(response))
         raise MalformedMessageError(f"v3 response lacks required fields: {missing}")
     return response
 
