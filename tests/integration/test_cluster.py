@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ from bookkeeper.errors import (
     NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
+from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.testing import LocalCluster
 from bookkeeper.testing.local_cluster import free_port
 from bookkeeper.testing.zookeeper import ZooKeeperServer
@@ -248,6 +250,26 @@ def test_a_bookie_killed_and_restarted_serves_what_it_acknowledged() -> None:
         ]
         with pytest.raises(LedgerFencedError, match="EFENCED"):
             writer.add_entry(b"after recovery")
+
+
+@pytest.mark.slow
+def test_a_killed_bookie_leaves_the_registry_and_returns_on_restart() -> None:
+    with LocalCluster(2) as local:
+        metadata = MetadataClient.connect(local.metadata_uri)
+        try:
+            assert sorted(metadata.writable_bookies()) == sorted(local.bookie_ids)
+            local.kill_bookie(1)
+            for _ in range(200):  # the SQLite lease is 5 s; give it up to 20 s
+                if local.bookie_ids[1] not in metadata.writable_bookies():
+                    break
+                time.sleep(0.1)
+            assert metadata.writable_bookies() == [local.bookie_ids[0]]
+            local.start_bookie(1)
+            assert sorted(metadata.writable_bookies()) == sorted(local.bookie_ids)
+            local.stop_bookie(0)  # a clean stop unregisters at once
+            assert metadata.writable_bookies() == [local.bookie_ids[1]]
+        finally:
+            metadata.close()
 
 
 def test_simpletest_command_against_a_local_cluster(cluster: LocalCluster) -> None:
