@@ -168,14 +168,14 @@ class ReadHandle:
         covered (no fencing); also advances this handle's LAC."""
         if self.metadata.is_closed:
             return self.last_add_confirmed
-        lac, _, _ = await self._last_confirmed(fence=False)
+        lac, _ = await self._last_confirmed(fence=False)
         if lac > self.last_add_confirmed:
             self.last_add_confirmed = lac
         return self.last_add_confirmed
 
-    async def _last_confirmed(self, fence: bool) -> tuple[int, int, dict[int, int]]:
-        """(max LAC, its length if seen, {entry id: length} of the last entries seen) from the last
-        ensemble, until covered. With ``fence`` this fences the ledger on every bookie it reaches."""
+    async def _last_confirmed(self, fence: bool) -> tuple[int, dict[int, int]]:
+        """(largest piggybacked LAC, {entry id: ledger length} of the last entries seen), read from
+        the last ensemble until it is covered. With ``fence`` every bookie reached is fenced."""
         first_entry, ensemble = self.metadata.last_ensemble
         coverage = CoverageSet(
             self.metadata.ensemble_size,
@@ -183,7 +183,6 @@ class ReadHandle:
             self.metadata.ack_quorum_size,
         )
         best_lac = -1
-        best_length = -1
         lengths: dict[int, int] = {}
         problems: list[str] = []
 
@@ -230,8 +229,7 @@ class ReadHandle:
                 f"ledger {self.ledger_id}: could not reach enough bookies of ensemble {list(ensemble)} "
                 f"(first entry {first_entry}) to learn the last add confirmed: {'; '.join(problems)}"
             )
-        best_length = lengths.get(best_lac, -1)
-        return best_lac, best_length, lengths
+        return best_lac, lengths
 
     def _check_open(self) -> None:
         if self._closed:

@@ -43,7 +43,7 @@ async def recover(handle: ReadHandle) -> None:
         handle.last_add_confirmed, handle.length = metadata.last_entry_id, metadata.length
         return
 
-    seen_lac, _, last_entry_lengths = await handle._last_confirmed(fence=True)
+    seen_lac, last_entry_lengths = await handle._last_confirmed(fence=True)
     first_of_last, _ = metadata.last_ensemble
     lac = max(seen_lac, first_of_last - 1)
     if lac < 0:
