@@ -50,10 +50,7 @@ class LmdbIndex:
     def last_entry(self, ledger: int) -> int:
         with self.env.begin() as txn:
             cursor = txn.cursor()
-            if cursor.set_range(KEY.pack(ledger + 1, 0)):
-                found = cursor.prev()
-            else:
-                found = cursor.last()
+            found = cursor.prev() if cursor.set_range(KEY.pack(ledger + 1, 0)) else cursor.last()
             if not found:
                 return -1
             key_ledger, entry = KEY.unpack(cursor.key())
@@ -120,7 +117,11 @@ class SqliteIndex:
         self.db.close()
 
 
-STORES: dict[str, Callable[[str], object]] = {"lmdb": LmdbIndex, "rocksdb": RocksIndex, "sqlite": SqliteIndex}
+STORES: dict[str, Callable[[str], object]] = {
+    "lmdb": LmdbIndex,
+    "rocksdb": RocksIndex,
+    "sqlite": SqliteIndex,
+}
 
 
 def run_once(name: str, all_keys: list[bytes], ledgers: int, lookups: int) -> dict[str, float]:
@@ -144,7 +145,9 @@ def run_once(name: str, all_keys: list[bytes], ledgers: int, lookups: int) -> di
             assert store.last_entry(ledger) >= 0  # type: ignore[attr-defined]
         last_s = time.perf_counter() - start
         store.close()  # type: ignore[attr-defined]
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(directory) for f in fs)
+        size = sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(directory) for f in fs
+        )
         return {
             "puts/s": len(items) / put_s,
             "gets/s": lookups / get_s,
@@ -156,7 +159,9 @@ def run_once(name: str, all_keys: list[bytes], ledgers: int, lookups: int) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ledgers", type=int, default=1_000_000)
     parser.add_argument("--entries-per-ledger", type=int, default=3)
     parser.add_argument("--lookups", type=int, default=100_000)
@@ -164,11 +169,16 @@ def main() -> None:
     parser.add_argument("--stores", default="lmdb,rocksdb,sqlite")
     args = parser.parse_args()
     all_keys = keys(args.ledgers, args.entries_per_ledger)
-    print(f"{len(all_keys):,} keys ({args.ledgers:,} ledgers x {args.entries_per_ledger}), batches of {BATCH:,}")
+    print(
+        f"{len(all_keys):,} keys ({args.ledgers:,} ledgers x {args.entries_per_ledger}), batches of {BATCH:,}"
+    )
     for name in args.stores.split(","):
         runs = [run_once(name, all_keys, args.ledgers, args.lookups) for _ in range(args.runs)]
         medians = {metric: statistics.median(run[metric] for run in runs) for metric in runs[0]}
-        print(f"{name:8s} " + "  ".join(f"{metric} {value:>12,.0f}" for metric, value in medians.items()))
+        print(
+            f"{name:8s} "
+            + "  ".join(f"{metric} {value:>12,.0f}" for metric, value in medians.items())
+        )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bookkeeper.storage.journal import Journal, Location, RecordType
+from bookkeeper.storage.engine import StorageConfig, StorageEngine
+from bookkeeper.storage.journal import Location
 from bookkeeper.storage.ledger_storage import (
     LedgerInfo,
-    LedgerStorage,
     NoEntryError,
     NoLedgerError,
     StorageIOError,
@@ -42,14 +42,11 @@ StatusDone = Callable[[StatusCode], None]
 class BookieConfig:
     """Settings of one bookie (``bk_server.conf`` names in the comments)."""
 
-    journal_directory: str  # journalDirectories
+    storage: StorageConfig
     host: str = "127.0.0.1"  # advertisedAddress / listeningInterface
     port: int = 3181  # bookiePort
     bookie_id: str | None = None  # bookieId; default host:port
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
-    journal_max_size_bytes: int = 2048 * 1024 * 1024  # journalMaxSizeMB
-    journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
-    journal_sync_data: bool = True  # journalSyncData
 
     @property
     def effective_bookie_id(self) -> str:
@@ -62,26 +59,20 @@ class Bookie:
     def __init__(self, config: BookieConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self._loop = loop
-        self.storage = LedgerStorage(config.journal_directory)
-        self.journal = Journal(
-            config.journal_directory,
-            self._journal_synced,
-            max_file_size=config.journal_max_size_bytes,
-            buffered_writes_threshold=config.journal_buffered_writes_threshold,
-            sync_data=config.journal_sync_data,
-        )
+        self.engine = StorageEngine(config.storage, self._journal_synced)
         # Ledgers whose fence record is not durable yet -> callbacks waiting for it.
         self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
         self._closed = False
 
     def start(self) -> None:
-        next_file_id = self.storage.replay()
-        self.journal.open(next_file_id)
+        self.engine.start()
 
     def close(self) -> None:
         self._closed = True
-        self.journal.close()
-        self.storage.close()
+        self.engine.close()
+
+    def _refuses_writes(self) -> bool:
+        return self._closed or self.engine.failure is not None
 
     # -- journal plumbing ----------------------------------------------------------------------
 
@@ -106,15 +97,13 @@ class Bookie:
         self, ledger_id: int, master_key: bytes
     ) -> tuple[LedgerInfo | None, StatusCode]:
         """The ledger's state after checking (and on first use, journaling) its master key."""
-        info = self.storage.ledger(ledger_id)
+        info = self.engine.ledger(ledger_id)
         if info is not None and info.master_key:
-            if not self.storage.key_matches(info, master_key):
+            if not self.engine.storage.key_matches(info, master_key):
                 log.warning("ledger %d: request with a wrong master key refused", ledger_id)
                 return None, StatusCode.EUA
             return info, StatusCode.EOK
-        info = self.storage.add_ledger(ledger_id, master_key)
-        self.journal.append(RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None)
-        return info, StatusCode.EOK
+        return self.engine.create_ledger(ledger_id, master_key), StatusCode.EOK
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -127,8 +116,11 @@ class Bookie:
         recovery: bool,
         done: StatusDone,
     ) -> None:
-        if self.journal.failure is not None or self._closed:
+        if self._refuses_writes():
             done(StatusCode.EIO)
+            return
+        if self.engine.write_cache_full:
+            done(StatusCode.ETOOMANYREQUESTS)
             return
         if (
             len(entry) < 16
@@ -146,13 +138,9 @@ class Bookie:
             return
 
         def durable(location: Location | None, error: Exception | None) -> None:
-            if location is None:
-                done(StatusCode.EIO)
-                return
-            self.storage.index_entry(ledger_id, entry_id, location)
-            done(StatusCode.EOK)
+            done(StatusCode.EOK if location is not None else StatusCode.EIO)
 
-        self.journal.append(RecordType.ENTRY, entry, durable)
+        self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
 
     def read_entry(
         self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone
@@ -160,7 +148,7 @@ class Bookie:
         if not fence:
             done(*self._read(ledger_id, entry_id))
             return
-        if self.journal.failure is not None or self._closed:
+        if self._refuses_writes():
             done(StatusCode.EIO, b"")
             return
         info, status = self._ensure_ledger(ledger_id, master_key or b"")
@@ -181,18 +169,17 @@ class Bookie:
         if info.fenced:
             fenced(True)
             return
-        info.fenced = True
         self._fences_in_flight[ledger_id] = [fenced]
 
         def durable(location: Location | None, error: Exception | None) -> None:
             for callback in self._fences_in_flight.pop(ledger_id, []):
                 callback(location is not None)
 
-        self.journal.append(RecordType.FENCE, _LEDGER_ID.pack(ledger_id), durable)
+        self.engine.fence(ledger_id, durable)
 
     def _read(self, ledger_id: int, entry_id: int) -> tuple[StatusCode, bytes]:
         try:
-            return StatusCode.EOK, self.storage.read(ledger_id, entry_id)
+            return StatusCode.EOK, self.engine.read(ledger_id, entry_id)
         except NoLedgerError:
             return StatusCode.ENOLEDGER, b""
         except NoEntryError:
@@ -202,23 +189,22 @@ class Bookie:
             return StatusCode.EIO, b""
 
     def write_lac(self, ledger_id: int, master_key: bytes, body: bytes, done: StatusDone) -> None:
-        if self.journal.failure is not None or self._closed:
+        if self._refuses_writes():
             done(StatusCode.EIO)
             return
         info, status = self._ensure_ledger(ledger_id, master_key)
         if info is None:
             done(status)
             return
-        info.explicit_lac = body
 
         def durable(location: Location | None, error: Exception | None) -> None:
             done(StatusCode.EOK if location is not None else StatusCode.EIO)
 
-        self.journal.append(RecordType.EXPLICIT_LAC, _LEDGER_ID.pack(ledger_id) + body, durable)
+        self.engine.set_explicit_lac(ledger_id, body, durable)
 
     def read_lac(self, ledger_id: int) -> tuple[StatusCode, bytes | None, bytes | None]:
         """(status, explicit LAC body, last entry) for READ_LAC."""
-        info = self.storage.ledger(ledger_id)
+        info = self.engine.ledger(ledger_id)
         if info is None:
             return StatusCode.ENOLEDGER, None, None
         status, last_entry = self._read(ledger_id, -1)
@@ -230,16 +216,16 @@ class Bookie:
         return StatusCode.EOK, info.explicit_lac, last
 
     def force_ledger(self, ledger_id: int, done: StatusDone) -> None:
-        if self.journal.failure is not None or self._closed:
+        if self._refuses_writes():
             done(StatusCode.EIO)
             return
 
         def durable(location: Location | None, error: Exception | None) -> None:
             done(StatusCode.EOK if location is not None else StatusCode.EIO)
 
-        self.journal.append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), durable)
+        self.engine.force(ledger_id, durable)
 
     def disk_info(self) -> tuple[int, int]:
-        """(total, free) bytes of the journal disk."""
-        usage = shutil.disk_usage(self.config.journal_directory)
+        """(total, free) bytes of the ledger disk."""
+        usage = shutil.disk_usage(self.config.storage.ledger_directory)
         return usage.total, usage.free

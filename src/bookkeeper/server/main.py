@@ -13,6 +13,7 @@ import socket
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.server.bookie import Bookie, BookieConfig
 from bookkeeper.server.connection import BookieConnection
+from bookkeeper.storage.engine import StorageConfig
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ class BookieServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        os.makedirs(self.config.journal_directory, exist_ok=True)
         self.bookie = Bookie(self.config, loop)
         await asyncio.to_thread(self.bookie.start)
         bookie = self.bookie
@@ -113,6 +113,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
     parser.add_argument("--port", type=int, default=3181, help="bookiePort")
     parser.add_argument("--journal-dir", required=True, help="journalDirectories")
+    parser.add_argument(
+        "--ledger-dir", help="ledgerDirectories (default: a 'ledgers' directory beside the journal)"
+    )
+    parser.add_argument(
+        "--flush-interval-ms", type=int, default=10_000, help="flushInterval: checkpoint period"
+    )
+    parser.add_argument(
+        "--write-cache-mb", type=int, default=256, help="dbStorage_writeCacheMaxSizeMb"
+    )
+    parser.add_argument("--journal-max-size-mb", type=int, default=2048, help="journalMaxSizeMB")
+    parser.add_argument("--log-size-limit-mb", type=int, default=1024, help="logSizeLimit in MiB")
     parser.add_argument("--bookie-id", help="bookieId (default host:port)")
     parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
     parser.add_argument(
@@ -121,11 +132,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    config = BookieConfig(
-        journal_directory=os.path.abspath(args.journal_dir),
-        host=args.host,
-        port=args.port,
-        bookie_id=args.bookie_id,
-        journal_sync_data=not args.no_journal_sync,
+    journal_directory = os.path.abspath(args.journal_dir)
+    ledger_directory = os.path.abspath(
+        args.ledger_dir or os.path.join(os.path.dirname(journal_directory), "ledgers")
     )
+    storage = StorageConfig(
+        journal_directory=journal_directory,
+        ledger_directory=ledger_directory,
+        journal_sync_data=not args.no_journal_sync,
+        journal_max_size_bytes=args.journal_max_size_mb * 1024 * 1024,
+        log_size_limit=args.log_size_limit_mb * 1024 * 1024,
+        write_cache_max_bytes=args.write_cache_mb * 1024 * 1024,
+        flush_interval_s=args.flush_interval_ms / 1000.0,
+    )
+    config = BookieConfig(storage=storage, host=args.host, port=args.port, bookie_id=args.bookie_id)
     run_event_loop(serve(config, args.metadata_uri, args.ready_file))

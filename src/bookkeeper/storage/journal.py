@@ -139,6 +139,23 @@ def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]
             offset = body_end
 
 
+def replay(
+    directory: str, mark: tuple[int, int] | None
+) -> Iterator[tuple[RecordType, bytes, int, int]]:
+    """Yields (type, body, file id, offset after the record) of every record at or after ``mark``
+    (all records when there is none), in order; the newest file's torn tail is cut."""
+    ids = list_journal_ids(directory)
+    start_file, start_offset = mark if mark is not None else (-1, 0)
+    for position, file_id in enumerate(ids):
+        if file_id < start_file:
+            continue
+        path = os.path.join(directory, journal_name(file_id))
+        for record_type, body, body_offset in scan(path, is_last=position == len(ids) - 1):
+            if file_id == start_file and body_offset - RECORD_HEADER.size < start_offset:
+                continue
+            yield record_type, body, file_id, body_offset + len(body)
+
+
 def _only_zeros_or_tail(data: bytes, offset: int, problem: str) -> bool:
     # A torn write leaves a partial record at the very end. A checksum failure followed by more
     # valid-looking data is corruption, not a torn tail; we accept it as a tail only when it is the
@@ -178,6 +195,8 @@ class Journal:
         self._fd = -1
         self._file_id = -1
         self._size = 0
+        # (file id, offset) just past the last record written: a LastLogMark candidate.
+        self.position: tuple[int, int] = (-1, 0)
 
     def open(self, next_file_id: int) -> None:
         """Starts a new journal file and the writer thread."""
@@ -204,6 +223,7 @@ class Journal:
         self._fd = fd
         self._file_id = file_id
         self._size = FILE_HEADER.size
+        self.position = (file_id, FILE_HEADER.size)
 
     def append(self, record_type: RecordType, body: bytes, token: Any) -> None:
         """Queues a record; ``on_synced`` reports ``token`` once the record is durable (or failed)."""
@@ -254,9 +274,10 @@ class Journal:
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
+            self._size = offset
+            self.position = (self._file_id, offset)
             if self._sync_data:
                 os.fdatasync(self._fd)
-            self._size = offset
         except OSError as error:
             self._failure = JournalError(
                 f"journal {journal_name(self._file_id)} in {self.directory}: write or fsync failed: {error}; "
@@ -266,6 +287,19 @@ class Journal:
             self._on_synced([(token, None) for _, _, token in batch], self._failure)
             return
         self._on_synced(results, None)
+
+    def delete_before(self, file_id: int) -> list[int]:
+        """Deletes the journal files older than ``file_id`` (never the one being written)."""
+        deleted = [
+            old
+            for old in list_journal_ids(self.directory)
+            if old < file_id and old != self._file_id
+        ]
+        for old in deleted:
+            os.unlink(os.path.join(self.directory, journal_name(old)))
+        if deleted:
+            fsync_directory(self.directory)
+        return deleted
 
     def close(self) -> None:
         """Writes and syncs what is queued, then stops the thread."""

@@ -1,29 +1,28 @@
-"""Ledger storage of the walking-skeleton bookie: an in-memory index over the journal files.
+"""Ledger storage: a write cache in front of interleaved entry logs and an LMDB index.
 
-Each ledger has a master key, a fence bit, an optional explicit LAC and the location of every
-entry (journal file, offset, length). The index is rebuilt at start by replaying the journal, so
-everything it says was durable. Reads ``pread`` the journal file. (Issue 3 moves entries to
-interleaved entry logs with a persistent index, checkpoints and GC.)
+Adds go into the *write cache* (and the journal, which the engine handles). A checkpoint swaps the
+write cache for an empty one, writes the swapped entries sorted by (ledger, entry) to the entry
+log, fsyncs it, then commits their locations and every changed ledger state to the index in one
+durable transaction; only then is the swapped cache dropped. Reads look in the current cache, the
+cache being flushed, then the index and the entry log.
 
-"No such ledger / entry" is answered only from the index; an I/O error while reading is raised
-as ``StorageIOError`` so the bookie answers EIO, never a false negative.
+Per-ledger state (master key, fenced, explicit LAC) is cached in memory for the ledgers in use and
+loaded from the index on demand; changed states stay in memory until a checkpoint persists them.
+
+"No such ledger / entry" is answered only from the caches and the index. A failure to read the
+entry log (I/O error, checksum mismatch) is ``StorageIOError``: the bookie answers EIO.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 
-from bookkeeper.storage.journal import (
-    Location,
-    RecordType,
-    journal_name,
-    list_journal_ids,
-    scan,
-)
+from bookkeeper.storage.entry_log import EntryLogError, EntryLogger
+from bookkeeper.storage.index import LedgerIndex
+from bookkeeper.wire.proto import data_formats_pb2 as formats
 
 log = logging.getLogger(__name__)
 
@@ -33,133 +32,214 @@ class StorageIOError(Exception):
 
 
 class NoLedgerError(Exception):
-    """The index holds nothing of this ledger."""
+    """The storage holds nothing of this ledger."""
 
 
 class NoEntryError(Exception):
-    """The index knows the ledger but not this entry."""
+    """The storage knows the ledger but not this entry."""
 
 
 @dataclass(slots=True)
 class LedgerInfo:
+    """A ledger's state on this bookie."""
+
     master_key: bytes
     fenced: bool = False
     explicit_lac: bytes | None = None
-    entries: dict[int, Location] = field(default_factory=dict)
-    last_entry_id: int = -1
+
+    def to_proto(self) -> formats.LedgerData:
+        data = formats.LedgerData(exists=True, fenced=self.fenced, masterKey=self.master_key)
+        if self.explicit_lac is not None:
+            data.explicitLac = self.explicit_lac
+        return data
+
+
+@dataclass(slots=True)
+class _Generation:
+    """One generation of the write cache."""
+
+    entries: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    last_entry: dict[int, int] = field(default_factory=dict)
+    dirty_ledgers: set[int] = field(default_factory=set)
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointResult:
+    entries: int
+    bytes: int
+    ledgers: int
 
 
 class LedgerStorage:
-    """The bookie's view of its ledgers. Mutated from one thread (the bookie's event loop)."""
+    """Entries and ledger states of one ledger directory."""
 
-    def __init__(self, journal_directory: str) -> None:
-        self.journal_directory = journal_directory
-        self._ledgers: dict[int, LedgerInfo] = {}
-        self._read_fds: dict[int, int] = {}
-        self._fd_lock = threading.Lock()
+    def __init__(
+        self,
+        directory: str,
+        *,
+        log_size_limit: int = 1024**3,
+        ledger_cache_size: int = 100_000,
+    ) -> None:
+        self.directory = directory
+        self.entry_logger = EntryLogger(directory, log_size_limit)
+        self.index = LedgerIndex(directory)
+        self._ledger_cache_size = ledger_cache_size
+        self._infos: dict[int, LedgerInfo] = {}
+        self._lock = threading.Lock()  # guards the swap of the current generation
+        self._current = _Generation()
+        self._flushing: _Generation | None = None
+        self._flush_lock = threading.Lock()  # one checkpoint at a time
 
-    # -- replay ------------------------------------------------------------------------------
-
-    def replay(self) -> int:
-        """Rebuilds the index from every journal file; returns the id the next file should take."""
-        ids = list_journal_ids(self.journal_directory)
-        for position, file_id in enumerate(ids):
-            path = os.path.join(self.journal_directory, journal_name(file_id))
-            count = 0
-            for record_type, body, offset in scan(path, is_last=position == len(ids) - 1):
-                self.apply(record_type, body, Location(file_id, offset, len(body)))
-                count += 1
-            log.info("replayed %d records from %s", count, path)
-        return (ids[-1] + 1) if ids else 0
-
-    def apply(self, record_type: RecordType, body: bytes, location: Location) -> None:
-        """Applies a durable journal record to the index."""
-        ledger_id = int.from_bytes(body[0:8], "big", signed=True)
-        if record_type == RecordType.MASTER_KEY:
-            self._ledgers.setdefault(ledger_id, LedgerInfo(master_key=bytes(body[8:28])))
-        elif record_type == RecordType.FENCE:
-            self._info_or_new(ledger_id).fenced = True
-        elif record_type == RecordType.EXPLICIT_LAC:
-            self._info_or_new(ledger_id).explicit_lac = bytes(body[8:])
-        elif record_type == RecordType.ENTRY:
-            entry_id = int.from_bytes(body[8:16], "big", signed=True)
-            self.index_entry(ledger_id, entry_id, location)
-
-    def _info_or_new(self, ledger_id: int) -> LedgerInfo:
-        info = self._ledgers.get(ledger_id)
-        if info is None:
-            info = self._ledgers[ledger_id] = LedgerInfo(master_key=b"")
-        return info
-
-    # -- state ---------------------------------------------------------------------------------
+    # -- ledger state --------------------------------------------------------------------------
 
     def ledger(self, ledger_id: int) -> LedgerInfo | None:
-        return self._ledgers.get(ledger_id)
+        info = self._infos.get(ledger_id)
+        if info is not None:
+            return info
+        data = self.index.ledger(ledger_id)
+        if data is None or not data.exists:
+            return None
+        info = LedgerInfo(
+            bytes(data.masterKey),
+            data.fenced,
+            bytes(data.explicitLac) if data.HasField("explicitLac") else None,
+        )
+        self._remember(ledger_id, info)
+        return info
+
+    def _remember(self, ledger_id: int, info: LedgerInfo) -> None:
+        if len(self._infos) >= self._ledger_cache_size:
+            self._evict_clean()
+        self._infos[ledger_id] = info
+
+    def _evict_clean(self) -> None:
+        keep = self._current.dirty_ledgers | (
+            self._flushing.dirty_ledgers if self._flushing else set()
+        )
+        target = self._ledger_cache_size * 9 // 10
+        for ledger_id in [lid for lid in self._infos if lid not in keep][
+            : max(0, len(self._infos) - target)
+        ]:
+            del self._infos[ledger_id]
 
     def add_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
-        """Records a ledger's master key (the caller journals it)."""
-        info = self._ledgers.get(ledger_id)
+        """The ledger's state, created with ``master_key`` if the ledger is new."""
+        info = self.ledger(ledger_id)
         if info is None:
-            info = self._ledgers[ledger_id] = LedgerInfo(master_key=master_key)
+            info = LedgerInfo(master_key)
+            self._remember(ledger_id, info)
+            self.mark_dirty(ledger_id)
         elif not info.master_key:
             info.master_key = master_key
+            self.mark_dirty(ledger_id)
         return info
+
+    def mark_dirty(self, ledger_id: int) -> None:
+        with self._lock:
+            self._current.dirty_ledgers.add(ledger_id)
 
     @staticmethod
     def key_matches(info: LedgerInfo, master_key: bytes) -> bool:
         """Constant-time comparison of a presented master key with the stored one."""
         return hmac.compare_digest(info.master_key, master_key)
 
-    def index_entry(self, ledger_id: int, entry_id: int, location: Location) -> None:
-        info = self._info_or_new(ledger_id)
-        info.entries[entry_id] = location
-        if entry_id > info.last_entry_id:
-            info.last_entry_id = entry_id
+    # -- entries -------------------------------------------------------------------------------
 
-    def ledger_ids(self) -> list[int]:
-        return sorted(self._ledgers)
+    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        with self._lock:
+            current = self._current
+            previous = current.entries.get((ledger_id, entry_id))
+            current.entries[(ledger_id, entry_id)] = entry
+            current.size_bytes += len(entry) - (len(previous) if previous is not None else 0)
+            if entry_id > current.last_entry.get(ledger_id, -1):
+                current.last_entry[ledger_id] = entry_id
 
-    # -- reads ---------------------------------------------------------------------------------
+    @property
+    def write_cache_bytes(self) -> int:
+        """Bytes in the write cache not yet being flushed."""
+        return self._current.size_bytes
+
+    @property
+    def flushing_bytes(self) -> int:
+        flushing = self._flushing
+        return flushing.size_bytes if flushing is not None else 0
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        last = self._current.last_entry.get(ledger_id, -1)
+        flushing = self._flushing
+        if flushing is not None:
+            last = max(last, flushing.last_entry.get(ledger_id, -1))
+        return max(last, self.index.last_entry(ledger_id))
 
     def read(self, ledger_id: int, entry_id: int) -> bytes:
-        """The stored bytes of an entry; entry -1 is the last one. Raises NoLedger/NoEntry/StorageIO."""
-        info = self._ledgers.get(ledger_id)
-        if info is None:
+        """The stored bytes of an entry; entry -1 is the last one."""
+        if self.ledger(ledger_id) is None:
             raise NoLedgerError(ledger_id)
         if entry_id == -1:
-            entry_id = info.last_entry_id
-        location = info.entries.get(entry_id)
+            entry_id = self.last_entry_id(ledger_id)
+            if entry_id < 0:
+                raise NoEntryError(ledger_id, -1)
+        key = (ledger_id, entry_id)
+        entry = self._current.entries.get(key)
+        if entry is not None:
+            return entry
+        flushing = self._flushing
+        if flushing is not None:
+            entry = flushing.entries.get(key)
+            if entry is not None:
+                return entry
+        location = self.index.location(ledger_id, entry_id)
         if location is None:
             raise NoEntryError(ledger_id, entry_id)
-        return self.read_location(location)
-
-    def read_location(self, location: Location) -> bytes:
         try:
-            fd = self._read_fd(location.file_id)
-            data = os.pread(fd, location.length, location.offset)
-        except OSError as error:
-            raise StorageIOError(
-                f"reading journal {journal_name(location.file_id)}: {error}"
-            ) from error
-        if len(data) != location.length:
-            raise StorageIOError(
-                f"journal {journal_name(location.file_id)} offset {location.offset}: "
-                f"short read of {len(data)} bytes, expected {location.length}"
-            )
-        return data
+            return self.entry_logger.read(location, ledger_id, entry_id)
+        except EntryLogError as error:
+            raise StorageIOError(str(error)) from error
 
-    def _read_fd(self, file_id: int) -> int:
-        with self._fd_lock:
-            fd = self._read_fds.get(file_id)
-            if fd is None:
-                fd = os.open(
-                    os.path.join(self.journal_directory, journal_name(file_id)), os.O_RDONLY
-                )
-                self._read_fds[file_id] = fd
-            return fd
+    # -- checkpoint ----------------------------------------------------------------------------
+
+    def checkpoint(self) -> CheckpointResult:
+        """Persists everything added before this call to the entry log and the index.
+
+        The caller captures the journal position *before* calling; once this returns, every
+        record before that position is durable outside the journal.
+        """
+        with self._flush_lock:
+            with self._lock:
+                flushing = self._current
+                self._current = _Generation()
+                self._flushing = flushing
+            try:
+                locations = [
+                    (ledger_id, entry_id, self.entry_logger.add(ledger_id, entry))
+                    for (ledger_id, entry_id), entry in sorted(flushing.entries.items())
+                ]
+                self.entry_logger.flush()
+                states = []
+                for ledger_id in sorted(flushing.dirty_ledgers):
+                    info = self._infos.get(ledger_id)
+                    if info is not None:
+                        states.append((ledger_id, info.to_proto()))
+                self.index.commit(locations, states)
+            except BaseException:
+                # Put the generation back so nothing is lost; the next checkpoint retries it.
+                with self._lock:
+                    merged = flushing
+                    merged.entries.update(self._current.entries)
+                    for ledger_id, last in self._current.last_entry.items():
+                        merged.last_entry[ledger_id] = max(
+                            last, merged.last_entry.get(ledger_id, -1)
+                        )
+                    merged.dirty_ledgers |= self._current.dirty_ledgers
+                    merged.size_bytes = sum(len(e) for e in merged.entries.values())
+                    self._current = merged
+                    self._flushing = None
+                raise
+            with self._lock:
+                self._flushing = None
+            return CheckpointResult(len(locations), flushing.size_bytes, len(states))
 
     def close(self) -> None:
-        with self._fd_lock:
-            for fd in self._read_fds.values():
-                os.close(fd)
-            self._read_fds.clear()
+        self.entry_logger.close()
+        self.index.close()

@@ -1,0 +1,231 @@
+"""The bookie's storage engine: journal + write cache + entry logs + index + checkpoints.
+
+Write path (reference 1.11): an add goes into ledger storage (the write cache) first, then into
+the journal; the caller is told once the journal record is durable. Meta-records (master key,
+fence, explicit LAC, force) go through the journal the same way.
+
+Checkpoint (the "sync thread" of the seeds), every ``flush_interval_s`` or when the write cache
+passes half its size:
+
+1. record the journal position (the LastLogMark candidate);
+2. swap the write cache, write its entries to the entry log sorted by ledger and entry, fsync the
+   log, commit their locations and the changed ledger states to the index;
+3. persist the mark atomically;
+4. delete journal files older than the mark.
+
+At start the journal is replayed from the persisted mark into the write cache, restoring entries,
+master keys, fence state and explicit LACs; the first checkpoint then writes them out. A failed
+checkpoint or journal write stops the engine from taking writes (``failure``), never pretending.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bookkeeper.storage.journal import Journal, Location, RecordType, list_journal_ids, replay
+from bookkeeper.storage.last_log_mark import read_mark, write_mark
+from bookkeeper.storage.ledger_storage import LedgerInfo, LedgerStorage
+
+log = logging.getLogger(__name__)
+
+_LEDGER_ID = struct.Struct(">q")
+Completion = Callable[[list[tuple[Any, Location | None]], Exception | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """Storage settings (``bk_server.conf`` names in the comments)."""
+
+    journal_directory: str  # journalDirectories
+    ledger_directory: str  # ledgerDirectories
+    journal_max_size_bytes: int = 2048 * 1024 * 1024  # journalMaxSizeMB
+    journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
+    journal_sync_data: bool = True  # journalSyncData
+    log_size_limit: int = 1024**3  # logSizeLimit
+    write_cache_max_bytes: int = 256 * 1024 * 1024  # dbStorage_writeCacheMaxSizeMb
+    flush_interval_s: float = 10.0  # flushInterval (ms in bk_server.conf)
+    ledger_cache_size: int = 100_000  # ledger states kept in memory
+
+
+class StorageEngine:
+    """Durable ledger storage for one bookie."""
+
+    def __init__(self, config: StorageConfig, on_durable: Completion) -> None:
+        self.config = config
+        os.makedirs(config.journal_directory, exist_ok=True)
+        os.makedirs(config.ledger_directory, exist_ok=True)
+        self.storage = LedgerStorage(
+            config.ledger_directory,
+            log_size_limit=config.log_size_limit,
+            ledger_cache_size=config.ledger_cache_size,
+        )
+        self.journal = Journal(
+            config.journal_directory,
+            on_durable,
+            max_file_size=config.journal_max_size_bytes,
+            buffered_writes_threshold=config.journal_buffered_writes_threshold,
+            sync_data=config.journal_sync_data,
+        )
+        self._checkpoint_requested = threading.Event()
+        self._stopping = threading.Event()
+        self._sync_thread: threading.Thread | None = None
+        self._checkpoint_failure: Exception | None = None
+        self.last_mark: tuple[int, int] | None = None
+        self.checkpoints = 0
+        self.replayed_records = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> int:
+        """Replays the journal from the LastLogMark, opens a new journal file, starts the sync
+        thread. Returns the number of journal records replayed."""
+        self.last_mark = read_mark(self.config.ledger_directory)
+        replayed = 0
+        for record_type, body, _file_id, _offset in replay(
+            self.config.journal_directory, self.last_mark
+        ):
+            self._apply(record_type, body)
+            replayed += 1
+            if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+                self.storage.checkpoint()  # bound memory during a long replay; the mark stays
+        ids = list_journal_ids(self.config.journal_directory)
+        self.journal.open((ids[-1] + 1) if ids else 0)
+        log.info(
+            "storage started: replayed %d journal records from mark %s; journal file %d",
+            replayed,
+            self.last_mark,
+            self.journal.current_file_id,
+        )
+        self._sync_thread = threading.Thread(target=self._sync_loop, name="checkpoint", daemon=True)
+        self._sync_thread.start()
+        self.replayed_records = replayed
+        return replayed
+
+    def _apply(self, record_type: RecordType, body: bytes) -> None:
+        ledger_id = int(_LEDGER_ID.unpack_from(body, 0)[0])
+        if record_type == RecordType.MASTER_KEY:
+            self.storage.add_ledger(ledger_id, bytes(body[8:28]))
+        elif record_type == RecordType.FENCE:
+            info = self.storage.ledger(ledger_id)
+            if info is not None and not info.fenced:
+                info.fenced = True
+                self.storage.mark_dirty(ledger_id)
+        elif record_type == RecordType.EXPLICIT_LAC:
+            info = self.storage.ledger(ledger_id)
+            if info is not None:
+                info.explicit_lac = bytes(body[8:])
+                self.storage.mark_dirty(ledger_id)
+        elif record_type == RecordType.ENTRY:
+            entry_id = int(_LEDGER_ID.unpack_from(body, 8)[0])
+            self.storage.add_entry(ledger_id, entry_id, bytes(body))
+
+    def close(self) -> None:
+        """Stops the sync thread, syncs the journal, and checkpoints everything so a restart
+        replays nothing; entry logs end on a whole record."""
+        self._stopping.set()
+        self._checkpoint_requested.set()
+        if self._sync_thread is not None:
+            self._sync_thread.join()
+            self._sync_thread = None
+        self.journal.close()
+        if self._checkpoint_failure is None and self.journal.failure is None:
+            try:
+                self.checkpoint()
+            except Exception:
+                log.exception(
+                    "final checkpoint failed; the journal will be replayed at the next start"
+                )
+        self.storage.close()
+
+    @property
+    def failure(self) -> Exception | None:
+        """Why the engine takes no more writes, if it does not."""
+        return self.journal.failure or self._checkpoint_failure
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def ledger(self, ledger_id: int) -> LedgerInfo | None:
+        return self.storage.ledger(ledger_id)
+
+    def create_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
+        """Records a new ledger's master key (journaled; no completion is reported for it)."""
+        info = self.storage.add_ledger(ledger_id, master_key)
+        self.journal.append(RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None)
+        return info
+
+    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None:
+        self.storage.add_entry(ledger_id, entry_id, entry)
+        self.journal.append(RecordType.ENTRY, entry, token)
+        if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+            self._checkpoint_requested.set()
+
+    @property
+    def write_cache_full(self) -> bool:
+        """True when the write cache holds its maximum; adds should be refused until it drains."""
+        pending = self.storage.write_cache_bytes + self.storage.flushing_bytes
+        return pending >= self.config.write_cache_max_bytes
+
+    def fence(self, ledger_id: int, token: Any) -> None:
+        info = self.storage.ledger(ledger_id)
+        assert info is not None, "fence needs the ledger's state"
+        info.fenced = True
+        self.storage.mark_dirty(ledger_id)
+        self.journal.append(RecordType.FENCE, _LEDGER_ID.pack(ledger_id), token)
+
+    def set_explicit_lac(self, ledger_id: int, body: bytes, token: Any) -> None:
+        info = self.storage.ledger(ledger_id)
+        assert info is not None, "an explicit LAC needs the ledger's state"
+        info.explicit_lac = body
+        self.storage.mark_dirty(ledger_id)
+        self.journal.append(RecordType.EXPLICIT_LAC, _LEDGER_ID.pack(ledger_id) + body, token)
+
+    def force(self, ledger_id: int, token: Any) -> None:
+        self.journal.append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), token)
+
+    def read(self, ledger_id: int, entry_id: int) -> bytes:
+        return self.storage.read(ledger_id, entry_id)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def request_checkpoint(self) -> None:
+        self._checkpoint_requested.set()
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Runs one checkpoint now; returns the LastLogMark it persisted."""
+        mark = self.journal.position
+        result = self.storage.checkpoint()
+        write_mark(self.config.ledger_directory, mark)
+        self.last_mark = mark
+        deleted = self.journal.delete_before(mark[0])
+        self.checkpoints += 1
+        log.debug(
+            "checkpoint: %d entries (%d bytes), %d ledger states; mark %s; deleted journals %s",
+            result.entries,
+            result.bytes,
+            result.ledgers,
+            mark,
+            deleted,
+        )
+        return mark
+
+    def _sync_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._checkpoint_requested.wait(self.config.flush_interval_s)
+            self._checkpoint_requested.clear()
+            if self._stopping.is_set():
+                return
+            started = time.monotonic()
+            try:
+                self.checkpoint()
+            except Exception as error:
+                self._checkpoint_failure = error
+                log.exception("checkpoint failed; the bookie takes no more writes")
+                return
+            log.debug("checkpoint took %.3f s", time.monotonic() - started)

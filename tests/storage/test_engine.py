@@ -1,0 +1,239 @@
+"""The storage engine: write cache, entry logs, index, LastLogMark checkpoints, replay."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bookkeeper.storage.engine import StorageConfig, StorageEngine
+from bookkeeper.storage.entry_log import log_name
+from bookkeeper.storage.journal import Location, list_journal_ids
+from bookkeeper.storage.last_log_mark import FILE_NAME, read_mark
+from bookkeeper.storage.ledger_storage import NoEntryError, NoLedgerError, StorageIOError
+from bookkeeper.wire.digest import DigestManager, DigestType
+
+KEY = b"m" * 20
+
+
+class Durable:
+    """Journal completions, waited on by count."""
+
+    def __init__(self) -> None:
+        self.tokens: list[Any] = []
+        self.errors: list[Exception] = []
+        self._condition = threading.Condition()
+
+    def __call__(self, results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
+        with self._condition:
+            for token, _ in results:
+                if token is not None:
+                    self.tokens.append(token)
+            if error is not None:
+                self.errors.append(error)
+            self._condition.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        with self._condition:
+            assert self._condition.wait_for(lambda: len(self.tokens) >= count, timeout=30)
+
+
+def entry(ledger_id: int, entry_id: int, size: int = 100) -> bytes:
+    payload = bytes([entry_id % 251]) * size
+    return DigestManager(ledger_id, DigestType.CRC32C, b"").package(
+        entry_id, entry_id - 1, 0, payload
+    )
+
+
+def config(tmp_path: Path, **changes: Any) -> StorageConfig:
+    settings: dict[str, Any] = dict(
+        journal_directory=str(tmp_path / "journal"),
+        ledger_directory=str(tmp_path / "ledgers"),
+        flush_interval_s=3600.0,  # checkpoints only when a test asks
+    )
+    settings.update(changes)
+    return StorageConfig(**settings)
+
+
+def open_engine(tmp_path: Path, **changes: Any) -> tuple[StorageEngine, Durable]:
+    durable = Durable()
+    engine = StorageEngine(config(tmp_path, **changes), durable)
+    engine.start()
+    return engine, durable
+
+
+def fill(engine: StorageEngine, durable: Durable, ledgers: range, entries: int) -> None:
+    count = 0
+    for ledger_id in ledgers:
+        engine.create_ledger(ledger_id, KEY)
+        for entry_id in range(entries):
+            engine.add_entry(ledger_id, entry_id, entry(ledger_id, entry_id), (ledger_id, entry_id))
+            count += 1
+    durable.wait_for(count)
+
+
+def crash(engine: StorageEngine) -> None:
+    """Stops the engine's threads without the final checkpoint, as a kill -9 would leave it:
+    the journal is synced (its records were acknowledged) but nothing else is flushed."""
+    engine._stopping.set()
+    engine._checkpoint_requested.set()
+    assert engine._sync_thread is not None
+    engine._sync_thread.join()
+    engine.journal.close()
+    engine.storage.index.close()
+    engine.storage.entry_logger._buffer.clear()  # buffered, unflushed log bytes die with the process
+    engine.storage.entry_logger.close()
+
+
+def test_entries_are_read_from_cache_then_from_entry_log_after_checkpoint(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(1, 4), 50)
+    assert engine.read(2, 7) == entry(2, 7)
+    mark = engine.checkpoint()
+    assert read_mark(str(tmp_path / "ledgers")) == mark
+    assert engine.storage.write_cache_bytes == 0
+    assert engine.read(2, 7) == entry(2, 7)  # now from the entry log
+    assert engine.read(3, -1) == entry(3, 49)
+    with pytest.raises(NoEntryError):
+        engine.read(3, 50)
+    with pytest.raises(NoLedgerError):
+        engine.read(99, 0)
+    engine.close()
+
+
+def test_restart_after_clean_close_replays_nothing(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(5), 20)
+    engine.close()
+    engine, _ = open_engine(tmp_path)
+    assert engine.replayed_records == 0
+    assert all(engine.read(ledger, e) == entry(ledger, e) for ledger in range(5) for e in range(20))
+    engine.close()
+
+
+def test_crash_before_checkpoint_replays_entries_keys_fence_and_lac(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(1, 3), 30)
+    engine.checkpoint()  # ledgers 1 and 2 reach the entry log; later records only the journal
+    engine.create_ledger(3, b"k" * 20)
+    engine.add_entry(3, 0, entry(3, 0), "e")
+    engine.fence(1, "f")
+    engine.set_explicit_lac(2, b"explicit-lac", "l")
+    durable.wait_for(60 + 3)
+    crash(engine)
+
+    engine, _ = open_engine(tmp_path)
+    assert engine.replayed_records == 4  # master key of 3, its entry, the fence, the explicit LAC
+    assert engine.read(3, 0) == entry(3, 0)
+    info1, info2, info3 = engine.ledger(1), engine.ledger(2), engine.ledger(3)
+    assert info1 is not None and info1.fenced and info1.master_key == KEY
+    assert info2 is not None and info2.explicit_lac == b"explicit-lac" and not info2.fenced
+    assert info3 is not None and info3.master_key == b"k" * 20
+    assert all(engine.read(1, e) == entry(1, e) for e in range(30))
+    engine.checkpoint()
+    engine.close()
+    engine, _ = open_engine(tmp_path)  # and the replayed state survives its own checkpoint
+    assert engine.ledger(1).fenced  # type: ignore[union-attr]
+    assert engine.read(3, 0) == entry(3, 0)
+    engine.close()
+
+
+def test_checkpoint_deletes_journals_older_than_the_mark(tmp_path: Path) -> None:
+    engine, durable = open_engine(
+        tmp_path, journal_max_size_bytes=64 * 1024, journal_buffered_writes_threshold=8 * 1024
+    )
+    fill(engine, durable, range(3), 400)  # ~55 KiB per ledger in groups of 8 KiB: several files
+    journals = list_journal_ids(str(tmp_path / "journal"))
+    assert len(journals) > 2
+    mark = engine.checkpoint()
+    assert list_journal_ids(str(tmp_path / "journal")) == [j for j in journals if j >= mark[0]]
+    engine.close()
+    engine, _ = open_engine(tmp_path)
+    assert engine.read(2, 399) == entry(2, 399)
+    engine.close()
+
+
+def test_write_cache_over_half_full_triggers_a_checkpoint(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path, write_cache_max_bytes=200_000)
+    fill(engine, durable, range(2), 1000)  # 2 x 1000 x ~136 bytes > 100 KB
+    for _ in range(100):
+        if engine.checkpoints:
+            break
+        threading.Event().wait(0.1)
+    assert engine.checkpoints >= 1
+    engine.close()
+
+
+def test_entry_logs_roll_and_write_a_ledgers_map(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path, log_size_limit=64 * 1024)
+    fill(engine, durable, range(4), 300)
+    engine.checkpoint()
+    logger = engine.storage.entry_logger
+    logs = logger.log_ids()
+    assert len(logs) > 2
+    rolled = logs[0]
+    assert sum(logger.ledgers_map(rolled).values()) > 0
+    assert logger.ledgers_map(rolled) == logger.scan_ledgers(rolled)  # the map agrees with the data
+    assert all(engine.read(lid, e) == entry(lid, e) for lid in range(4) for e in range(300))
+    engine.close()
+
+
+def test_a_corrupt_entry_is_an_io_error_not_a_missing_entry(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(1), 10)
+    engine.checkpoint()
+    location = engine.storage.index.location(0, 5)
+    assert location is not None
+    log_id, offset = location >> 32, location & 0xFFFFFFFF
+    path = tmp_path / "ledgers" / log_name(log_id)
+    with open(path, "r+b") as handle:
+        handle.seek(offset + 8 + 40)
+        byte = handle.read(1)
+        handle.seek(offset + 8 + 40)
+        handle.write(bytes([byte[0] ^ 0x40]))
+    with pytest.raises(StorageIOError, match=f"{log_name(log_id)}.*offset {offset}"):
+        engine.read(0, 5)
+    assert engine.read(0, 4) == entry(0, 4)
+    engine.close()
+
+
+def test_a_damaged_mark_replays_every_journal_present(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(2), 10)
+    engine.checkpoint()
+    engine.add_entry(1, 10, entry(1, 10), "late")
+    durable.wait_for(21)
+    crash(engine)
+    mark_path = tmp_path / "ledgers" / FILE_NAME
+    mark_path.write_bytes(mark_path.read_bytes()[:-1] + b"\0")
+    engine, _ = open_engine(tmp_path)
+    assert engine.read(1, 10) == entry(1, 10)
+    engine.close()
+
+
+def test_a_failed_checkpoint_stops_writes_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(1), 10)
+
+    def broken(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(engine.storage.entry_logger, "flush", broken)
+    engine.request_checkpoint()
+    for _ in range(100):
+        if engine.failure is not None:
+            break
+        threading.Event().wait(0.1)
+    assert isinstance(engine.failure, OSError)
+    assert engine.read(0, 9) == entry(0, 9)  # still served from the write cache
+    monkeypatch.undo()
+    engine.close()  # no final checkpoint after a failure: the journal keeps everything
+    engine, _ = open_engine(tmp_path)
+    assert all(engine.read(0, e) == entry(0, e) for e in range(10))
+    assert os.path.exists(tmp_path / "journal")
+    engine.close()
