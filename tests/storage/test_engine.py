@@ -11,7 +11,7 @@ import pytest
 
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
 from bookkeeper.storage.entry_log import log_name
-from bookkeeper.storage.journal import Location, list_journal_ids
+from bookkeeper.storage.journal import list_journal_ids
 from bookkeeper.storage.last_log_mark import FILE_NAME, read_mark
 from bookkeeper.storage.ledger_storage import NoEntryError, NoLedgerError, StorageIOError
 from bookkeeper.wire.digest import DigestManager, DigestType
@@ -27,11 +27,9 @@ class Durable:
         self.errors: list[Exception] = []
         self._condition = threading.Condition()
 
-    def __call__(self, results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
+    def __call__(self, tokens: list[Any], error: Exception | None) -> None:
         with self._condition:
-            for token, _ in results:
-                if token is not None:
-                    self.tokens.append(token)
+            self.tokens.extend(tokens)
             if error is not None:
                 self.errors.append(error)
             self._condition.notify_all()

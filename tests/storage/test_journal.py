@@ -13,7 +13,6 @@ from bookkeeper.storage.journal import (
     CorruptJournalError,
     Journal,
     JournalError,
-    Location,
     RecordType,
     journal_name,
     replay,
@@ -25,12 +24,12 @@ class Collector:
     """Gathers journal completions and lets a test wait for a number of them."""
 
     def __init__(self) -> None:
-        self.results: list[tuple[Any, Location | None, Exception | None]] = []
+        self.results: list[tuple[Any, Exception | None]] = []
         self._condition = threading.Condition()
 
-    def __call__(self, results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
+    def __call__(self, tokens: list[Any], error: Exception | None) -> None:
         with self._condition:
-            self.results.extend((token, location, error) for token, location in results)
+            self.results.extend((token, error) for token in tokens)
             self._condition.notify_all()
 
     def wait_for(self, count: int) -> None:
@@ -45,13 +44,21 @@ def entry(ledger_id: int, entry_id: int, payload: bytes) -> bytes:
 
 
 def write_journal(
-    directory: Path, records: list[tuple[RecordType, bytes]], file_id: int = 0
+    directory: Path,
+    records: list[tuple[RecordType, bytes]],
+    file_id: int = 0,
+    *,
+    one_group_each: bool = False,
 ) -> Collector:
+    """Writes ``records`` to a new journal file; with ``one_group_each`` every record is its own
+    group commit (the next is appended only once the previous is durable)."""
     collector = Collector()
     journal = Journal(str(directory), collector)
     journal.open(file_id)
     for index, (record_type, body) in enumerate(records):
         journal.append(record_type, body, index)
+        if one_group_each:
+            collector.wait_for(index + 1)
     collector.wait_for(len(records))
     journal.close()
     return collector
@@ -73,16 +80,17 @@ def test_records_survive_and_are_replayed_in_order(tmp_path: Path) -> None:
         (RecordType.FENCE, (7).to_bytes(8, "big")),
     ]
     collector = write_journal(tmp_path, records)
-    assert [token for token, _, _ in collector.results] == list(range(5))
-    assert all(error is None and location is not None for _, location, error in collector.results)
+    assert [token for token, _ in collector.results] == list(range(5))
+    assert all(error is None for _, error in collector.results)
     assert replayed(tmp_path) == records
 
 
 def test_replay_starts_at_the_mark(tmp_path: Path) -> None:
     records = [(RecordType.ENTRY, entry(1, i, b"x" * i)) for i in range(4)]
-    write_journal(tmp_path, records[:2], file_id=0)
-    positions = [position for _, _, _, position in replay(str(tmp_path), None)]
-    write_journal(tmp_path, records[2:], file_id=1)
+    write_journal(tmp_path, records[:2], file_id=0, one_group_each=True)
+    positions = [group_end for _, _, _, group_end in replay(str(tmp_path), None)]
+    assert positions[0] < positions[1]
+    write_journal(tmp_path, records[2:], file_id=1, one_group_each=True)
     assert replayed(tmp_path, (0, positions[0])) == records[1:]
     assert replayed(tmp_path, (1, 16)) == records[2:]
     assert replayed(tmp_path, (0, positions[1])) == records[2:]
@@ -90,20 +98,24 @@ def test_replay_starts_at_the_mark(tmp_path: Path) -> None:
 
 def test_torn_tail_is_cut_and_earlier_records_kept(tmp_path: Path) -> None:
     records = [(RecordType.ENTRY, entry(1, i, b"x" * 100)) for i in range(3)]
-    write_journal(tmp_path, records)
+    write_journal(tmp_path, records, one_group_each=True)
     path = tmp_path / journal_name(0)
     size = path.stat().st_size
-    os.truncate(path, size - 50)  # the last record loses its end, as in a crash mid-write
+    os.truncate(path, size - 50)  # the last group loses its end, as in a crash mid-write
     assert replayed(tmp_path) == records[:2]
     assert path.stat().st_size < size - 50  # the partial record was cut off
     assert replayed(tmp_path) == records[:2]  # and a second replay is clean
 
 
 def test_corruption_in_the_middle_is_reported_with_file_and_offset(tmp_path: Path) -> None:
-    write_journal(tmp_path, [(RecordType.ENTRY, entry(1, i, b"y" * 100)) for i in range(3)])
+    write_journal(
+        tmp_path,
+        [(RecordType.ENTRY, entry(1, i, b"y" * 100)) for i in range(3)],
+        one_group_each=True,
+    )
     path = tmp_path / journal_name(0)
     data = bytearray(path.read_bytes())
-    data[16 + 9 + 40] ^= 0xFF  # inside the first record's body
+    data[16 + 8 + 4 + 1 + 4 + 40] ^= 0xFF  # inside the first group's only record body
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptJournalError) as failure:
         replayed(tmp_path)
@@ -116,7 +128,7 @@ def test_corruption_in_an_older_file_is_not_taken_for_a_torn_tail(tmp_path: Path
     write_journal(tmp_path, [(RecordType.ENTRY, entry(1, 1, b"b" * 10))], file_id=1)
     path = tmp_path / journal_name(0)
     os.truncate(path, path.stat().st_size - 3)
-    with pytest.raises(CorruptJournalError, match="truncated record body"):
+    with pytest.raises(CorruptJournalError, match="truncated group"):
         replayed(tmp_path)
 
 
@@ -137,9 +149,6 @@ def test_failed_fsync_fails_the_records_and_every_later_one(
     journal.append(RecordType.ENTRY, entry(1, 1, b"later"), "second")
     collector.wait_for(2)
     journal.close()
-    assert [(token, location) for token, location, _ in collector.results] == [
-        ("first", None),
-        ("second", None),
-    ]
-    assert all(isinstance(error, JournalError) for _, _, error in collector.results)
+    assert [token for token, _ in collector.results] == ["first", "second"]
+    assert all(isinstance(error, JournalError) for _, error in collector.results)
     assert journal.failure is not None

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
-from bookkeeper.storage.journal import Location
 from bookkeeper.storage.ledger_storage import (
     LedgerInfo,
     NoEntryError,
@@ -76,22 +75,19 @@ class Bookie:
 
     # -- journal plumbing ----------------------------------------------------------------------
 
-    def _journal_synced(
-        self, results: list[tuple[Any, Location | None]], error: Exception | None
-    ) -> None:
+    def _journal_synced(self, tokens: list[Any], error: Exception | None) -> None:
         # Called on the journal thread: hop to the loop once per group.
         if self._loop.is_closed():
             return
         try:
-            self._loop.call_soon_threadsafe(self._complete, results, error)
+            self._loop.call_soon_threadsafe(self._complete, tokens, error)
         except RuntimeError:
             pass  # the loop is shutting down; the clients will see their connections close
 
     @staticmethod
-    def _complete(results: list[tuple[Any, Location | None]], error: Exception | None) -> None:
-        for token, location in results:
-            if token is not None:
-                token(location, error)
+    def _complete(tokens: list[Any], error: Exception | None) -> None:
+        for token in tokens:
+            token(error)
 
     def _ensure_ledger(
         self, ledger_id: int, master_key: bytes
@@ -137,8 +133,8 @@ class Bookie:
             done(StatusCode.EFENCED)
             return
 
-        def durable(location: Location | None, error: Exception | None) -> None:
-            done(StatusCode.EOK if location is not None else StatusCode.EIO)
+        def durable(error: Exception | None) -> None:
+            done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
 
@@ -171,9 +167,9 @@ class Bookie:
             return
         self._fences_in_flight[ledger_id] = [fenced]
 
-        def durable(location: Location | None, error: Exception | None) -> None:
+        def durable(error: Exception | None) -> None:
             for callback in self._fences_in_flight.pop(ledger_id, []):
-                callback(location is not None)
+                callback(error is None)
 
         self.engine.fence(ledger_id, durable)
 
@@ -197,8 +193,8 @@ class Bookie:
             done(status)
             return
 
-        def durable(location: Location | None, error: Exception | None) -> None:
-            done(StatusCode.EOK if location is not None else StatusCode.EIO)
+        def durable(error: Exception | None) -> None:
+            done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.set_explicit_lac(ledger_id, body, durable)
 
@@ -220,8 +216,8 @@ class Bookie:
             done(StatusCode.EIO)
             return
 
-        def durable(location: Location | None, error: Exception | None) -> None:
-            done(StatusCode.EOK if location is not None else StatusCode.EIO)
+        def durable(error: Exception | None) -> None:
+            done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.force(ledger_id, durable)
 

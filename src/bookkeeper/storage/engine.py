@@ -25,18 +25,16 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bookkeeper.storage.journal import Journal, Location, RecordType, list_journal_ids, replay
+from bookkeeper.storage.journal import Callback, Journal, RecordType, list_journal_ids, replay
 from bookkeeper.storage.last_log_mark import read_mark, write_mark
 from bookkeeper.storage.ledger_storage import LedgerInfo, LedgerStorage
 
 log = logging.getLogger(__name__)
 
 _LEDGER_ID = struct.Struct(">q")
-Completion = Callable[[list[tuple[Any, Location | None]], Exception | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +55,7 @@ class StorageConfig:
 class StorageEngine:
     """Durable ledger storage for one bookie."""
 
-    def __init__(self, config: StorageConfig, on_durable: Completion) -> None:
+    def __init__(self, config: StorageConfig, on_durable: Callback) -> None:
         self.config = config
         os.makedirs(config.journal_directory, exist_ok=True)
         os.makedirs(config.ledger_directory, exist_ok=True)

@@ -123,19 +123,34 @@ class EntryLogger:
 
     def add(self, ledger_id: int, entry: bytes) -> int:
         """Buffers ``entry`` in the active log and returns its location (durable after ``flush``)."""
-        record_size = _RECORD.size + len(entry)
-        if self._active_fd < 0 or (
-            self._size + record_size > self._limit and self._size > HEADER_SIZE
-        ):
-            self._roll()
-        offset = self._size
-        self._buffer += _RECORD.pack(len(entry), crc32c.crc32c(entry))
-        self._buffer += entry
-        self._size += record_size
-        self._ledger_bytes[ledger_id] += record_size
-        if len(self._buffer) >= WRITE_BUFFER_BYTES:
-            self._write_buffer()
-        return location_of(self._active_id, offset)
+        return self.add_many(ledger_id, [entry])[0]
+
+    def add_many(self, ledger_id: int, entries: list[bytes]) -> list[int]:
+        """Buffers the entries of one ledger, in order; returns their locations."""
+        locations: list[int] = []
+        append = locations.append
+        pack = _RECORD.pack
+        crc = crc32c.crc32c
+        buffer = self._buffer
+        total = 0
+        for entry in entries:
+            record_size = _RECORD.size + len(entry)
+            if self._active_fd < 0 or (
+                self._size + record_size > self._limit and self._size > HEADER_SIZE
+            ):
+                self._ledger_bytes[ledger_id] += total
+                total = 0
+                self._roll()
+                buffer = self._buffer
+            append((self._active_id << 32) | self._size)
+            buffer += pack(len(entry), crc(entry))
+            buffer += entry
+            self._size += record_size
+            total += record_size
+            if len(buffer) >= WRITE_BUFFER_BYTES:
+                self._write_buffer()
+        self._ledger_bytes[ledger_id] += total
+        return locations
 
     def _write_buffer(self) -> None:
         view = memoryview(self._buffer)

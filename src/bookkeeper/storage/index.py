@@ -63,8 +63,12 @@ class LedgerIndex:
         locations: Iterable[tuple[int, int, int]],
         ledgers: Iterable[tuple[int, formats.LedgerData]],
     ) -> None:
-        """Writes entry locations ``(ledger, entry, location)`` and ledger states in one durable commit."""
-        items = sorted((_KEY.pack(lid, eid), _LOCATION.pack(loc)) for lid, eid, loc in locations)
+        """Writes entry locations ``(ledger, entry, location)`` and ledger states in one durable commit.
+
+        Locations given in (ledger, entry) order are written as they come; LMDB inserts sorted keys
+        fastest."""
+        key, value = _KEY.pack, _LOCATION.pack
+        items = [(key(lid, eid), value(loc)) for lid, eid, loc in locations]
         with self._env.begin(write=True) as txn:
             if items:
                 txn.cursor(self._locations).putmulti(items)

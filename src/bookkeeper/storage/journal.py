@@ -1,16 +1,21 @@
 """The bookie journal: append records, group-commit them with one write + fsync, replay them.
 
 Format (docs/formats/journal.md): files ``<16 hex digit id>.txn`` that start with a 16-byte
-header (magic ``PBKJ``, u32 format version 1, u64 file id) followed by records::
+header (magic ``PBKJ``, u32 format version 2, u64 file id) followed by *groups*, one per group
+commit::
 
-    u32 length      bytes after the checksum (type byte + body)
-    u32 crc32c      CRC32C of type byte + body
-    u8  type        1 entry, 2 master key, 3 fence, 4 explicit LAC, 5 force
-    ... body
+    u32 length              bytes of the group after this 8-byte header
+    u32 crc32c              CRC32C of those bytes
+    u32 count               records in the group
+    u8  type[count]         1 entry, 2 master key, 3 fence, 4 explicit LAC, 5 force
+    u32 length[count]       body length of each record
+    ...                     the bodies, back to back
 
-All integers are big-endian. A record is durable once the fsync of the group that holds it
-returned. At replay a short or failing record at the tail of the newest file is a torn write
-and is cut off; anywhere else it is corruption and replay stops with the file and offset.
+All integers are big-endian. A record is durable once the fsync of its group returned and is
+acknowledged only then, so a group is the unit of loss: at replay a short or failing group at the
+tail of the newest file is a torn write and is cut off whole; any other damage is corruption and
+replay stops with the file and offset. Framing a group once (one checksum, one header) instead of
+every record keeps the journal thread's per-entry work to a list append.
 
 Group commit: the journal thread takes every record queued while the previous fsync ran (up to
 ``buffered_writes_threshold`` bytes), writes them with one ``write`` and makes them durable with
@@ -27,7 +32,6 @@ import queue
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import crc32c
@@ -35,10 +39,11 @@ import crc32c
 log = logging.getLogger(__name__)
 
 MAGIC = b"PBKJ"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 FILE_HEADER = struct.Struct(">4sIQ")
-RECORD_HEADER = struct.Struct(">IIB")  # length, crc, type
-MAX_RECORD_SIZE = 64 * 1024 * 1024
+GROUP_HEADER = struct.Struct(">II")  # length, crc
+_COUNT = struct.Struct(">I")
+MAX_GROUP_SIZE = 1024 * 1024 * 1024
 
 
 class RecordType(enum.IntEnum):
@@ -49,26 +54,20 @@ class RecordType(enum.IntEnum):
     FORCE = 5
 
 
+_VALID_TYPES = frozenset(int(t) for t in RecordType)
+
+
 class JournalError(Exception):
     """The journal could not make records durable; the bookie must stop taking writes."""
 
 
 class CorruptJournalError(JournalError):
-    """A record in the middle of the journal is damaged."""
+    """A group in the middle of the journal is damaged."""
 
     def __init__(self, path: str, offset: int, reason: str) -> None:
         super().__init__(f"journal {path} is corrupt at offset {offset}: {reason}")
         self.path = path
         self.offset = offset
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    """Where a record's body lies: journal file id, offset of the body, body length."""
-
-    file_id: int
-    offset: int
-    length: int
 
 
 def journal_name(file_id: int) -> str:
@@ -95,8 +94,60 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _parse_group(
+    data: bytes, offset: int
+) -> tuple[list[tuple[RecordType, bytes]], str | None, int]:
+    """(records, problem, end of the group) of the group at ``offset``."""
+    end = len(data)
+    if end - offset < GROUP_HEADER.size:
+        return [], "truncated group header", end
+    length, crc = GROUP_HEADER.unpack_from(data, offset)
+    start = offset + GROUP_HEADER.size
+    group_end = start + length
+    if length < _COUNT.size or length > MAX_GROUP_SIZE:
+        return [], f"impossible group length {length}", end
+    if group_end > end:
+        return [], "truncated group", end
+    payload = memoryview(data)[start:group_end]
+    if crc32c.crc32c(payload) != crc:
+        return [], "group checksum mismatch", group_end
+    (count,) = _COUNT.unpack_from(payload, 0)
+    lengths_at = _COUNT.size + count
+    bodies_at = lengths_at + 4 * count
+    if bodies_at > length:
+        return [], f"a group of {length} bytes cannot hold {count} records", group_end
+    lengths = struct.unpack_from(f">{count}I", payload, lengths_at)
+    if bodies_at + sum(lengths) != length:
+        return [], "record lengths do not add up to the group length", group_end
+    records: list[tuple[RecordType, bytes]] = []
+    position = start + bodies_at
+    for record_type, body_length in zip(payload[_COUNT.size : lengths_at], lengths, strict=True):
+        if record_type not in _VALID_TYPES:
+            return [], f"unknown record type {record_type}", group_end
+        records.append((RecordType(record_type), data[position : position + body_length]))
+        position += body_length
+    return records, None, group_end
+
+
+def _torn_tail(data: bytes, offset: int, problem: str) -> bool:
+    # A torn write leaves a partial group at the very end. A checksum failure followed by more
+    # data is corruption, not a torn tail; it counts as a tail only when the group reaches the end
+    # of the file or only zero fill follows.
+    if problem in ("truncated group header", "truncated group"):
+        return True
+    rest = data[offset:]
+    if not rest.strip(b"\0"):
+        return True
+    length = struct.unpack_from(">I", data, offset)[0] if len(rest) >= 4 else 0
+    return offset + GROUP_HEADER.size + length >= len(data)
+
+
 def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]:
-    """Yields (type, body, body offset) of each valid record; cuts a torn tail of the last file."""
+    """Yields (type, body, offset just past its group) of every record of every valid group; cuts
+    a torn tail off the newest file and raises ``CorruptJournalError`` for any other damage."""
     with open(path, "r+b" if is_last else "rb") as handle:
         data = handle.read()
         if len(data) < FILE_HEADER.size:
@@ -108,25 +159,10 @@ def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]
         if magic != MAGIC or version != FORMAT_VERSION:
             raise CorruptJournalError(path, 0, f"bad magic {magic!r} or version {version}")
         offset = FILE_HEADER.size
-        end = len(data)
-        while offset < end:
-            problem = None
-            if end - offset < RECORD_HEADER.size:
-                problem = "truncated record header"
-            else:
-                length, crc, rtype = RECORD_HEADER.unpack_from(data, offset)
-                body_start = offset + RECORD_HEADER.size
-                body_end = body_start + length - 1
-                if length < 1 or length > MAX_RECORD_SIZE:
-                    problem = f"impossible record length {length}"
-                elif body_end > end:
-                    problem = "truncated record body"
-                elif crc32c.crc32c(data[offset + 8 : body_end]) != crc:
-                    problem = "record checksum mismatch"
-                elif rtype not in RecordType.__members__.values():
-                    problem = f"unknown record type {rtype}"
+        while offset < len(data):
+            records, problem, group_end = _parse_group(data, offset)
             if problem is not None:
-                if is_last and _only_zeros_or_tail(data, offset, problem):
+                if is_last and _torn_tail(data, offset, problem):
                     log.warning(
                         "journal %s: cutting torn tail at offset %d (%s)", path, offset, problem
                     )
@@ -135,41 +171,33 @@ def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]
                     os.fsync(handle.fileno())
                     return
                 raise CorruptJournalError(path, offset, problem)
-            yield RecordType(rtype), data[body_start:body_end], body_start
-            offset = body_end
+            for record_type, body in records:
+                yield record_type, body, group_end
+            offset = group_end
 
 
 def replay(
     directory: str, mark: tuple[int, int] | None
 ) -> Iterator[tuple[RecordType, bytes, int, int]]:
-    """Yields (type, body, file id, offset after the record) of every record at or after ``mark``
-    (all records when there is none), in order; the newest file's torn tail is cut."""
+    """Yields (type, body, file id, offset just past its group) of every record in the groups at
+    or after ``mark`` (every record when there is none), in order. Marks fall on group ends."""
     ids = list_journal_ids(directory)
     start_file, start_offset = mark if mark is not None else (-1, 0)
     for position, file_id in enumerate(ids):
         if file_id < start_file:
             continue
         path = os.path.join(directory, journal_name(file_id))
-        for record_type, body, body_offset in scan(path, is_last=position == len(ids) - 1):
-            if file_id == start_file and body_offset - RECORD_HEADER.size < start_offset:
+        for record_type, body, group_end in scan(path, is_last=position == len(ids) - 1):
+            if file_id == start_file and group_end <= start_offset:
                 continue
-            yield record_type, body, file_id, body_offset + len(body)
+            yield record_type, body, file_id, group_end
 
 
-def _only_zeros_or_tail(data: bytes, offset: int, problem: str) -> bool:
-    # A torn write leaves a partial record at the very end. A checksum failure followed by more
-    # valid-looking data is corruption, not a torn tail; we accept it as a tail only when it is the
-    # last record (its declared end reaches the end of the file) or the rest is zero fill.
-    if problem in ("truncated record header", "truncated record body"):
-        return True
-    rest = data[offset:]
-    if not rest.strip(b"\0"):
-        return True
-    length = struct.unpack_from(">I", data, offset)[0] if len(rest) >= 4 else 0
-    return offset + RECORD_HEADER.size + length - 1 >= len(data)
+# -- writing ---------------------------------------------------------------------------------
 
-
-Callback = Callable[[list[tuple[Any, Location | None]], Exception | None], None]
+# Called on the journal thread with the tokens of a durable group, or with the tokens of failed
+# records and the error. Records appended with token None are not reported.
+Callback = Callable[[list[Any], Exception | None], None]
 
 
 class Journal:
@@ -195,7 +223,7 @@ class Journal:
         self._fd = -1
         self._file_id = -1
         self._size = 0
-        # (file id, offset) just past the last record written: a LastLogMark candidate.
+        # (file id, offset) just past the last group written: a LastLogMark candidate.
         self.position: tuple[int, int] = (-1, 0)
 
     def open(self, next_file_id: int) -> None:
@@ -230,8 +258,9 @@ class Journal:
         self._queue.put((record_type, body, token))
 
     def _run(self) -> None:
+        get, get_nowait = self._queue.get, self._queue.get_nowait
         while True:
-            first = self._queue.get()
+            first = get()
             if first is None:
                 break
             batch = [first]
@@ -239,7 +268,7 @@ class Journal:
             stop = False
             while size < self._threshold:
                 try:
-                    item = self._queue.get_nowait()
+                    item = get_nowait()
                 except queue.Empty:
                     break
                 if item is None:
@@ -252,30 +281,30 @@ class Journal:
                 break
 
     def _commit(self, batch: list[tuple[int, bytes, Any]]) -> None:
+        tokens = [token for _, _, token in batch if token is not None]
         if self._failure is not None:
-            self._on_synced([(token, None) for _, _, token in batch], self._failure)
+            self._on_synced(tokens, self._failure)
             return
         try:
             if self._size >= self._max_file_size:
                 self._roll(self._file_id + 1)
-            parts: list[bytes] = []
-            results: list[tuple[Any, Location | None]] = []
-            offset = self._size
-            for record_type, body, token in batch:
-                type_byte = bytes((record_type,))
-                crc = crc32c.crc32c(body, crc32c.crc32c(type_byte))
-                parts.append(RECORD_HEADER.pack(len(body) + 1, crc, record_type))
-                parts.append(body)
-                body_offset = offset + RECORD_HEADER.size
-                results.append((token, Location(self._file_id, body_offset, len(body))))
-                offset = body_offset + len(body)
-            data = b"".join(parts)
-            view = memoryview(data)
+            count = len(batch)
+            bodies = [body for _, body, _ in batch]
+            payload = b"".join(
+                (
+                    _COUNT.pack(count),
+                    bytes([record_type for record_type, _, _ in batch]),
+                    struct.pack(f">{count}I", *map(len, bodies)),
+                    *bodies,
+                )
+            )
+            view = memoryview(GROUP_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload)
+            total = len(view)
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
-            self._size = offset
-            self.position = (self._file_id, offset)
+            self._size += total
+            self.position = (self._file_id, self._size)
             if self._sync_data:
                 os.fdatasync(self._fd)
         except OSError as error:
@@ -284,9 +313,9 @@ class Journal:
                 "the bookie takes no more writes on this journal"
             )
             log.error("%s", self._failure)
-            self._on_synced([(token, None) for _, _, token in batch], self._failure)
+            self._on_synced(tokens, self._failure)
             return
-        self._on_synced(results, None)
+        self._on_synced(tokens, None)
 
     def delete_before(self, file_id: int) -> list[int]:
         """Deletes the journal files older than ``file_id`` (never the one being written)."""

@@ -56,12 +56,16 @@ class LedgerInfo:
 
 @dataclass(slots=True)
 class _Generation:
-    """One generation of the write cache."""
+    """One generation of the write cache: ledger id -> entry id -> entry bytes.
 
-    entries: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    Keyed per ledger so that a checkpoint walks ledgers in order over int keys that arrive almost
+    sorted, instead of sorting (ledger, entry) tuples."""
+
+    ledgers: dict[int, dict[int, bytes]] = field(default_factory=dict)
     last_entry: dict[int, int] = field(default_factory=dict)
     dirty_ledgers: set[int] = field(default_factory=set)
     size_bytes: int = 0
+    count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,11 +153,19 @@ class LedgerStorage:
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> None:
         with self._lock:
             current = self._current
-            previous = current.entries.get((ledger_id, entry_id))
-            current.entries[(ledger_id, entry_id)] = entry
-            current.size_bytes += len(entry) - (len(previous) if previous is not None else 0)
-            if entry_id > current.last_entry.get(ledger_id, -1):
+            entries = current.ledgers.get(ledger_id)
+            if entries is None:
+                entries = current.ledgers[ledger_id] = {}
                 current.last_entry[ledger_id] = entry_id
+            elif entry_id > current.last_entry[ledger_id]:
+                current.last_entry[ledger_id] = entry_id
+            previous = entries.get(entry_id)
+            entries[entry_id] = entry
+            if previous is None:
+                current.size_bytes += len(entry)
+                current.count += 1
+            else:  # a recovery add of an entry the cache holds already
+                current.size_bytes += len(entry) - len(previous)
 
     @property
     def write_cache_bytes(self) -> int:
@@ -180,15 +192,13 @@ class LedgerStorage:
             entry_id = self.last_entry_id(ledger_id)
             if entry_id < 0:
                 raise NoEntryError(ledger_id, -1)
-        key = (ledger_id, entry_id)
-        entry = self._current.entries.get(key)
-        if entry is not None:
-            return entry
-        flushing = self._flushing
-        if flushing is not None:
-            entry = flushing.entries.get(key)
-            if entry is not None:
-                return entry
+        for generation in (self._current, self._flushing):
+            if generation is not None:
+                entries = generation.ledgers.get(ledger_id)
+                if entries is not None:
+                    entry = entries.get(entry_id)
+                    if entry is not None:
+                        return entry
         location = self.index.location(ledger_id, entry_id)
         if location is None:
             raise NoEntryError(ledger_id, entry_id)
@@ -211,10 +221,14 @@ class LedgerStorage:
                 self._current = _Generation()
                 self._flushing = flushing
             try:
-                locations = [
-                    (ledger_id, entry_id, self.entry_logger.add(ledger_id, entry))
-                    for (ledger_id, entry_id), entry in sorted(flushing.entries.items())
-                ]
+                locations: list[tuple[int, int, int]] = []
+                for ledger_id in sorted(flushing.ledgers):
+                    entries = flushing.ledgers[ledger_id]
+                    entry_ids = sorted(entries)
+                    placed = self.entry_logger.add_many(ledger_id, [entries[e] for e in entry_ids])
+                    locations.extend(
+                        zip([ledger_id] * len(entry_ids), entry_ids, placed, strict=True)
+                    )
                 self.entry_logger.flush()
                 states = []
                 for ledger_id in sorted(flushing.dirty_ledgers):
@@ -225,15 +239,19 @@ class LedgerStorage:
             except BaseException:
                 # Put the generation back so nothing is lost; the next checkpoint retries it.
                 with self._lock:
-                    merged = flushing
-                    merged.entries.update(self._current.entries)
-                    for ledger_id, last in self._current.last_entry.items():
-                        merged.last_entry[ledger_id] = max(
-                            last, merged.last_entry.get(ledger_id, -1)
+                    newer = self._current
+                    for ledger_id, entries in newer.ledgers.items():
+                        flushing.ledgers.setdefault(ledger_id, {}).update(entries)
+                        last = newer.last_entry[ledger_id]
+                        flushing.last_entry[ledger_id] = max(
+                            last, flushing.last_entry.get(ledger_id, -1)
                         )
-                    merged.dirty_ledgers |= self._current.dirty_ledgers
-                    merged.size_bytes = sum(len(e) for e in merged.entries.values())
-                    self._current = merged
+                    flushing.dirty_ledgers |= newer.dirty_ledgers
+                    flushing.size_bytes = sum(
+                        len(e) for es in flushing.ledgers.values() for e in es.values()
+                    )
+                    flushing.count = sum(len(es) for es in flushing.ledgers.values())
+                    self._current = flushing
                     self._flushing = None
                 raise
             with self._lock:
