@@ -28,6 +28,7 @@ import os
 import struct
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 
 import crc32c
 
@@ -167,6 +168,10 @@ class EntryLogger:
         self._write_buffer()
         os.fdatasync(self._active_fd)
 
+    def roll(self) -> None:
+        """Closes the active log (writing its ledgers map) and starts a new one."""
+        self._roll()
+
     def _roll(self) -> None:
         if self._active_fd >= 0:
             self._write_ledgers_map()
@@ -290,6 +295,32 @@ class EntryLogger:
                 offset += _RECORD.size + length
                 handle.seek(offset)
         return dict(sizes)
+
+    def file_size(self, log_id: int) -> int:
+        return os.path.getsize(self.path(log_id))
+
+    def records(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
+        """(ledger id, entry id, record offset, entry) of every valid record of a log, in order;
+        stops at the ledgers map or a torn tail, raises ``CorruptEntryError`` on a bad checksum."""
+        path = self.path(log_id)
+        with open(path, "rb") as handle:
+            offset = HEADER_SIZE
+            handle.seek(offset)
+            while True:
+                head = handle.read(_RECORD.size)
+                if len(head) < _RECORD.size:
+                    return
+                length, expected_crc = _RECORD.unpack(head)
+                entry = handle.read(length)
+                if len(entry) < length or length < 16:
+                    return  # torn tail
+                ledger_id, entry_id = _IDS.unpack_from(entry, 0)
+                if ledger_id == -1 and entry_id == LEDGERS_MAP_ENTRY_ID:
+                    return
+                if crc32c.crc32c(entry) != expected_crc:
+                    raise CorruptEntryError(path, offset, "checksum mismatch")
+                yield ledger_id, entry_id, offset, entry
+                offset += _RECORD.size + length
 
     def delete(self, log_id: int) -> None:
         if log_id == self._active_id:

@@ -124,6 +124,19 @@ class LedgerIndex:
                     return
                 yield int(entry_id), int(_LOCATION.unpack(value)[0])
 
+    def move_locations(self, moves: list[tuple[int, int, int, int]]) -> int:
+        """Compaction's commit: for each (ledger, entry, old, new), point the entry at ``new`` only
+        if it still points at ``old``; one durable transaction. Returns how many moved."""
+        moved = 0
+        with self._env.begin(write=True, db=self._locations) as txn:
+            for ledger_id, entry_id, old, new in moves:
+                key = _KEY.pack(ledger_id, entry_id)
+                current = txn.get(key)
+                if current is not None and _LOCATION.unpack(current)[0] == old:
+                    txn.put(key, _LOCATION.pack(new))
+                    moved += 1
+        return moved
+
     def delete_ledger(self, ledger_id: int) -> int:
         """Removes a ledger's state and locations; returns the number of entries removed."""
         removed = 0

@@ -258,6 +258,24 @@ class LedgerStorage:
                 self._flushing = None
             return CheckpointResult(len(locations), flushing.size_bytes, len(states))
 
+    def exclusive(self) -> threading.Lock:
+        """The lock held while writing entry logs (checkpoints, compaction): one writer at a time."""
+        return self._flush_lock
+
+    def delete_ledger(self, ledger_id: int) -> int:
+        """Removes everything of a deleted ledger: index state and locations, cached entries.
+
+        Its bytes in entry logs are reclaimed when those logs are deleted or compacted."""
+        with self._lock:
+            removed = self._current.ledgers.pop(ledger_id, None)
+            if removed:
+                self._current.size_bytes -= sum(len(entry) for entry in removed.values())
+                self._current.count -= len(removed)
+            self._current.last_entry.pop(ledger_id, None)
+            self._current.dirty_ledgers.discard(ledger_id)
+            self._infos.pop(ledger_id, None)
+        return self.index.delete_ledger(ledger_id)
+
     def close(self) -> None:
         self.entry_logger.close()
         self.index.close()
