@@ -17,10 +17,11 @@ import logging
 import shutil
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
+from bookkeeper.storage.gc import GcConfig
 from bookkeeper.storage.ledger_storage import (
     LedgerInfo,
     NoEntryError,
@@ -42,6 +43,7 @@ class BookieConfig:
     """Settings of one bookie (``bk_server.conf`` names in the comments)."""
 
     storage: StorageConfig
+    gc: GcConfig = field(default_factory=GcConfig)
     host: str = "127.0.0.1"  # advertisedAddress / listeningInterface
     port: int = 3181  # bookiePort
     bookie_id: str | None = None  # bookieId; default host:port

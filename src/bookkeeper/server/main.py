@@ -10,10 +10,12 @@ import os
 import signal
 import socket
 
+from bookkeeper.errors import MetadataStoreError, NoSuchLedgerError
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.server.bookie import Bookie, BookieConfig
 from bookkeeper.server.connection import BookieConnection
 from bookkeeper.storage.engine import StorageConfig
+from bookkeeper.storage.gc import GcConfig, LedgerExists, ListLedgers
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ class BookieServer:
                 self.config.host,
                 self.config.port,
             )
+            list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
+            self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
         log.info(
             "bookie %s serving on %s:%d",
             self.config.effective_bookie_id,
@@ -73,6 +77,31 @@ class BookieServer:
             connection.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+def gc_metadata_view(metadata: MetadataClient) -> tuple[ListLedgers, LedgerExists]:
+    """The two metadata questions garbage collection asks, answered so that it errs on keeping.
+
+    The listing fails unless the cluster's instance id is still the one seen at start: an emptied
+    or replaced metadata store must not look like "every ledger was deleted"."""
+    instance = metadata.instance_id()
+
+    def list_ledgers() -> list[int]:
+        current = metadata.instance_id()
+        if instance is None or current != instance:
+            raise MetadataStoreError(
+                f"cluster instance id is {current!r}, the bookie started with {instance!r}; not collecting"
+            )
+        return list(metadata.list_ledgers())
+
+    def ledger_exists(ledger_id: int) -> bool:
+        try:
+            metadata.read_ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return False
+        return True
+
+    return list_ledgers, ledger_exists
 
 
 async def serve(config: BookieConfig, metadata_uri: str | None, ready_file: str | None) -> None:
@@ -124,6 +153,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--journal-max-size-mb", type=int, default=2048, help="journalMaxSizeMB")
     parser.add_argument("--log-size-limit-mb", type=int, default=1024, help="logSizeLimit in MiB")
+    parser.add_argument("--gc-wait-time-ms", type=int, default=600_000, help="gcWaitTime")
+    parser.add_argument(
+        "--minor-compaction-threshold", type=float, default=0.2, help="minorCompactionThreshold"
+    )
+    parser.add_argument(
+        "--minor-compaction-interval-s", type=float, default=3600, help="minorCompactionInterval"
+    )
+    parser.add_argument(
+        "--major-compaction-threshold", type=float, default=0.8, help="majorCompactionThreshold"
+    )
+    parser.add_argument(
+        "--major-compaction-interval-s", type=float, default=86400, help="majorCompactionInterval"
+    )
+    parser.add_argument(
+        "--compaction-rate-bytes",
+        type=int,
+        default=100 * 1024 * 1024,
+        help="compactionRateByBytes (per second)",
+    )
     parser.add_argument("--bookie-id", help="bookieId (default host:port)")
     parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
     parser.add_argument(
@@ -145,5 +193,15 @@ def main(args: argparse.Namespace) -> None:
         write_cache_max_bytes=args.write_cache_mb * 1024 * 1024,
         flush_interval_s=args.flush_interval_ms / 1000.0,
     )
-    config = BookieConfig(storage=storage, host=args.host, port=args.port, bookie_id=args.bookie_id)
+    gc = GcConfig(
+        gc_wait_time_s=args.gc_wait_time_ms / 1000.0,
+        minor_compaction_threshold=args.minor_compaction_threshold,
+        minor_compaction_interval_s=args.minor_compaction_interval_s,
+        major_compaction_threshold=args.major_compaction_threshold,
+        major_compaction_interval_s=args.major_compaction_interval_s,
+        compaction_rate_bytes=args.compaction_rate_bytes,
+    )
+    config = BookieConfig(
+        storage=storage, gc=gc, host=args.host, port=args.port, bookie_id=args.bookie_id
+    )
     run_event_loop(serve(config, args.metadata_uri, args.ready_file))

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from bookkeeper.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
 from bookkeeper.storage.journal import Callback, Journal, RecordType, list_journal_ids, replay
 from bookkeeper.storage.last_log_mark import read_mark, write_mark
 from bookkeeper.storage.ledger_storage import LedgerInfo, LedgerStorage
@@ -78,6 +79,7 @@ class StorageEngine:
         self.last_mark: tuple[int, int] | None = None
         self.checkpoints = 0
         self.replayed_records = 0
+        self.gc: GarbageCollector | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -124,9 +126,20 @@ class StorageEngine:
             entry_id = int(_LEDGER_ID.unpack_from(body, 8)[0])
             self.storage.add_entry(ledger_id, entry_id, bytes(body))
 
+    def start_gc(
+        self, list_ledgers: ListLedgers, ledger_exists: LedgerExists, config: GcConfig
+    ) -> GarbageCollector:
+        """Starts the garbage collection thread (it needs the metadata store, so the bookie
+        starts it once connected)."""
+        self.gc = GarbageCollector(self.storage, list_ledgers, ledger_exists, config)
+        self.gc.start()
+        return self.gc
+
     def close(self) -> None:
-        """Stops the sync thread, syncs the journal, and checkpoints everything so a restart
-        replays nothing; entry logs end on a whole record."""
+        """Stops GC and the sync thread, syncs the journal, and checkpoints everything so a
+        restart replays nothing; entry logs end on a whole record."""
+        if self.gc is not None:
+            self.gc.close()
         self._stopping.set()
         self._checkpoint_requested.set()
         if self._sync_thread is not None:
