@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bookkeeper.storage.disk import (
+    DiskChecker,
+    DiskReport,
+    DiskState,
+    DiskThresholds,
+    total_and_free,
+)
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
 from bookkeeper.storage.gc import GcConfig
 from bookkeeper.storage.ledger_storage import (
@@ -44,6 +50,8 @@ class BookieConfig:
 
     storage: StorageConfig
     gc: GcConfig = field(default_factory=GcConfig)
+    disk: DiskThresholds = field(default_factory=DiskThresholds)
+    disk_check_interval_s: float = 10.0  # diskCheckInterval
     host: str = "127.0.0.1"  # advertisedAddress / listeningInterface
     port: int = 3181  # bookiePort
     bookie_id: str | None = None  # bookieId; default host:port
@@ -64,6 +72,31 @@ class Bookie:
         # Ledgers whose fence record is not durable yet -> callbacks waiting for it.
         self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
         self._closed = False
+        self.disk = DiskChecker(
+            [config.storage.journal_directory, config.storage.ledger_directory], config.disk
+        )
+        # Read-only: normal adds get EREADONLY; recovery adds, fences and reads still work.
+        self.read_only = False
+
+    def check_disks(self) -> DiskReport:
+        """Checks disk usage and turns the bookie read-only or writable; safe from any thread."""
+        report = self.disk.check()
+        if report.state == DiskState.WARN:
+            log.warning("disk %s is %.1f%% full", report.path, 100 * report.usage)
+        # A write that ran out of space means full, whatever the usage figure says: large writes
+        # (a checkpoint, a journal group) can fail while statvfs still shows some room.
+        if report.usage < self.disk.thresholds.lwm:
+            self.engine.space_freed()
+        full = report.state == DiskState.FULL or self.engine.out_of_space
+        if full != self.read_only:
+            self.read_only = full
+            log.warning(
+                "disk %s is %.1f%% full: bookie is now %s",
+                report.path,
+                100 * report.usage,
+                "read-only" if full else "writable again",
+            )
+        return report
 
     def start(self) -> None:
         self.engine.start()
@@ -114,6 +147,9 @@ class Bookie:
         recovery: bool,
         done: StatusDone,
     ) -> None:
+        if self.read_only and not recovery:
+            done(StatusCode.EREADONLY)
+            return
         if self._refuses_writes():
             done(StatusCode.EIO)
             return
@@ -225,5 +261,4 @@ class Bookie:
 
     def disk_info(self) -> tuple[int, int]:
         """(total, free) bytes of the ledger disk."""
-        usage = shutil.disk_usage(self.config.storage.ledger_directory)
-        return usage.total, usage.free
+        return total_and_free(self.config.storage.ledger_directory)

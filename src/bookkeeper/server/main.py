@@ -14,6 +14,7 @@ from bookkeeper.errors import MetadataStoreError, NoSuchLedgerError
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.server.bookie import Bookie, BookieConfig
 from bookkeeper.server.connection import BookieConnection
+from bookkeeper.storage.disk import DiskThresholds
 from bookkeeper.storage.engine import StorageConfig
 from bookkeeper.storage.gc import GcConfig, LedgerExists, ListLedgers
 
@@ -30,11 +31,14 @@ class BookieServer:
         self.bookie: Bookie | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[BookieConnection] = set()
+        self._registered_read_only: bool | None = None
+        self._disk_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.bookie = Bookie(self.config, loop)
         await asyncio.to_thread(self.bookie.start)
+        await asyncio.to_thread(self.bookie.check_disks)
         bookie = self.bookie
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,14 +49,10 @@ class BookieServer:
         if self.metadata_uri:
             self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
             await asyncio.to_thread(self.metadata.init_cluster)
-            await asyncio.to_thread(
-                self.metadata.register_bookie,
-                self.config.effective_bookie_id,
-                self.config.host,
-                self.config.port,
-            )
+            await self._register()
             list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
             self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
+        self._disk_task = asyncio.ensure_future(self._watch_disks())
         log.info(
             "bookie %s serving on %s:%d",
             self.config.effective_bookie_id,
@@ -60,14 +60,50 @@ class BookieServer:
             self.config.port,
         )
 
+    async def _register(self) -> None:
+        """Registers as writable or read-only, moving the registration when the mode changed."""
+        assert self.metadata is not None and self.bookie is not None
+        read_only = self.bookie.read_only
+        if read_only == self._registered_read_only:
+            return
+        bookie_id = self.config.effective_bookie_id
+        if self._registered_read_only is not None:
+            await asyncio.to_thread(
+                self.metadata.unregister_bookie, bookie_id, readonly=self._registered_read_only
+            )
+        await asyncio.to_thread(
+            self.metadata.register_bookie,
+            bookie_id,
+            self.config.host,
+            self.config.port,
+            readonly=read_only,
+        )
+        self._registered_read_only = read_only
+        log.info("bookie %s registered as %s", bookie_id, "read-only" if read_only else "writable")
+
+    async def _watch_disks(self) -> None:
+        assert self.bookie is not None
+        while True:
+            await asyncio.sleep(self.config.disk_check_interval_s)
+            try:
+                await asyncio.to_thread(self.bookie.check_disks)
+                if self.metadata is not None:
+                    await self._register()
+            except Exception:
+                log.exception("disk check or re-registration failed; retrying at the next check")
+
     async def stop(self) -> None:
         """Stops accepting, unregisters, lets queued journal writes finish, closes connections."""
+        if self._disk_task is not None:
+            self._disk_task.cancel()
         if self._server is not None:
             self._server.close()
         if self.metadata is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(
-                    self.metadata.unregister_bookie, self.config.effective_bookie_id
+                    self.metadata.unregister_bookie,
+                    self.config.effective_bookie_id,
+                    readonly=bool(self._registered_read_only),
                 )
             await asyncio.to_thread(self.metadata.close)
         if self.bookie is not None:
@@ -155,6 +191,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-size-limit-mb", type=int, default=1024, help="logSizeLimit in MiB")
     parser.add_argument("--gc-wait-time-ms", type=int, default=600_000, help="gcWaitTime")
     parser.add_argument(
+        "--disk-usage-threshold", type=float, default=0.95, help="diskUsageThreshold"
+    )
+    parser.add_argument(
+        "--disk-usage-warn-threshold", type=float, default=0.90, help="diskUsageWarnThreshold"
+    )
+    parser.add_argument(
+        "--disk-usage-lwm-threshold", type=float, default=None, help="diskUsageLwmThreshold"
+    )
+    parser.add_argument(
+        "--disk-check-interval-ms", type=int, default=10_000, help="diskCheckInterval"
+    )
+    parser.add_argument(
         "--minor-compaction-threshold", type=float, default=0.2, help="minorCompactionThreshold"
     )
     parser.add_argument(
@@ -201,7 +249,18 @@ def main(args: argparse.Namespace) -> None:
         major_compaction_interval_s=args.major_compaction_interval_s,
         compaction_rate_bytes=args.compaction_rate_bytes,
     )
+    disk = DiskThresholds(
+        usage_threshold=args.disk_usage_threshold,
+        warn_threshold=args.disk_usage_warn_threshold,
+        lwm_threshold=args.disk_usage_lwm_threshold,
+    )
     config = BookieConfig(
-        storage=storage, gc=gc, host=args.host, port=args.port, bookie_id=args.bookie_id
+        storage=storage,
+        gc=gc,
+        disk=disk,
+        disk_check_interval_s=args.disk_check_interval_ms / 1000.0,
+        host=args.host,
+        port=args.port,
+        bookie_id=args.bookie_id,
     )
     run_event_loop(serve(config, args.metadata_uri, args.ready_file))

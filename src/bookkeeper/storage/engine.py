@@ -20,6 +20,7 @@ checkpoint or journal write stops the engine from taking writes (``failure``), n
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -146,7 +147,7 @@ class StorageEngine:
             self._sync_thread.join()
             self._sync_thread = None
         self.journal.close()
-        if self._checkpoint_failure is None and self.journal.failure is None:
+        if self.journal.failure is None:
             try:
                 self.checkpoint()
             except Exception:
@@ -154,6 +155,18 @@ class StorageEngine:
                     "final checkpoint failed; the journal will be replayed at the next start"
                 )
         self.storage.close()
+
+    @property
+    def out_of_space(self) -> bool:
+        """Whether the last journal write or checkpoint ran out of disk space."""
+        failure = self._checkpoint_failure
+        checkpoint_full = isinstance(failure, OSError) and failure.errno == errno.ENOSPC
+        return self.journal.out_of_space or checkpoint_full
+
+    def space_freed(self) -> None:
+        """The disk check saw usage fall below the low-water mark: forget past out-of-space errors
+        (a read-only bookie gets no writes that could clear them); a new one sets them again."""
+        self.journal.out_of_space = False
 
     @property
     def failure(self) -> Exception | None:
@@ -236,7 +249,16 @@ class StorageEngine:
             try:
                 self.checkpoint()
             except Exception as error:
+                # Nothing is lost: the journal still holds every record after the old mark. Writes
+                # are refused until a checkpoint succeeds again (e.g. once space is freed).
                 self._checkpoint_failure = error
-                log.exception("checkpoint failed; the bookie takes no more writes")
-                return
+                log.error(
+                    "checkpoint failed (%s); refusing writes, retrying in %.1f s",
+                    error,
+                    self.config.flush_interval_s,
+                )
+                continue
+            if self._checkpoint_failure is not None:
+                log.warning("checkpoint succeeded again; taking writes")
+                self._checkpoint_failure = None
             log.debug("checkpoint took %.3f s", time.monotonic() - started)

@@ -91,6 +91,7 @@ class EntryLogger:
         self._active_fd = -1
         self._active_id = -1
         self._size = 0
+        self._synced_size = 0
         self._buffer = bytearray()
         self._ledger_bytes: dict[int, int] = defaultdict(int)
 
@@ -120,6 +121,7 @@ class EntryLogger:
         os.fsync(fd)
         fsync_directory(self.directory)
         self._active_fd, self._active_id, self._size = fd, log_id, HEADER_SIZE
+        self._synced_size = HEADER_SIZE
         self._ledger_bytes = defaultdict(int)
 
     def add(self, ledger_id: int, entry: bytes) -> int:
@@ -154,11 +156,14 @@ class EntryLogger:
         return locations
 
     def _write_buffer(self) -> None:
-        view = memoryview(self._buffer)
-        while view:
-            written = os.write(self._active_fd, view)
-            view = view[written:]
-        view.release()
+        with memoryview(self._buffer) as whole:
+            view = whole
+            try:
+                while view:
+                    written = os.write(self._active_fd, view)
+                    view = view[written:]
+            finally:
+                view.release()  # the buffer can only be cleared once no view of it is alive
         self._buffer.clear()
 
     def flush(self) -> None:
@@ -167,6 +172,22 @@ class EntryLogger:
             return
         self._write_buffer()
         os.fdatasync(self._active_fd)
+        self._synced_size = self._size
+
+    def abandon_active(self) -> None:
+        """After a failed write or sync: cut the active log back to what was synced (the index
+        points only there) and start a new log at the next write, so offsets stay right."""
+        self._buffer = bytearray()
+        if self._active_fd >= 0:
+            try:
+                os.ftruncate(self._active_fd, self._synced_size)
+            except OSError:
+                log.exception("cannot truncate entry log %d after a failed write", self._active_id)
+            try:
+                os.close(self._active_fd)
+            except OSError:
+                log.exception("cannot close entry log %d after a failed write", self._active_id)
+            self._active_fd = -1
 
     def roll(self) -> None:
         """Closes the active log (writing its ledgers map) and starts a new one."""

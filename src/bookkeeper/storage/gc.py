@@ -264,9 +264,13 @@ class GarbageCollector:
             return
         with self.storage.exclusive():
             logger = self.storage.entry_logger
-            moved = [(lid, eid, old, logger.add(lid, entry)) for lid, eid, old, entry in batch]
-            logger.flush()
-            self.storage.index.move_locations(moved)
+            try:
+                moved = [(lid, eid, old, logger.add(lid, entry)) for lid, eid, old, entry in batch]
+                logger.flush()
+                self.storage.index.move_locations(moved)
+            except BaseException:
+                logger.abandon_active()  # keep offsets right for the next writer; nothing moved
+                raise
 
     def _throttle(self, copied: int, started: float) -> None:
         rate = self.config.compaction_rate_bytes

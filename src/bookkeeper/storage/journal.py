@@ -26,6 +26,7 @@ journal does not pretend the data reached the disk.
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import os
 import queue
@@ -225,6 +226,8 @@ class Journal:
         self._size = 0
         # (file id, offset) just past the last group written: a LastLogMark candidate.
         self.position: tuple[int, int] = (-1, 0)
+        # Set while the last write ran out of space; cleared by the next write that fits.
+        self.out_of_space = False
 
     def open(self, next_file_id: int) -> None:
         """Starts a new journal file and the writer thread."""
@@ -241,13 +244,19 @@ class Journal:
         return self._failure
 
     def _roll(self, file_id: int) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
+        """Starts file ``file_id``; the current file stays in use if the new one cannot be made."""
         path = os.path.join(self.directory, journal_name(file_id))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, FILE_HEADER.pack(MAGIC, FORMAT_VERSION, file_id))
-        os.fsync(fd)
-        fsync_directory(self.directory)
+        try:
+            os.write(fd, FILE_HEADER.pack(MAGIC, FORMAT_VERSION, file_id))
+            os.fsync(fd)
+            fsync_directory(self.directory)
+        except OSError:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        if self._fd >= 0:
+            os.close(self._fd)
         self._fd = fd
         self._file_id = file_id
         self._size = FILE_HEADER.size
@@ -287,7 +296,18 @@ class Journal:
             return
         try:
             if self._size >= self._max_file_size:
-                self._roll(self._file_id + 1)
+                try:
+                    self._roll(self._file_id + 1)
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+                    self.out_of_space = True
+                    log.error(
+                        "journal: disk full, cannot start a new file; failing %d records",
+                        len(batch),
+                    )
+                    self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
+                    return
             count = len(batch)
             bodies = [body for _, body, _ in batch]
             payload = b"".join(
@@ -300,11 +320,26 @@ class Journal:
             )
             view = memoryview(GROUP_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload)
             total = len(view)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            try:
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+            except OSError as error:
+                if error.errno != errno.ENOSPC or not self._cut_partial_group():
+                    raise
+                # Out of space while writing: the partial group is cut off again and nothing in it
+                # was acknowledged, so the journal stays usable once space is freed.
+                self.out_of_space = True
+                log.error(
+                    "journal %s: disk full; failing %d records",
+                    journal_name(self._file_id),
+                    len(batch),
+                )
+                self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
+                return
             self._size += total
             self.position = (self._file_id, self._size)
+            self.out_of_space = False
             if self._sync_data:
                 os.fdatasync(self._fd)
         except OSError as error:
@@ -316,6 +351,16 @@ class Journal:
             self._on_synced(tokens, self._failure)
             return
         self._on_synced(tokens, None)
+
+    def _cut_partial_group(self) -> bool:
+        """Truncates the file back to the end of the last whole group; False if even that fails."""
+        try:
+            os.ftruncate(self._fd, self._size)
+            os.lseek(self._fd, self._size, os.SEEK_SET)
+        except OSError:
+            log.exception("journal %s: cannot cut a partial group", journal_name(self._file_id))
+            return False
+        return True
 
     def delete_before(self, file_id: int) -> list[int]:
         """Deletes the journal files older than ``file_id`` (never the one being written)."""

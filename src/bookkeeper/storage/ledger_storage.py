@@ -68,6 +68,23 @@ class _Generation:
     count: int = 0
 
 
+def _merge_into(current: _Generation, older: _Generation) -> None:
+    """Adds an older generation's entries and dirty ledgers to ``current``, keeping newer entries."""
+    for ledger_id, entries in older.ledgers.items():
+        target = current.ledgers.get(ledger_id)
+        if target is None:
+            current.ledgers[ledger_id] = target = {}
+        for entry_id, entry in entries.items():
+            if entry_id not in target:
+                target[entry_id] = entry
+                current.size_bytes += len(entry)
+                current.count += 1
+        last = older.last_entry.get(ledger_id, -1)
+        if last > current.last_entry.get(ledger_id, -1):
+            current.last_entry[ledger_id] = last
+    current.dirty_ledgers |= older.dirty_ledgers
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointResult:
     entries: int
@@ -217,6 +234,9 @@ class LedgerStorage:
         """
         with self._flush_lock:
             with self._lock:
+                assert self._flushing is None, (
+                    "a checkpoint must never replace a generation in flight"
+                )
                 flushing = self._current
                 self._current = _Generation()
                 self._flushing = flushing
@@ -237,22 +257,13 @@ class LedgerStorage:
                         states.append((ledger_id, info.to_proto()))
                 self.index.commit(locations, states)
             except BaseException:
-                # Put the generation back so nothing is lost; the next checkpoint retries it.
+                # Nothing may be lost: the failed generation is merged back into the current one
+                # (newer entries win) before it stops being "flushing", so a reader always finds
+                # every entry in one of the two; the next checkpoint retries it in a new log.
                 with self._lock:
-                    newer = self._current
-                    for ledger_id, entries in newer.ledgers.items():
-                        flushing.ledgers.setdefault(ledger_id, {}).update(entries)
-                        last = newer.last_entry[ledger_id]
-                        flushing.last_entry[ledger_id] = max(
-                            last, flushing.last_entry.get(ledger_id, -1)
-                        )
-                    flushing.dirty_ledgers |= newer.dirty_ledgers
-                    flushing.size_bytes = sum(
-                        len(e) for es in flushing.ledgers.values() for e in es.values()
-                    )
-                    flushing.count = sum(len(es) for es in flushing.ledgers.values())
-                    self._current = flushing
+                    _merge_into(self._current, flushing)
                     self._flushing = None
+                self.entry_logger.abandon_active()
                 raise
             with self._lock:
                 self._flushing = None

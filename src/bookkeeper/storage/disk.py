@@ -1,0 +1,104 @@
+"""Disk usage of a bookie's directories against its thresholds (reference section 1.13).
+
+* usage >= ``diskUsageWarnThreshold`` (0.90): warn.
+* usage >= ``diskUsageThreshold`` (0.95): full; the bookie turns read-only (adds get EREADONLY,
+  recovery adds still go through while space lasts) and registers as read-only.
+* back to writable once usage falls below ``diskUsageLwmThreshold`` (the threshold by default).
+
+Usage is (total - available) / total of the file system holding each directory; the worst one
+counts (``readOnlyModeOnAnyDiskFullEnabled``).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+DiskUsage = Callable[[str], tuple[int, int]]  # path -> (total bytes, available bytes)
+
+
+def statvfs_usage(path: str) -> tuple[int, int]:
+    stats = os.statvfs(path)
+    return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
+
+
+class DiskState(enum.Enum):
+    OK = "ok"
+    WARN = "warn"
+    FULL = "full"
+
+
+@dataclass(frozen=True, slots=True)
+class DiskThresholds:
+    usage_threshold: float = 0.95  # diskUsageThreshold
+    warn_threshold: float = 0.90  # diskUsageWarnThreshold
+    lwm_threshold: float | None = None  # diskUsageLwmThreshold (default: usage_threshold)
+
+    def __post_init__(self) -> None:
+        lwm = self.usage_threshold if self.lwm_threshold is None else self.lwm_threshold
+        if (
+            not 0 < self.warn_threshold <= self.usage_threshold <= 1
+            or not 0 < lwm <= self.usage_threshold
+        ):
+            raise ValueError(
+                "disk thresholds need 0 < diskUsageWarnThreshold <= diskUsageThreshold <= 1 and "
+                f"0 < diskUsageLwmThreshold <= diskUsageThreshold; got warn={self.warn_threshold} "
+                f"threshold={self.usage_threshold} lwm={lwm}"
+            )
+
+    @property
+    def lwm(self) -> float:
+        return self.usage_threshold if self.lwm_threshold is None else self.lwm_threshold
+
+
+@dataclass(frozen=True, slots=True)
+class DiskReport:
+    usage: float  # worst usage over the directories
+    path: str  # the directory with that usage
+    state: DiskState
+    total_bytes: int
+    free_bytes: int
+
+
+class DiskChecker:
+    """Decides, from the directories' usage, whether the bookie should be read-only."""
+
+    def __init__(
+        self,
+        directories: Iterable[str],
+        thresholds: DiskThresholds,
+        usage: DiskUsage = statvfs_usage,
+    ) -> None:
+        self.directories = list(directories)
+        self.thresholds = thresholds
+        self._usage = usage
+        self.full = False
+
+    def check(self) -> DiskReport:
+        worst: tuple[float, str, int, int] = (-1.0, "", 0, 0)
+        for directory in self.directories:
+            total, free = self._usage(directory)
+            used = (total - free) / total if total else 1.0
+            if used > worst[0]:
+                worst = (used, directory, total, free)
+        used, path, total, free = worst
+        if self.full:
+            self.full = used >= self.thresholds.lwm
+        else:
+            self.full = used >= self.thresholds.usage_threshold
+        if self.full:
+            state = DiskState.FULL
+        elif used >= self.thresholds.warn_threshold:
+            state = DiskState.WARN
+        else:
+            state = DiskState.OK
+        return DiskReport(used, path, state, total, free)
+
+
+def total_and_free(path: str) -> tuple[int, int]:
+    """(total, free) bytes of the file system holding ``path`` (for GET_BOOKIE_INFO)."""
+    usage = shutil.disk_usage(path)
+    return usage.total, usage.free
