@@ -184,6 +184,18 @@ class MetadataClient:
         except NoNodeError:
             return
 
+    # -- cookies -------------------------------------------------------------------------------
+
+    def read_cookie(self, bookie_id: str) -> tuple[bytes, int] | None:
+        """(cookie text, version) stored for a bookie at ``cookies/<bookieId>``, if any."""
+        try:
+            return self.store.get(f"{self.root}/cookies/{bookie_id}")
+        except NoNodeError:
+            return None
+
+    def create_cookie(self, bookie_id: str, data: bytes) -> None:
+        self.store.create(f"{self.root}/cookies/{bookie_id}", data)
+
     # -- bookies -------------------------------------------------------------------------------
 
     def register_bookie(

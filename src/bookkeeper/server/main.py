@@ -14,6 +14,7 @@ from bookkeeper.errors import MetadataStoreError, NoSuchLedgerError
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.server.bookie import Bookie, BookieConfig
 from bookkeeper.server.connection import BookieConnection
+from bookkeeper.storage.cookie import Cookie, verify_or_create
 from bookkeeper.storage.disk import DiskThresholds
 from bookkeeper.storage.engine import StorageConfig
 from bookkeeper.storage.gc import GcConfig, LedgerExists, ListLedgers
@@ -36,6 +37,13 @@ class BookieServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        storage = self.config.storage
+        if self.metadata_uri:
+            self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
+            await asyncio.to_thread(self.metadata.init_cluster)
+        # Cookies first: nothing of the directories is read or written until they are known to
+        # belong to this bookie in this cluster.
+        await asyncio.to_thread(check_cookies, self.config, self.metadata)
         self.bookie = Bookie(self.config, loop)
         await asyncio.to_thread(self.bookie.start)
         await asyncio.to_thread(self.bookie.check_disks)
@@ -46,18 +54,18 @@ class BookieServer:
         self._server = await loop.create_server(
             lambda: BookieConnection(bookie, self._connections), sock=listener, backlog=1024
         )
-        if self.metadata_uri:
-            self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
-            await asyncio.to_thread(self.metadata.init_cluster)
+        if self.metadata is not None:
             await self._register()
             list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
             self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
         self._disk_task = asyncio.ensure_future(self._watch_disks())
         log.info(
-            "bookie %s serving on %s:%d",
+            "bookie %s serving on %s:%d (journal %s, ledgers %s)",
             self.config.effective_bookie_id,
             self.config.host,
             self.config.port,
+            storage.journal_directory,
+            storage.ledger_directory,
         )
 
     async def _register(self) -> None:
@@ -113,6 +121,45 @@ class BookieServer:
             connection.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+class MetadataCookieStore:
+    """The metadata store's copy of cookies, for ``verify_or_create``."""
+
+    def __init__(self, metadata: MetadataClient) -> None:
+        self._metadata = metadata
+
+    def read(self, bookie_id: str) -> Cookie | None:
+        found = self._metadata.read_cookie(bookie_id)
+        return (
+            None
+            if found is None
+            else Cookie.decode(found[0], f"the metadata store's cookies/{bookie_id}")
+        )
+
+    def create(self, cookie: Cookie) -> None:
+        self._metadata.create_cookie(cookie.bookie_id, cookie.encode())
+
+
+def check_cookies(config: BookieConfig, metadata: MetadataClient | None) -> None:
+    """Raises ``InvalidCookieError`` unless the directories belong to this bookie and cluster."""
+    storage = config.storage
+    expected = Cookie(
+        bookie_id=config.effective_bookie_id,
+        journal_dir=storage.journal_directory,
+        ledger_dirs=(storage.ledger_directory,),
+        instance_id=metadata.instance_id() if metadata is not None else None,
+    )
+    directories = [storage.journal_directory, storage.ledger_directory]
+    for directory in directories:
+        os.makedirs(directory, exist_ok=True)
+    store = MetadataCookieStore(metadata) if metadata is not None else None
+    if verify_or_create(expected, directories, store):
+        log.info(
+            "new bookie %s: cookies written to %s",
+            config.effective_bookie_id,
+            ", ".join(directories),
+        )
 
 
 def gc_metadata_view(metadata: MetadataClient) -> tuple[ListLedgers, LedgerExists]:
