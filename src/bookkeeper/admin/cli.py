@@ -162,6 +162,60 @@ def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
         print(f"  custom {key} = {value!r}")
 
 
+def _cmd_lastmark(args: argparse.Namespace) -> None:
+    from bookkeeper.storage.inspect import last_mark
+
+    mark = last_mark(args.ledger_dir)
+    if mark is None:
+        print(f"no LastLogMark in {args.ledger_dir}: every journal file present would be replayed")
+    else:
+        print(f"LastLogMark: journal file {mark[0]:x} ({mark[0]}), offset {mark[1]}")
+
+
+def _cmd_readjournal(args: argparse.Namespace) -> None:
+    from bookkeeper.storage.inspect import journal_records
+
+    counts: dict[str, int] = {}
+    for record in journal_records(args.journal_dir, int(args.id, 16) if args.id else None):
+        counts[record.record_type.name] = counts.get(record.record_type.name, 0) + 1
+        if not args.summary:
+            entry = "" if record.entry_id is None else f" entry {record.entry_id}"
+            print(
+                f"journal {record.file_id:x} group ending at {record.group_end}: "
+                f"{record.record_type.name} ledger {record.ledger_id}{entry} ({record.length} bytes)"
+            )
+    summary = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+    print(f"records: {summary}" if counts else "no records")
+
+
+def _cmd_readlog(args: argparse.Namespace) -> None:
+    from bookkeeper.storage.inspect import log_records
+
+    count = 0
+    for record in log_records(args.ledger_dir, int(args.logid, 16)):
+        if args.ledgerid is not None and record.ledger_id != args.ledgerid:
+            continue
+        count += 1
+        if not args.summary:
+            print(
+                f"offset {record.offset}: ledger {record.ledger_id} entry {record.entry_id} ({record.length} bytes)"
+            )
+    print(f"{count} entries")
+
+
+def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
+    from bookkeeper.storage.inspect import local_consistency_check
+
+    report = local_consistency_check(args.ledger_dir)
+    for problem in report.problems or []:
+        print(f"PROBLEM: {problem}")
+    print(
+        f"checked {report.entries} entries of {report.ledgers} ledgers: {'ok' if report.ok else 'PROBLEMS FOUND'}"
+    )
+    if not report.ok:
+        sys.exit(1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from bookkeeper.server import main as bookie_main
 
@@ -219,6 +273,33 @@ def build_parser() -> argparse.ArgumentParser:
         "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
     )
     ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
+
+    def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+        sub = shell_commands.add_parser(name, help=help_text)
+        sub.set_defaults(run=run)
+        return sub
+
+    lastmark = local_command(
+        "lastmark", "print the LastLogMark of a ledger directory", _cmd_lastmark
+    )
+    lastmark.add_argument("--ledger-dir", required=True)
+    readjournal = local_command(
+        "readjournal", "list the records of journal files", _cmd_readjournal
+    )
+    readjournal.add_argument("--journal-dir", required=True)
+    readjournal.add_argument("--id", help="journal file id in hex (default: every file)")
+    readjournal.add_argument("--summary", action="store_true", help="only count records by type")
+    readlog = local_command("readlog", "list the entries of an entry log", _cmd_readlog)
+    readlog.add_argument("--ledger-dir", required=True)
+    readlog.add_argument("-l", "--logid", required=True, help="entry log id in hex")
+    readlog.add_argument("--ledgerid", type=int, help="only this ledger's entries")
+    readlog.add_argument("--summary", action="store_true", help="only count entries")
+    consistency = local_command(
+        "localconsistencycheck",
+        "read every indexed entry back and check it",
+        _cmd_localconsistencycheck,
+    )
+    consistency.add_argument("--ledger-dir", required=True)
     return parser
 
 

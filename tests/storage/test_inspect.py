@@ -1,0 +1,62 @@
+"""The local storage tools of ``bookkeeper shell``: lastmark, readjournal, readlog,
+localconsistencycheck."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bookkeeper.admin.cli import main
+from bookkeeper.storage.entry_log import log_name
+
+from .test_engine import KEY, entry, open_engine
+
+
+def filled(tmp_path: Path) -> tuple[str, str]:
+    engine, durable = open_engine(tmp_path)
+    for ledger_id in (1, 2):
+        engine.create_ledger(ledger_id, KEY)
+        for entry_id in range(5):
+            engine.add_entry(ledger_id, entry_id, entry(ledger_id, entry_id), True)
+    durable.wait_for(10)
+    engine.checkpoint()
+    engine.fence(2, True)
+    durable.wait_for(11)
+    engine.close()
+    return str(tmp_path / "journal"), str(tmp_path / "ledgers")
+
+
+def test_lastmark_readjournal_readlog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal, ledgers = filled(tmp_path)
+    main(["shell", "lastmark", "--ledger-dir", ledgers])
+    assert "LastLogMark: journal file 0 (0), offset" in capsys.readouterr().out
+    main(["shell", "readjournal", "--journal-dir", journal])
+    out = capsys.readouterr().out
+    assert "ENTRY ledger 1 entry 4" in out and "FENCE ledger 2" in out
+    assert "records: ENTRY 10, FENCE 1, MASTER_KEY 2" in out
+    main(["shell", "readlog", "--ledger-dir", ledgers, "-l", "0", "--ledgerid", "2"])
+    out = capsys.readouterr().out
+    assert (
+        "ledger 2 entry 3" in out
+        and "ledger 1 entry" not in out
+        and out.strip().endswith("5 entries")
+    )
+
+
+def test_localconsistencycheck_finds_a_damaged_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, ledgers = filled(tmp_path)
+    main(["shell", "localconsistencycheck", "--ledger-dir", ledgers])
+    assert "checked 10 entries of 2 ledgers: ok" in capsys.readouterr().out
+    path = Path(ledgers) / log_name(0)
+    data = bytearray(path.read_bytes())
+    data[1024 + 8 + 50] ^= 0x01  # inside the first record's body
+    path.write_bytes(bytes(data))
+    with pytest.raises(SystemExit) as exited:
+        main(["shell", "localconsistencycheck", "--ledger-dir", ledgers])
+    assert exited.value.code == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM: ledger 1 entry 0 (log 0 offset 1024)" in out and "checksum mismatch" in out
+    assert "PROBLEMS FOUND" in out
