@@ -235,3 +235,20 @@ def test_a_failed_checkpoint_stops_writes_and_loses_nothing(
     assert all(engine.read(0, e) == entry(0, e) for e in range(10))
     assert os.path.exists(tmp_path / "journal")
     engine.close()
+
+
+def test_ledger_state_cache_stays_bounded_and_states_survive_eviction(tmp_path: Path) -> None:
+    engine, _ = open_engine(tmp_path, ledger_cache_size=100)
+    for ledger_id in range(1000):
+        engine.create_ledger(ledger_id, KEY)
+    engine.checkpoint()  # states persisted: now clean and evictable
+    for ledger_id in range(1000, 1300):
+        engine.create_ledger(ledger_id, bytes([ledger_id % 256]) * 20)
+    assert len(engine.storage._infos) <= 100 + 10 + 300  # size, one growth margin, the dirty ones
+    engine.checkpoint()
+    for ledger_id in range(1300, 1400):
+        engine.create_ledger(ledger_id, KEY)
+    assert len(engine.storage._infos) <= 110
+    assert engine.ledger(5) is not None and engine.ledger(5).master_key == KEY  # type: ignore[union-attr]
+    assert engine.ledger(1200).master_key == bytes([1200 % 256]) * 20  # type: ignore[union-attr]
+    engine.close()

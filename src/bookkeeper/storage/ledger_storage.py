@@ -107,6 +107,7 @@ class LedgerStorage:
         self.index = LedgerIndex(directory)
         self._ledger_cache_size = ledger_cache_size
         self._infos: dict[int, LedgerInfo] = {}
+        self._evict_at = ledger_cache_size
         self._lock = threading.Lock()  # guards the swap of the current generation
         self._current = _Generation()
         self._flushing: _Generation | None = None
@@ -130,27 +131,38 @@ class LedgerStorage:
         return info
 
     def _remember(self, ledger_id: int, info: LedgerInfo) -> None:
-        if len(self._infos) >= self._ledger_cache_size:
-            self._evict_clean()
         self._infos[ledger_id] = info
+        if len(self._infos) > self._evict_at:
+            self._evict_clean()
 
     def _evict_clean(self) -> None:
+        """Drops the oldest clean ledger states down to 90% of the cache size. Changed states stay
+        until a checkpoint persists them; if that leaves the cache over its size, the next scan
+        waits until it grew by another 10%, so a burst of new ledgers costs no scan per ledger."""
+        flushing = self._flushing
         keep = self._current.dirty_ledgers | (
-            self._flushing.dirty_ledgers if self._flushing else set()
+            flushing.dirty_ledgers if flushing is not None else set()
         )
-        target = self._ledger_cache_size * 9 // 10
-        for ledger_id in [lid for lid in self._infos if lid not in keep][
-            : max(0, len(self._infos) - target)
-        ]:
+        excess = len(self._infos) - self._ledger_cache_size * 9 // 10
+        victims: list[int] = []
+        for ledger_id in self._infos:  # insertion order: oldest first
+            if len(victims) >= excess:
+                break
+            if ledger_id not in keep:
+                victims.append(ledger_id)
+        for ledger_id in victims:
             del self._infos[ledger_id]
+        self._evict_at = max(
+            self._ledger_cache_size, len(self._infos) + self._ledger_cache_size // 10
+        )
 
     def add_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
         """The ledger's state, created with ``master_key`` if the ledger is new."""
         info = self.ledger(ledger_id)
         if info is None:
             info = LedgerInfo(master_key)
+            self.mark_dirty(ledger_id)  # first: a dirty state is never evicted
             self._remember(ledger_id, info)
-            self.mark_dirty(ledger_id)
         elif not info.master_key:
             info.master_key = master_key
             self.mark_dirty(ledger_id)
@@ -253,8 +265,11 @@ class LedgerStorage:
                 states = []
                 for ledger_id in sorted(flushing.dirty_ledgers):
                     info = self._infos.get(ledger_id)
-                    if info is not None:
-                        states.append((ledger_id, info.to_proto()))
+                    if info is None:
+                        raise RuntimeError(
+                            f"ledger {ledger_id} changed but its state left the cache unsaved"
+                        )
+                    states.append((ledger_id, info.to_proto()))
                 self.index.commit(locations, states)
             except BaseException:
                 # Nothing may be lost: the failed generation is merged back into the current one
@@ -276,16 +291,18 @@ class LedgerStorage:
     def delete_ledger(self, ledger_id: int) -> int:
         """Removes everything of a deleted ledger: index state and locations, cached entries.
 
-        Its bytes in entry logs are reclaimed when those logs are deleted or compacted."""
-        with self._lock:
-            removed = self._current.ledgers.pop(ledger_id, None)
-            if removed:
-                self._current.size_bytes -= sum(len(entry) for entry in removed.values())
-                self._current.count -= len(removed)
-            self._current.last_entry.pop(ledger_id, None)
-            self._current.dirty_ledgers.discard(ledger_id)
-            self._infos.pop(ledger_id, None)
-        return self.index.delete_ledger(ledger_id)
+        Its bytes in entry logs are reclaimed when those logs are deleted or compacted. Never runs
+        during a checkpoint (which would find the ledger's changed state gone)."""
+        with self._flush_lock:
+            with self._lock:
+                removed = self._current.ledgers.pop(ledger_id, None)
+                if removed:
+                    self._current.size_bytes -= sum(len(entry) for entry in removed.values())
+                    self._current.count -= len(removed)
+                self._current.last_entry.pop(ledger_id, None)
+                self._current.dirty_ledgers.discard(ledger_id)
+                self._infos.pop(ledger_id, None)
+            return self.index.delete_ledger(ledger_id)
 
     def close(self) -> None:
         self.entry_logger.close()
