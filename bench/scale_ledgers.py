@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any
 
+from bookkeeper.storage.cookie import Cookie, write_local
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
 from bookkeeper.testing.local_cluster import free_port
 from bookkeeper.wire import v2
@@ -206,6 +207,15 @@ def main() -> None:
             f"({size / 1e6:,.0f} MB on disk)"
         )
         bookie = Bookie(directory)
+        # The fill ran the engine alone; stamp the cookies the bookie would have written.
+        cookie = Cookie(
+            f"127.0.0.1:{bookie.port}",
+            os.path.join(directory, "journal"),
+            (os.path.join(directory, "ledgers"),),
+            None,
+        )
+        for sub in ("journal", "ledgers"):
+            write_local(os.path.join(directory, sub), cookie)
         print(f"bookie start with {args.ledgers:,} ledgers: {bookie.start():.2f} s")
         probes = [
             (rng.randrange(args.ledgers), rng.randrange(args.entries)) for _ in range(args.requests)
