@@ -152,3 +152,19 @@ def test_failed_fsync_fails_the_records_and_every_later_one(
     assert [token for token, _ in collector.results] == ["first", "second"]
     assert all(isinstance(error, JournalError) for _, error in collector.results)
     assert journal.failure is not None
+
+
+def test_preallocated_zeros_after_a_crash_end_the_data_in_any_file(tmp_path: Path) -> None:
+    records = [(RecordType.ENTRY, entry(1, i, b"z" * 50)) for i in range(3)]
+    write_journal(tmp_path, records[:2], file_id=0, one_group_each=True)
+    write_journal(tmp_path, records[2:], file_id=1, one_group_each=True)
+    for file_id in (0, 1):  # a crash leaves the preallocated space of both files in place
+        with open(tmp_path / journal_name(file_id), "ab") as handle:
+            handle.write(bytes(1 << 20))
+    assert replayed(tmp_path) == records
+    # a torn group followed by preallocated zeros, in the newest file, is a torn tail
+    path = tmp_path / journal_name(1)
+    data = bytearray(path.read_bytes())
+    data[16 + 8 + 20] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert replayed(tmp_path) == records[:2]

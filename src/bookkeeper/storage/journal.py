@@ -134,16 +134,14 @@ def _parse_group(
 
 
 def _torn_tail(data: bytes, offset: int, problem: str) -> bool:
-    # A torn write leaves a partial group at the very end. A checksum failure followed by more
-    # data is corruption, not a torn tail; it counts as a tail only when the group reaches the end
-    # of the file or only zero fill follows.
+    # Groups are written one after another, so a torn write leaves a damaged group with nothing
+    # but zeros (preallocated space) or the end of the file after it. A damaged group followed by
+    # more data is corruption.
     if problem in ("truncated group header", "truncated group"):
         return True
-    rest = data[offset:]
-    if not rest.strip(b"\0"):
-        return True
-    length = struct.unpack_from(">I", data, offset)[0] if len(rest) >= 4 else 0
-    return offset + GROUP_HEADER.size + length >= len(data)
+    length = struct.unpack_from(">I", data, offset)[0]
+    end = offset + GROUP_HEADER.size + length
+    return end >= len(data) or not data[end:].strip(b"\0")
 
 
 def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]:
@@ -161,6 +159,10 @@ def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]
             raise CorruptJournalError(path, 0, f"bad magic {magic!r} or version {version}")
         offset = FILE_HEADER.size
         while offset < len(data):
+            if not data[offset : offset + GROUP_HEADER.size].strip(b"\0") and not data[
+                offset:
+            ].strip(b"\0"):
+                return  # preallocated space: the end of the data in this file
             records, problem, group_end = _parse_group(data, offset)
             if problem is not None:
                 if is_last and _torn_tail(data, offset, problem):
@@ -212,12 +214,15 @@ class Journal:
         max_file_size: int = 2 * 1024**3,
         buffered_writes_threshold: int = 512 * 1024,
         sync_data: bool = True,
+        preallocate_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.directory = directory
         self._on_synced = on_synced
         self._max_file_size = max_file_size
         self._threshold = buffered_writes_threshold
         self._sync_data = sync_data
+        self._preallocate = preallocate_bytes
+        self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
         self._queue: queue.SimpleQueue[tuple[int, bytes, Any] | None] = queue.SimpleQueue()
         self._failure: Exception | None = None
         self._thread: threading.Thread | None = None
@@ -259,7 +264,7 @@ class Journal:
             os.close(self._fd)
         self._fd = fd
         self._file_id = file_id
-        self._size = FILE_HEADER.size
+        self._size = self._allocated = FILE_HEADER.size
         self.position = (file_id, FILE_HEADER.size)
 
     def append(self, record_type: RecordType, body: bytes, token: Any) -> None:
@@ -321,6 +326,12 @@ class Journal:
             view = memoryview(GROUP_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload)
             total = len(view)
             try:
+                if self._preallocate > 0 and self._size + total > self._allocated:
+                    # Grow the file ahead of the writes so that a group's fdatasync need not
+                    # also record a new file size. Replay stops at the zeros that follow.
+                    grow = max(self._preallocate, total)
+                    os.posix_fallocate(self._fd, self._allocated, grow)
+                    self._allocated += grow
                 while view:
                     written = os.write(self._fd, view)
                     view = view[written:]
@@ -357,6 +368,7 @@ class Journal:
         try:
             os.ftruncate(self._fd, self._size)
             os.lseek(self._fd, self._size, os.SEEK_SET)
+            self._allocated = self._size
         except OSError:
             log.exception("journal %s: cannot cut a partial group", journal_name(self._file_id))
             return False
@@ -382,5 +394,12 @@ class Journal:
             self._thread.join()
             self._thread = None
         if self._fd >= 0:
+            if self._allocated > self._size:
+                try:
+                    os.ftruncate(self._fd, self._size)  # give back the preallocated space
+                except OSError:
+                    log.warning(
+                        "journal %s: could not trim preallocated space", journal_name(self._file_id)
+                    )
             os.close(self._fd)
             self._fd = -1
