@@ -329,7 +329,8 @@ class Journal:
                 if self._preallocate > 0 and self._size + total > self._allocated:
                     # Grow the file ahead of the writes so that a group's fdatasync need not
                     # also record a new file size. Replay stops at the zeros that follow.
-                    grow = max(self._preallocate, total)
+                    # Never past the roll size: preallocation must not cost more than a full file.
+                    grow = max(min(self._preallocate, self._max_file_size - self._allocated), total)
                     os.posix_fallocate(self._fd, self._allocated, grow)
                     self._allocated += grow
                 while view:
