@@ -210,7 +210,7 @@ def main() -> None:
         # The fill ran the engine alone; stamp the cookies the bookie would have written.
         cookie = Cookie(
             f"127.0.0.1:{bookie.port}",
-            os.path.join(directory, "journal"),
+            (os.path.join(directory, "journal"),),
             (os.path.join(directory, "ledgers"),),
             None,
         )

@@ -18,7 +18,7 @@ fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,bench]'
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

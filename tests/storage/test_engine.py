@@ -11,7 +11,7 @@ import pytest
 
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
 from bookkeeper.storage.entry_log import log_name
-from bookkeeper.storage.journal import list_journal_ids
+from bookkeeper.storage.journal import list_journal_ids, replay
 from bookkeeper.storage.last_log_mark import FILE_NAME, read_mark
 from bookkeeper.storage.ledger_storage import NoEntryError, NoLedgerError, StorageIOError
 from bookkeeper.wire.digest import DigestManager, DigestType
@@ -80,7 +80,8 @@ def crash(engine: StorageEngine) -> None:
     engine._checkpoint_requested.set()
     assert engine._sync_thread is not None
     engine._sync_thread.join()
-    engine.journal.close()
+    for journal in engine.journals:
+        journal.close()
     engine.storage.index.close()
     engine.storage.entry_logger._buffer.clear()  # buffered, unflushed log bytes die with the process
     engine.storage.entry_logger.close()
@@ -90,7 +91,7 @@ def test_entries_are_read_from_cache_then_from_entry_log_after_checkpoint(tmp_pa
     engine, durable = open_engine(tmp_path)
     fill(engine, durable, range(1, 4), 50)
     assert engine.read(2, 7) == entry(2, 7)
-    mark = engine.checkpoint()
+    (mark,) = engine.checkpoint()
     assert read_mark(str(tmp_path / "ledgers")) == mark
     assert engine.storage.write_cache_bytes == 0
     assert engine.read(2, 7) == entry(2, 7)  # now from the entry log
@@ -146,7 +147,7 @@ def test_checkpoint_deletes_journals_older_than_the_mark(tmp_path: Path) -> None
     fill(engine, durable, range(3), 400)  # ~55 KiB per ledger in groups of 8 KiB: several files
     journals = list_journal_ids(str(tmp_path / "journal"))
     assert len(journals) > 2
-    mark = engine.checkpoint()
+    (mark,) = engine.checkpoint()
     assert list_journal_ids(str(tmp_path / "journal")) == [j for j in journals if j >= mark[0]]
     engine.close()
     engine, _ = open_engine(tmp_path)
@@ -251,4 +252,25 @@ def test_ledger_state_cache_stays_bounded_and_states_survive_eviction(tmp_path: 
     assert len(engine.storage._infos) <= 110
     assert engine.ledger(5) is not None and engine.ledger(5).master_key == KEY  # type: ignore[union-attr]
     assert engine.ledger(1200).master_key == bytes([1200 % 256]) * 20  # type: ignore[union-attr]
+    engine.close()
+
+
+def test_several_journal_directories(tmp_path: Path) -> None:
+    second = str(tmp_path / "journal2")
+    engine, durable = open_engine(tmp_path, extra_journal_directories=(second,))
+    fill(engine, durable, range(6), 10)  # even ledgers in the first journal, odd in the second
+    records = [
+        sum(1 for _ in replay(directory, None)) for directory in (str(tmp_path / "journal"), second)
+    ]
+    assert records == [3 * 11, 3 * 11]  # each ledger's master key and 10 entries, in its journal
+    engine.checkpoint()
+    assert sorted(os.listdir(tmp_path / "ledgers")).count("lastMark.1") == 1
+    engine.add_entry(3, 10, entry(3, 10), "odd")
+    engine.add_entry(4, 10, entry(4, 10), "even")
+    durable.wait_for(62)
+    crash(engine)
+    engine, _ = open_engine(tmp_path, extra_journal_directories=(second,))
+    assert engine.replayed_records == 2  # one record after each journal's mark
+    assert engine.read(3, 10) == entry(3, 10) and engine.read(4, 10) == entry(4, 10)
+    assert all(engine.read(lid, e) == entry(lid, e) for lid in range(6) for e in range(10))
     engine.close()

@@ -73,7 +73,7 @@ class Bookie:
         self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
         self._closed = False
         self.disk = DiskChecker(
-            [config.storage.journal_directory, config.storage.ledger_directory], config.disk
+            [*config.storage.journal_directories, config.storage.ledger_directory], config.disk
         )
         # Read-only: normal adds get EREADONLY; recovery adds, fences and reads still work.
         self.read_only = False

@@ -64,7 +64,7 @@ class BookieServer:
             self.config.effective_bookie_id,
             self.config.host,
             self.config.port,
-            storage.journal_directory,
+            ", ".join(storage.journal_directories),
             storage.ledger_directory,
         )
 
@@ -146,11 +146,11 @@ def check_cookies(config: BookieConfig, metadata: MetadataClient | None) -> None
     storage = config.storage
     expected = Cookie(
         bookie_id=config.effective_bookie_id,
-        journal_dir=storage.journal_directory,
+        journal_dirs=storage.journal_directories,
         ledger_dirs=(storage.ledger_directory,),
         instance_id=metadata.instance_id() if metadata is not None else None,
     )
-    directories = [storage.journal_directory, storage.ledger_directory]
+    directories = [*storage.journal_directories, storage.ledger_directory]
     for directory in directories:
         os.makedirs(directory, exist_ok=True)
     store = MetadataCookieStore(metadata) if metadata is not None else None
@@ -224,7 +224,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
     parser.add_argument("--port", type=int, default=3181, help="bookiePort")
-    parser.add_argument("--journal-dir", required=True, help="journalDirectories")
+    parser.add_argument(
+        "--journal-dir",
+        required=True,
+        action="append",
+        help="journalDirectories (repeat for several)",
+    )
     parser.add_argument(
         "--ledger-dir", help="ledgerDirectories (default: a 'ledgers' directory beside the journal)"
     )
@@ -275,12 +280,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    journal_directory = os.path.abspath(args.journal_dir)
+    journal_directories = [os.path.abspath(directory) for directory in args.journal_dir]
+    journal_directory = journal_directories[0]
     ledger_directory = os.path.abspath(
         args.ledger_dir or os.path.join(os.path.dirname(journal_directory), "ledgers")
     )
     storage = StorageConfig(
         journal_directory=journal_directory,
+        extra_journal_directories=tuple(journal_directories[1:]),
         ledger_directory=ledger_directory,
         journal_sync_data=not args.no_journal_sync,
         journal_max_size_bytes=args.journal_max_size_mb * 1024 * 1024,

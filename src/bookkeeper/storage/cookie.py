@@ -41,7 +41,7 @@ class InvalidCookieError(BKError):
 @dataclass(frozen=True, slots=True)
 class Cookie:
     bookie_id: str
-    journal_dir: str
+    journal_dirs: tuple[str, ...]
     ledger_dirs: tuple[str, ...]
     instance_id: str | None
     layout_version: int = LAYOUT_VERSION
@@ -49,8 +49,10 @@ class Cookie:
     def encode(self) -> bytes:
         message = formats.CookieFormat(
             bookieHost=self.bookie_id,
-            journalDir=self.journal_dir,
-            ledgerDirs="\t".join([str(len(self.ledger_dirs)), *self.ledger_dirs]),
+            journalDir=self.journal_dirs[0]
+            if len(self.journal_dirs) == 1
+            else _encode_dirs(self.journal_dirs),
+            ledgerDirs=_encode_dirs(self.ledger_dirs),
         )
         if self.instance_id is not None:
             message.instanceId = self.instance_id
@@ -64,34 +66,49 @@ class Cookie:
             if version < 4:
                 raise ValueError(f"cookie layout version {version} is too old (needs 4 or later)")
             message = text_format.Parse(body, formats.CookieFormat())
-            count, *dirs = message.ledgerDirs.split("\t")
-            if int(count) != len(dirs):
-                raise ValueError(f"ledgerDirs says {count} directories and lists {len(dirs)}")
+            dirs = _decode_dirs(message.ledgerDirs, "ledgerDirs")
+            journal_dirs = (
+                _decode_dirs(message.journalDir, "journalDir")
+                if "\t" in message.journalDir
+                else (message.journalDir,)
+            )
         except (UnicodeDecodeError, ValueError, text_format.ParseError) as error:
             raise InvalidCookieError(f"the cookie in {where} is unreadable: {error}") from error
         return cls(
             message.bookieHost,
-            message.journalDir,
-            tuple(dirs),
+            journal_dirs,
+            dirs,
             message.instanceId if message.HasField("instanceId") else None,
             version,
         )
 
     def describe_difference(self, other: Cookie) -> str:
         differences = []
-        for name in ("bookie_id", "journal_dir", "ledger_dirs", "instance_id"):
+        for name in ("bookie_id", "journal_dirs", "ledger_dirs", "instance_id"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if mine != theirs:
                 differences.append(f"{name} {theirs!r} instead of {mine!r}")
         return ", ".join(differences)
 
     def matches(self, other: Cookie) -> bool:
-        return (self.bookie_id, self.journal_dir, self.ledger_dirs, self.instance_id) == (
+        return (self.bookie_id, self.journal_dirs, self.ledger_dirs, self.instance_id) == (
             other.bookie_id,
-            other.journal_dir,
+            other.journal_dirs,
             other.ledger_dirs,
             other.instance_id,
         )
+
+
+def _encode_dirs(directories: tuple[str, ...]) -> str:
+    """BookKeeper's encoding of a directory list: the count, then each directory, tab-separated."""
+    return "\t".join([str(len(directories)), *directories])
+
+
+def _decode_dirs(text: str, field: str) -> tuple[str, ...]:
+    count, *directories = text.split("\t")
+    if int(count) != len(directories):
+        raise ValueError(f"{field} says {count} directories and lists {len(directories)}")
+    return tuple(directories)
 
 
 def read_local(directory: str) -> Cookie | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from bookkeeper.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
 from bookkeeper.storage.journal import Callback, Journal, RecordType, list_journal_ids, replay
-from bookkeeper.storage.last_log_mark import read_mark, write_mark
+from bookkeeper.storage.last_log_mark import mark_file_name, read_mark, write_mark
 from bookkeeper.storage.ledger_storage import LedgerInfo, LedgerStorage
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,9 @@ _LEDGER_ID = struct.Struct(">q")
 class StorageConfig:
     """Storage settings (``bk_server.conf`` names in the comments)."""
 
-    journal_directory: str  # journalDirectories
+    journal_directory: str  # journalDirectories (the first)
     ledger_directory: str  # ledgerDirectories
+    extra_journal_directories: tuple[str, ...] = ()  # journalDirectories (the others)
     journal_max_size_bytes: int = 2048 * 1024 * 1024  # journalMaxSizeMB
     journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
     journal_sync_data: bool = True  # journalSyncData
@@ -53,31 +54,41 @@ class StorageConfig:
     flush_interval_s: float = 10.0  # flushInterval (ms in bk_server.conf)
     ledger_cache_size: int = 100_000  # ledger states kept in memory
 
+    @property
+    def journal_directories(self) -> tuple[str, ...]:
+        return (self.journal_directory, *self.extra_journal_directories)
+
 
 class StorageEngine:
     """Durable ledger storage for one bookie."""
 
     def __init__(self, config: StorageConfig, on_durable: Callback) -> None:
         self.config = config
-        os.makedirs(config.journal_directory, exist_ok=True)
+        for directory in config.journal_directories:
+            os.makedirs(directory, exist_ok=True)
         os.makedirs(config.ledger_directory, exist_ok=True)
         self.storage = LedgerStorage(
             config.ledger_directory,
             log_size_limit=config.log_size_limit,
             ledger_cache_size=config.ledger_cache_size,
         )
-        self.journal = Journal(
-            config.journal_directory,
-            on_durable,
-            max_file_size=config.journal_max_size_bytes,
-            buffered_writes_threshold=config.journal_buffered_writes_threshold,
-            sync_data=config.journal_sync_data,
-        )
+        # One journal (and journal thread) per directory; a ledger always uses the same one, so
+        # its records keep their order.
+        self.journals = [
+            Journal(
+                directory,
+                on_durable,
+                max_file_size=config.journal_max_size_bytes,
+                buffered_writes_threshold=config.journal_buffered_writes_threshold,
+                sync_data=config.journal_sync_data,
+            )
+            for directory in config.journal_directories
+        ]
         self._checkpoint_requested = threading.Event()
         self._stopping = threading.Event()
         self._sync_thread: threading.Thread | None = None
         self._checkpoint_failure: Exception | None = None
-        self.last_mark: tuple[int, int] | None = None
+        self.last_marks: list[tuple[int, int] | None] = [None] * len(self.journals)
         self.checkpoints = 0
         self.replayed_records = 0
         self.gc: GarbageCollector | None = None
@@ -87,22 +98,23 @@ class StorageEngine:
     def start(self) -> int:
         """Replays the journal from the LastLogMark, opens a new journal file, starts the sync
         thread. Returns the number of journal records replayed."""
-        self.last_mark = read_mark(self.config.ledger_directory)
         replayed = 0
-        for record_type, body, _file_id, _offset in replay(
-            self.config.journal_directory, self.last_mark
-        ):
-            self._apply(record_type, body)
-            replayed += 1
-            if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
-                self.storage.checkpoint()  # bound memory during a long replay; the mark stays
-        ids = list_journal_ids(self.config.journal_directory)
-        self.journal.open((ids[-1] + 1) if ids else 0)
+        for index, journal in enumerate(self.journals):
+            mark = read_mark(self.config.ledger_directory, mark_file_name(index))
+            self.last_marks[index] = mark
+            for record_type, body, _file_id, _offset in replay(journal.directory, mark):
+                self._apply(record_type, body)
+                replayed += 1
+                if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+                    self.storage.checkpoint()  # bound memory during a long replay; marks stay
+        for journal in self.journals:
+            ids = list_journal_ids(journal.directory)
+            journal.open((ids[-1] + 1) if ids else 0)
         log.info(
-            "storage started: replayed %d journal records from mark %s; journal file %d",
+            "storage started: replayed %d journal records from marks %s of %d journal(s)",
             replayed,
-            self.last_mark,
-            self.journal.current_file_id,
+            self.last_marks,
+            len(self.journals),
         )
         self._sync_thread = threading.Thread(target=self._sync_loop, name="checkpoint", daemon=True)
         self._sync_thread.start()
@@ -146,8 +158,9 @@ class StorageEngine:
         if self._sync_thread is not None:
             self._sync_thread.join()
             self._sync_thread = None
-        self.journal.close()
-        if self.journal.failure is None:
+        for journal in self.journals:
+            journal.close()
+        if all(journal.failure is None for journal in self.journals):
             try:
                 self.checkpoint()
             except Exception:
@@ -161,17 +174,24 @@ class StorageEngine:
         """Whether the last journal write or checkpoint ran out of disk space."""
         failure = self._checkpoint_failure
         checkpoint_full = isinstance(failure, OSError) and failure.errno == errno.ENOSPC
-        return self.journal.out_of_space or checkpoint_full
+        return checkpoint_full or any(journal.out_of_space for journal in self.journals)
 
     def space_freed(self) -> None:
         """The disk check saw usage fall below the low-water mark: forget past out-of-space errors
         (a read-only bookie gets no writes that could clear them); a new one sets them again."""
-        self.journal.out_of_space = False
+        for journal in self.journals:
+            journal.out_of_space = False
 
     @property
     def failure(self) -> Exception | None:
         """Why the engine takes no more writes, if it does not."""
-        return self.journal.failure or self._checkpoint_failure
+        for journal in self.journals:
+            if journal.failure is not None:
+                return journal.failure
+        return self._checkpoint_failure
+
+    def journal_for(self, ledger_id: int) -> Journal:
+        return self.journals[ledger_id % len(self.journals)]
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -181,12 +201,14 @@ class StorageEngine:
     def create_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
         """Records a new ledger's master key (journaled; no completion is reported for it)."""
         info = self.storage.add_ledger(ledger_id, master_key)
-        self.journal.append(RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None)
+        self.journal_for(ledger_id).append(
+            RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None
+        )
         return info
 
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None:
         self.storage.add_entry(ledger_id, entry_id, entry)
-        self.journal.append(RecordType.ENTRY, entry, token)
+        self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token)
         if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
             self._checkpoint_requested.set()
 
@@ -201,17 +223,19 @@ class StorageEngine:
         assert info is not None, "fence needs the ledger's state"
         info.fenced = True
         self.storage.mark_dirty(ledger_id)
-        self.journal.append(RecordType.FENCE, _LEDGER_ID.pack(ledger_id), token)
+        self.journal_for(ledger_id).append(RecordType.FENCE, _LEDGER_ID.pack(ledger_id), token)
 
     def set_explicit_lac(self, ledger_id: int, body: bytes, token: Any) -> None:
         info = self.storage.ledger(ledger_id)
         assert info is not None, "an explicit LAC needs the ledger's state"
         info.explicit_lac = body
         self.storage.mark_dirty(ledger_id)
-        self.journal.append(RecordType.EXPLICIT_LAC, _LEDGER_ID.pack(ledger_id) + body, token)
+        self.journal_for(ledger_id).append(
+            RecordType.EXPLICIT_LAC, _LEDGER_ID.pack(ledger_id) + body, token
+        )
 
     def force(self, ledger_id: int, token: Any) -> None:
-        self.journal.append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), token)
+        self.journal_for(ledger_id).append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), token)
 
     def read(self, ledger_id: int, entry_id: int) -> bytes:
         return self.storage.read(ledger_id, entry_id)
@@ -221,23 +245,25 @@ class StorageEngine:
     def request_checkpoint(self) -> None:
         self._checkpoint_requested.set()
 
-    def checkpoint(self) -> tuple[int, int]:
-        """Runs one checkpoint now; returns the LastLogMark it persisted."""
-        mark = self.journal.position
+    def checkpoint(self) -> list[tuple[int, int]]:
+        """Runs one checkpoint now; returns the LastLogMark it persisted for each journal."""
+        marks = [journal.position for journal in self.journals]  # before the write cache is swapped
         result = self.storage.checkpoint()
-        write_mark(self.config.ledger_directory, mark)
-        self.last_mark = mark
-        deleted = self.journal.delete_before(mark[0])
+        deleted = []
+        for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
+            write_mark(self.config.ledger_directory, mark, mark_file_name(index))
+            self.last_marks[index] = mark
+            deleted.extend(journal.delete_before(mark[0]))
         self.checkpoints += 1
         log.debug(
-            "checkpoint: %d entries (%d bytes), %d ledger states; mark %s; deleted journals %s",
+            "checkpoint: %d entries (%d bytes), %d ledger states; marks %s; deleted journals %s",
             result.entries,
             result.bytes,
             result.ledgers,
-            mark,
+            marks,
             deleted,
         )
-        return mark
+        return marks
 
     def _sync_loop(self) -> None:
         while not self._stopping.is_set():

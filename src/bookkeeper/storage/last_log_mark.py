@@ -27,8 +27,13 @@ FILE_NAME = "lastMark"
 _MARK = struct.Struct(">qq")
 
 
-def read_mark(directory: str) -> tuple[int, int] | None:
-    path = os.path.join(directory, FILE_NAME)
+def mark_file_name(journal_index: int) -> str:
+    """``lastMark`` for the first journal, ``lastMark.<i>`` for the others (journalDirectories)."""
+    return FILE_NAME if journal_index == 0 else f"{FILE_NAME}.{journal_index}"
+
+
+def read_mark(directory: str, name: str = FILE_NAME) -> tuple[int, int] | None:
+    path = os.path.join(directory, name)
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -45,10 +50,10 @@ def read_mark(directory: str) -> tuple[int, int] | None:
     return int(file_id), int(offset)
 
 
-def write_mark(directory: str, mark: tuple[int, int]) -> None:
+def write_mark(directory: str, mark: tuple[int, int], name: str = FILE_NAME) -> None:
     body = _MARK.pack(*mark)
     data = body + struct.pack(">I", crc32c.crc32c(body))
-    path = os.path.join(directory, FILE_NAME)
+    path = os.path.join(directory, name)
     temporary = path + ".tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

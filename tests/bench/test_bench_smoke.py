@@ -1,0 +1,44 @@
+"""The benchmark scripts keep working: each runs for a moment with tiny parameters. (They
+measure speed; these tests only check that they run to the end. No timing is asserted.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench"
+)
+
+
+def run(script: str, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCH, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_storage_engine_benchmark_runs() -> None:
+    out = run("storage_engine.py", "--runs", "1", "--seconds", "0.05")
+    assert "fsyncs/s" in out and "1024 B entries" in out
+
+
+@pytest.mark.slow
+def test_scale_benchmark_runs() -> None:
+    out = run("scale_ledgers.py", "--ledgers", "2000", "--runs", "1", "--requests", "200")
+    assert "read back and verified" in out
+
+
+@pytest.mark.slow
+def test_index_store_benchmark_runs() -> None:
+    out = run("index_store.py", "--ledgers", "2000", "--runs", "1", "--lookups", "100")
+    assert "lmdb" in out and "sqlite" in out
