@@ -168,3 +168,17 @@ def test_preallocated_zeros_after_a_crash_end_the_data_in_any_file(tmp_path: Pat
     data[16 + 8 + 20] ^= 0xFF
     path.write_bytes(bytes(data))
     assert replayed(tmp_path) == records[:2]
+
+
+def test_max_group_wait_gathers_records_that_arrive_within_it(tmp_path: Path) -> None:
+    collector = Collector()
+    journal = Journal(
+        str(tmp_path), collector, max_group_wait_s=5.0, buffered_writes_threshold=3 * 136
+    )
+    journal.open(0)
+    for index in range(3):  # the third record fills the group: it is written without waiting 5 s
+        journal.append(RecordType.ENTRY, entry(1, index, b"w" * 100), index)
+    collector.wait_for(3)
+    journal.close()
+    group_ends = {group_end for _, _, _, group_end in replay(str(tmp_path), None)}
+    assert len(group_ends) == 1  # one group, one fsync

@@ -240,6 +240,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--write-cache-mb", type=int, default=256, help="dbStorage_writeCacheMaxSizeMb"
     )
     parser.add_argument("--journal-max-size-mb", type=int, default=2048, help="journalMaxSizeMB")
+    parser.add_argument(
+        "--journal-max-group-wait-ms",
+        type=float,
+        default=0.0,
+        help="journalMaxGroupWaitMSec (0: write when idle)",
+    )
+    parser.add_argument("--journal-prealloc-mb", type=int, default=16, help="journalPreAllocSizeMB")
     parser.add_argument("--log-size-limit-mb", type=int, default=1024, help="logSizeLimit in MiB")
     parser.add_argument("--gc-wait-time-ms", type=int, default=600_000, help="gcWaitTime")
     parser.add_argument(
@@ -291,6 +298,8 @@ def main(args: argparse.Namespace) -> None:
         ledger_directory=ledger_directory,
         journal_sync_data=not args.no_journal_sync,
         journal_max_size_bytes=args.journal_max_size_mb * 1024 * 1024,
+        journal_max_group_wait_s=args.journal_max_group_wait_ms / 1000.0,
+        journal_preallocate_bytes=args.journal_prealloc_mb * 1024 * 1024,
         log_size_limit=args.log_size_limit_mb * 1024 * 1024,
         write_cache_max_bytes=args.write_cache_mb * 1024 * 1024,
         flush_interval_s=args.flush_interval_ms / 1000.0,

@@ -48,6 +48,10 @@ class StorageConfig:
     extra_journal_directories: tuple[str, ...] = ()  # journalDirectories (the others)
     journal_max_size_bytes: int = 2048 * 1024 * 1024  # journalMaxSizeMB
     journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
+    journal_max_group_wait_s: float = (
+        0.0  # journalMaxGroupWaitMSec (BookKeeper: 2 ms; see journal.py)
+    )
+    journal_preallocate_bytes: int = 16 * 1024 * 1024  # journalPreAllocSizeMB
     journal_sync_data: bool = True  # journalSyncData
     log_size_limit: int = 1024**3  # logSizeLimit
     write_cache_max_bytes: int = 256 * 1024 * 1024  # dbStorage_writeCacheMaxSizeMb
@@ -81,6 +85,8 @@ class StorageEngine:
                 max_file_size=config.journal_max_size_bytes,
                 buffered_writes_threshold=config.journal_buffered_writes_threshold,
                 sync_data=config.journal_sync_data,
+                preallocate_bytes=config.journal_preallocate_bytes,
+                max_group_wait_s=config.journal_max_group_wait_s,
             )
             for directory in config.journal_directories
         ]

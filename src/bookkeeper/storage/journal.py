@@ -18,9 +18,10 @@ replay stops with the file and offset. Framing a group once (one checksum, one h
 every record keeps the journal thread's per-entry work to a list append.
 
 Group commit: the journal thread takes every record queued while the previous fsync ran (up to
-``buffered_writes_threshold`` bytes), writes them with one ``write`` and makes them durable with
-one ``fdatasync``. A failed write or fsync fails every waiting record and every later one: the
-journal does not pretend the data reached the disk.
+``buffered_writes_threshold`` bytes, waiting up to ``max_group_wait_s`` for more when the queue
+runs empty), writes them with one ``write`` and makes them durable with one ``fdatasync``. A
+failed fsync fails every waiting record and every later one: the journal does not pretend the
+data reached the disk. A write that runs out of space fails only its own group.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import os
 import queue
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -215,6 +217,7 @@ class Journal:
         buffered_writes_threshold: int = 512 * 1024,
         sync_data: bool = True,
         preallocate_bytes: int = 16 * 1024 * 1024,
+        max_group_wait_s: float = 0.0,
     ) -> None:
         self.directory = directory
         self._on_synced = on_synced
@@ -222,6 +225,10 @@ class Journal:
         self._threshold = buffered_writes_threshold
         self._sync_data = sync_data
         self._preallocate = preallocate_bytes
+        # journalMaxGroupWaitMSec: how long a group may wait for more records once the queue is
+        # empty. 0 (our default) writes as soon as the queue is empty: records that arrive while
+        # an fsync runs are grouped anyway, and waiting would only add latency to a lone writer.
+        self._max_group_wait_s = max_group_wait_s
         self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
         self._queue: queue.SimpleQueue[tuple[int, bytes, Any] | None] = queue.SimpleQueue()
         self._failure: Exception | None = None
@@ -280,11 +287,18 @@ class Journal:
             batch = [first]
             size = len(first[1])
             stop = False
+            deadline = time.monotonic() + self._max_group_wait_s
             while size < self._threshold:
                 try:
                     item = get_nowait()
                 except queue.Empty:
-                    break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    try:
+                        item = get(timeout=remaining)
+                    except queue.Empty:
+                        break
                 if item is None:
                     stop = True
                     break
