@@ -150,3 +150,22 @@ def test_compaction_off_when_threshold_or_interval_is_not_positive(tmp_path: Pat
         and stats.minor_compactions == 0
     )
     engine.close()
+
+
+def test_a_read_that_races_compaction_follows_the_moved_entry(tmp_path: Path) -> None:
+    engine = filled(tmp_path)
+    metadata = FakeMetadata(set(range(1, LEDGERS)))
+    stale = engine.storage.index.location(1, 0)  # looked up before compaction
+    assert stale is not None
+    collector(engine, metadata).run_round(force_major=True)
+    assert engine.storage.index.location(1, 0) != stale  # moved, old log deleted
+    real_location = engine.storage.index.location
+    calls = iter([stale])  # the first lookup answers as it would have before the move
+
+    def lookup(ledger_id: int, entry_id: int) -> int | None:
+        return next(calls, None) or real_location(ledger_id, entry_id)
+
+    engine.storage.index.location = lookup  # type: ignore[method-assign]
+    assert engine.read(1, 0) == entry(1, 0)
+    engine.storage.index.location = real_location  # type: ignore[method-assign]
+    engine.close()

@@ -234,6 +234,13 @@ class LedgerStorage:
         try:
             return self.entry_logger.read(location, ledger_id, entry_id)
         except EntryLogError as error:
+            # Compaction may have moved the entry and deleted its old log after we looked it up.
+            moved = self.index.location(ledger_id, entry_id)
+            if moved is None or moved == location:
+                raise StorageIOError(str(error)) from error
+        try:
+            return self.entry_logger.read(moved, ledger_id, entry_id)
+        except EntryLogError as error:
             raise StorageIOError(str(error)) from error
 
     # -- checkpoint ----------------------------------------------------------------------------
