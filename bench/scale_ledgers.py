@@ -54,18 +54,30 @@ def storage_config(directory: str, **changes: Any) -> StorageConfig:
     return StorageConfig(**settings)
 
 
-def engine_adds_per_second(directory: str, ledgers: int, total: int, size: int) -> float:
-    done = threading.Event()
-    acked = [0]
+class Acks:
+    """Counts durable adds; ``done`` is set once ``total`` were acknowledged."""
 
-    def durable(tokens: list[Any], error: Exception | None) -> None:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.count = 0
+        self.done = threading.Event()
+
+    def __call__(self, tokens: list[Any], error: Exception | None) -> None:
         assert error is None, error
-        acked[0] += len(tokens)
-        if acked[0] >= total:
-            done.set()
+        self.count += len(tokens)
+        if self.count >= self.total:
+            self.done.set()
 
-    engine = StorageEngine(storage_config(directory), durable)
+
+def counting_engine(directory: str, total: int) -> tuple[StorageEngine, Acks]:
+    acks = Acks(total)
+    engine = StorageEngine(storage_config(directory), acks)
     engine.start()
+    return engine, acks
+
+
+def engine_adds_per_second(directory: str, ledgers: int, total: int, size: int) -> float:
+    engine, acks = counting_engine(directory, total)
     for ledger_id in range(ledgers):
         engine.create_ledger(ledger_id, KEY)
     work = [(i % ledgers, i // ledgers) for i in range(total)]
@@ -74,34 +86,24 @@ def engine_adds_per_second(directory: str, ledgers: int, total: int, size: int) 
     start = time.perf_counter()
     for (ledger_id, entry_id), entry in zip(work, payloads, strict=True):
         add(ledger_id, entry_id, entry, True)
-    assert done.wait(600)
+    assert acks.done.wait(600)
     elapsed = time.perf_counter() - start
     engine.close()
     return total / elapsed
 
 
 def fill(directory: str, ledgers: int, entries: int, size: int) -> float:
-    done = threading.Event()
     total = ledgers * entries
-    acked = [0]
-
-    def durable(tokens: list[Any], error: Exception | None) -> None:
-        assert error is None, error
-        acked[0] += len(tokens)
-        if acked[0] >= total:
-            done.set()
-
-    engine = StorageEngine(storage_config(directory), durable)
-    engine.start()
+    engine, acks = counting_engine(directory, total)
     start = time.perf_counter()
     for first in range(0, ledgers, 10_000):
         for ledger_id in range(first, min(first + 10_000, ledgers)):
             engine.create_ledger(ledger_id, KEY)
             for entry_id in range(entries):
                 engine.add_entry(ledger_id, entry_id, entry_bytes(ledger_id, entry_id, size), True)
-        while acked[0] < min(total, (first + 10_000) * entries) - 200_000:
+        while acks.count < min(total, (first + 10_000) * entries) - 200_000:
             time.sleep(0.01)  # keep the journal queue bounded
-    assert done.wait(600)
+    assert acks.done.wait(600)
     engine.close()
     return time.perf_counter() - start
 

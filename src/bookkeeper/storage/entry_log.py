@@ -294,35 +294,12 @@ class EntryLogger:
                 }
         return self.scan_ledgers(log_id)
 
-    def scan_ledgers(self, log_id: int) -> dict[int, int]:
-        """Ledger id -> bytes, by reading every record (stops at a torn tail)."""
-        sizes: dict[int, int] = defaultdict(int)
-        path = self.path(log_id)
-        with open(path, "rb") as handle:
-            offset = HEADER_SIZE
-            handle.seek(offset)
-            while True:
-                head = handle.read(_RECORD.size)
-                if len(head) < _RECORD.size:
-                    break
-                length, _ = _RECORD.unpack(head)
-                ids = handle.read(16)
-                if len(ids) < 16:
-                    break
-                ledger_id, entry_id = _IDS.unpack(ids)
-                if ledger_id == -1 and entry_id == LEDGERS_MAP_ENTRY_ID:
-                    break
-                sizes[ledger_id] += _RECORD.size + length
-                offset += _RECORD.size + length
-                handle.seek(offset)
-        return dict(sizes)
-
-    def file_size(self, log_id: int) -> int:
-        return os.path.getsize(self.path(log_id))
-
-    def records(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
-        """(ledger id, entry id, record offset, entry) of every valid record of a log, in order;
-        stops at the ledgers map or a torn tail, raises ``CorruptEntryError`` on a bad checksum."""
+    def _walk(
+        self, log_id: int, *, with_bodies: bool
+    ) -> Iterator[tuple[int, int, int, int, bytes | None]]:
+        """(ledger id, entry id, record offset, body length, body or None) of each record, in order,
+        up to the ledgers map or a torn tail. Without bodies only the ids are read; with them,
+        a checksum mismatch raises ``CorruptEntryError``."""
         path = self.path(log_id)
         with open(path, "rb") as handle:
             offset = HEADER_SIZE
@@ -332,16 +309,35 @@ class EntryLogger:
                 if len(head) < _RECORD.size:
                     return
                 length, expected_crc = _RECORD.unpack(head)
-                entry = handle.read(length)
-                if len(entry) < length or length < 16:
+                body = handle.read(length if with_bodies else 16)
+                if len(body) < (length if with_bodies else 16) or length < 16:
                     return  # torn tail
-                ledger_id, entry_id = _IDS.unpack_from(entry, 0)
+                ledger_id, entry_id = _IDS.unpack_from(body, 0)
                 if ledger_id == -1 and entry_id == LEDGERS_MAP_ENTRY_ID:
                     return
-                if crc32c.crc32c(entry) != expected_crc:
+                if with_bodies and crc32c.crc32c(body) != expected_crc:
                     raise CorruptEntryError(path, offset, "checksum mismatch")
-                yield ledger_id, entry_id, offset, entry
+                yield ledger_id, entry_id, offset, length, body if with_bodies else None
                 offset += _RECORD.size + length
+                if not with_bodies:
+                    handle.seek(offset)
+
+    def scan_ledgers(self, log_id: int) -> dict[int, int]:
+        """Ledger id -> bytes, by reading every record's ids (stops at a torn tail)."""
+        sizes: dict[int, int] = defaultdict(int)
+        for ledger_id, _, _, length, _ in self._walk(log_id, with_bodies=False):
+            sizes[ledger_id] += _RECORD.size + length
+        return dict(sizes)
+
+    def file_size(self, log_id: int) -> int:
+        return os.path.getsize(self.path(log_id))
+
+    def records(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
+        """(ledger id, entry id, record offset, entry) of every valid record of a log, in order;
+        stops at the ledgers map or a torn tail, raises ``CorruptEntryError`` on a bad checksum."""
+        for ledger_id, entry_id, offset, _, body in self._walk(log_id, with_bodies=True):
+            assert body is not None
+            yield ledger_id, entry_id, offset, body
 
     def delete(self, log_id: int) -> None:
         if log_id == self._active_id:
