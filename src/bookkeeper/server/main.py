@@ -12,12 +12,11 @@ import socket
 
 from bookkeeper.errors import MetadataStoreError, NoSuchLedgerError
 from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.server import config
 from bookkeeper.server.bookie import Bookie, BookieConfig
 from bookkeeper.server.connection import BookieConnection
 from bookkeeper.storage.cookie import Cookie, verify_or_create
-from bookkeeper.storage.disk import DiskThresholds
-from bookkeeper.storage.engine import StorageConfig
-from bookkeeper.storage.gc import GcConfig, LedgerExists, ListLedgers
+from bookkeeper.storage.gc import LedgerExists, ListLedgers
 
 log = logging.getLogger(__name__)
 
@@ -219,111 +218,9 @@ def run_event_loop(coroutine) -> None:  # type: ignore[no-untyped-def]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--metadata-uri", help="metadataServiceUri, e.g. sqlite:///tmp/bk/metadata.db"
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
-    parser.add_argument("--port", type=int, default=3181, help="bookiePort")
-    parser.add_argument(
-        "--journal-dir",
-        required=True,
-        action="append",
-        help="journalDirectories (repeat for several)",
-    )
-    parser.add_argument(
-        "--ledger-dir", help="ledgerDirectories (default: a 'ledgers' directory beside the journal)"
-    )
-    parser.add_argument(
-        "--flush-interval-ms", type=int, default=10_000, help="flushInterval: checkpoint period"
-    )
-    parser.add_argument(
-        "--write-cache-mb", type=int, default=256, help="dbStorage_writeCacheMaxSizeMb"
-    )
-    parser.add_argument("--journal-max-size-mb", type=int, default=2048, help="journalMaxSizeMB")
-    parser.add_argument(
-        "--journal-max-group-wait-ms",
-        type=float,
-        default=0.0,
-        help="journalMaxGroupWaitMSec (0: write when idle)",
-    )
-    parser.add_argument("--journal-prealloc-mb", type=int, default=16, help="journalPreAllocSizeMB")
-    parser.add_argument("--log-size-limit-mb", type=int, default=1024, help="logSizeLimit in MiB")
-    parser.add_argument("--gc-wait-time-ms", type=int, default=600_000, help="gcWaitTime")
-    parser.add_argument(
-        "--disk-usage-threshold", type=float, default=0.95, help="diskUsageThreshold"
-    )
-    parser.add_argument(
-        "--disk-usage-warn-threshold", type=float, default=0.90, help="diskUsageWarnThreshold"
-    )
-    parser.add_argument(
-        "--disk-usage-lwm-threshold", type=float, default=None, help="diskUsageLwmThreshold"
-    )
-    parser.add_argument(
-        "--disk-check-interval-ms", type=int, default=10_000, help="diskCheckInterval"
-    )
-    parser.add_argument(
-        "--minor-compaction-threshold", type=float, default=0.2, help="minorCompactionThreshold"
-    )
-    parser.add_argument(
-        "--minor-compaction-interval-s", type=float, default=3600, help="minorCompactionInterval"
-    )
-    parser.add_argument(
-        "--major-compaction-threshold", type=float, default=0.8, help="majorCompactionThreshold"
-    )
-    parser.add_argument(
-        "--major-compaction-interval-s", type=float, default=86400, help="majorCompactionInterval"
-    )
-    parser.add_argument(
-        "--compaction-rate-bytes",
-        type=int,
-        default=100 * 1024 * 1024,
-        help="compactionRateByBytes (per second)",
-    )
-    parser.add_argument("--bookie-id", help="bookieId (default host:port)")
-    parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
-    parser.add_argument(
-        "--no-journal-sync", action="store_true", help="journalSyncData=false (unsafe)"
-    )
+    config.add_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> None:
-    journal_directories = [os.path.abspath(directory) for directory in args.journal_dir]
-    journal_directory = journal_directories[0]
-    ledger_directory = os.path.abspath(
-        args.ledger_dir or os.path.join(os.path.dirname(journal_directory), "ledgers")
-    )
-    storage = StorageConfig(
-        journal_directory=journal_directory,
-        extra_journal_directories=tuple(journal_directories[1:]),
-        ledger_directory=ledger_directory,
-        journal_sync_data=not args.no_journal_sync,
-        journal_max_size_bytes=args.journal_max_size_mb * 1024 * 1024,
-        journal_max_group_wait_s=args.journal_max_group_wait_ms / 1000.0,
-        journal_preallocate_bytes=args.journal_prealloc_mb * 1024 * 1024,
-        log_size_limit=args.log_size_limit_mb * 1024 * 1024,
-        write_cache_max_bytes=args.write_cache_mb * 1024 * 1024,
-        flush_interval_s=args.flush_interval_ms / 1000.0,
-    )
-    gc = GcConfig(
-        gc_wait_time_s=args.gc_wait_time_ms / 1000.0,
-        minor_compaction_threshold=args.minor_compaction_threshold,
-        minor_compaction_interval_s=args.minor_compaction_interval_s,
-        major_compaction_threshold=args.major_compaction_threshold,
-        major_compaction_interval_s=args.major_compaction_interval_s,
-        compaction_rate_bytes=args.compaction_rate_bytes,
-    )
-    disk = DiskThresholds(
-        usage_threshold=args.disk_usage_threshold,
-        warn_threshold=args.disk_usage_warn_threshold,
-        lwm_threshold=args.disk_usage_lwm_threshold,
-    )
-    config = BookieConfig(
-        storage=storage,
-        gc=gc,
-        disk=disk,
-        disk_check_interval_s=args.disk_check_interval_ms / 1000.0,
-        host=args.host,
-        port=args.port,
-        bookie_id=args.bookie_id,
-    )
-    run_event_loop(serve(config, args.metadata_uri, args.ready_file))
+    values = config.resolve(args)
+    run_event_loop(serve(config.build(values), values["metadataServiceUri"], args.ready_file))
