@@ -42,3 +42,8 @@ def test_scale_benchmark_runs() -> None:
 def test_index_store_benchmark_runs() -> None:
     out = run("index_store.py", "--ledgers", "2000", "--runs", "1", "--lookups", "100")
     assert "lmdb" in out and "sqlite" in out
+
+
+@pytest.mark.slow
+def test_long_poll_benchmark_runs() -> None:
+    assert "long-poll wake after ack" in run("long_poll.py", "--count", "20")

@@ -42,6 +42,18 @@ _LEDGER_ID = struct.Struct(">q")
 
 ReadDone = Callable[[StatusCode, bytes], None]
 StatusDone = Callable[[StatusCode], None]
+LongPollDone = Callable[[StatusCode, bytes, int], None]  # status, entry (or b""), maxLAC
+_LAC_AT = struct.Struct(">q")
+LAC_CACHE_SIZE = 100_000
+
+
+@dataclass(slots=True)
+class _LacWaiter:
+    """A long-poll read parked until the ledger's LAC passes ``previous_lac``."""
+
+    previous_lac: int
+    wake: Callable[[], None]
+    timer: asyncio.TimerHandle | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +89,10 @@ class Bookie:
         )
         # Read-only: normal adds get EREADONLY; recovery adds, fences and reads still work.
         self.read_only = False
+        # The last add confirmed known per ledger: the largest LAC carried by an entry stored here
+        # or by an explicit LAC; long-poll reads park on it.
+        self._lacs: dict[int, int] = {}
+        self._lac_waiters: dict[int, list[_LacWaiter]] = {}
 
     def check_disks(self) -> DiskReport:
         """Checks disk usage and turns the bookie read-only or writable; safe from any thread."""
@@ -171,7 +187,11 @@ class Bookie:
             done(StatusCode.EFENCED)
             return
 
+        piggybacked_lac = _LAC_AT.unpack_from(entry, 16)[0] if len(entry) >= 24 else -1
+
         def durable(error: Exception | None) -> None:
+            if error is None:
+                self._advance_lac(ledger_id, piggybacked_lac)
             done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
@@ -211,6 +231,86 @@ class Bookie:
 
         self.engine.fence(ledger_id, durable)
 
+    # -- last add confirmed and long polls --------------------------------------------------
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        """The largest LAC this bookie has seen for the ledger (-1 if none)."""
+        lac = self._lacs.get(ledger_id)
+        if lac is not None:
+            return lac
+        lac = -1
+        status, last = self._read(ledger_id, -1)
+        if status == StatusCode.EOK and len(last) >= 24:
+            lac = _LAC_AT.unpack_from(last, 16)[0]
+        info = self.engine.ledger(ledger_id)
+        if info is not None and info.explicit_lac is not None and len(info.explicit_lac) >= 16:
+            lac = max(lac, _LAC_AT.unpack_from(info.explicit_lac, 8)[0])
+        self._remember_lac(ledger_id, lac)
+        return lac
+
+    def _remember_lac(self, ledger_id: int, lac: int) -> None:
+        if len(self._lacs) >= LAC_CACHE_SIZE and ledger_id not in self._lacs:
+            for old in list(self._lacs)[
+                : LAC_CACHE_SIZE // 2
+            ]:  # recomputed from storage when asked
+                if old not in self._lac_waiters:
+                    del self._lacs[old]
+        self._lacs[ledger_id] = lac
+
+    def _advance_lac(self, ledger_id: int, lac: int) -> None:
+        if lac <= self.last_add_confirmed(ledger_id):
+            return
+        self._remember_lac(ledger_id, lac)
+        waiters = self._lac_waiters.get(ledger_id)
+        if not waiters:
+            return
+        ready = [waiter for waiter in waiters if waiter.previous_lac < lac]
+        self._lac_waiters[ledger_id] = [waiter for waiter in waiters if waiter.previous_lac >= lac]
+        if not self._lac_waiters[ledger_id]:
+            del self._lac_waiters[ledger_id]
+        for waiter in ready:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            waiter.wake()
+
+    def read_long_poll(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        previous_lac: int,
+        timeout_s: float,
+        piggyback: bool,
+        done: LongPollDone,
+    ) -> None:
+        """Answers once the ledger's LAC passes ``previous_lac`` (at once if it has) or when
+        ``timeout_s`` ends: EOK with maxLAC, and with ``piggyback`` the entry ``entry_id`` (its
+        read status if this bookie does not hold it). A timeout answers EOK with the unchanged
+        maxLAC and no entry."""
+
+        def answer() -> None:
+            lac = self.last_add_confirmed(ledger_id)
+            if piggyback and lac > previous_lac:
+                status, body = self._read(ledger_id, entry_id)
+                done(status, body, lac)
+            else:
+                done(StatusCode.EOK, b"", lac)
+
+        if self.last_add_confirmed(ledger_id) > previous_lac or timeout_s <= 0 or self._closed:
+            answer()
+            return
+        waiter = _LacWaiter(previous_lac, answer)
+
+        def expire() -> None:
+            waiters = self._lac_waiters.get(ledger_id, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    self._lac_waiters.pop(ledger_id, None)
+                answer()
+
+        waiter.timer = self._loop.call_later(timeout_s, expire)
+        self._lac_waiters.setdefault(ledger_id, []).append(waiter)
+
     def _read(self, ledger_id: int, entry_id: int) -> tuple[StatusCode, bytes]:
         try:
             return StatusCode.EOK, self.engine.read(ledger_id, entry_id)
@@ -231,7 +331,11 @@ class Bookie:
             done(status)
             return
 
+        explicit_lac = _LAC_AT.unpack_from(body, 8)[0] if len(body) >= 16 else -1
+
         def durable(error: Exception | None) -> None:
+            if error is None:
+                self._advance_lac(ledger_id, explicit_lac)
             done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.set_explicit_lac(ledger_id, body, durable)

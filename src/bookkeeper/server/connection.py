@@ -136,6 +136,24 @@ class BookieConnection(asyncio.Protocol):
                     response.readResponse.body = body
                 self._send(v3.encode(response))
 
+            if read.HasField("previousLAC"):
+                # Long poll: parked until the LAC passes previousLAC, or for timeOut ms.
+                def polled(status: StatusCode, body: bytes, max_lac: int) -> None:
+                    response = self._respond(request, status)
+                    response.readResponse.status = int(status)  # type: ignore[assignment]
+                    response.readResponse.ledgerId = read.ledgerId
+                    response.readResponse.entryId = read.entryId
+                    response.readResponse.maxLAC = max_lac
+                    if status == StatusCode.EOK and body:
+                        response.readResponse.body = body
+                    self._send(v3.encode(response))
+
+                piggyback = read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK
+                timeout_s = max(0, read.timeOut) / 1000.0 if read.HasField("timeOut") else 0.0
+                self._bookie.read_long_poll(
+                    read.ledgerId, read.entryId, read.previousLAC, timeout_s, piggyback, polled
+                )
+                return
             fence = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
             if fence and not read.HasField("masterKey"):
                 answered(StatusCode.EBADREQ, b"")
