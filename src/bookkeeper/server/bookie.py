@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bookkeeper.metrics import Metrics, NullMetrics, OpStats
 from bookkeeper.storage.disk import (
     DiskChecker,
     DiskReport,
@@ -68,6 +70,7 @@ class BookieConfig:
     port: int = 3181  # bookiePort
     bookie_id: str | None = None  # bookieId; default host:port
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
+    http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
 
     @property
     def effective_bookie_id(self) -> str:
@@ -77,10 +80,39 @@ class BookieConfig:
 class Bookie:
     """Request handling over storage. Runs on one asyncio loop; the journal has its own thread."""
 
-    def __init__(self, config: BookieConfig, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, config: BookieConfig, loop: asyncio.AbstractEventLoop, metrics: Metrics | None = None
+    ) -> None:
         self.config = config
         self._loop = loop
-        self.engine = StorageEngine(config.storage, self._journal_synced)
+        self.metrics: Metrics = metrics or NullMetrics()
+        self.engine = StorageEngine(config.storage, self._journal_synced, self.metrics)
+        stats = self.metrics.op_stats
+        self._add_stats = stats(
+            "bookkeeper_server_ADD_ENTRY_REQUEST", "add requests, arrival to answer (s)"
+        )
+        self._recovery_add_stats = stats(
+            "bookkeeper_server_RECOVERY_ADD_ENTRY_REQUEST",
+            "recovery add requests, arrival to answer (s)",
+        )
+        self._read_stats = stats("bookkeeper_server_READ_ENTRY_REQUEST", "read requests (s)")
+        self._fence_stats = stats(
+            "bookkeeper_server_READ_ENTRY_FENCE_REQUEST",
+            "fencing reads, durable fence included (s)",
+        )
+        self._long_poll_stats = stats(
+            "bookkeeper_server_READ_ENTRY_LONG_POLL_REQUEST",
+            "long-poll reads, parked time included (s)",
+        )
+        self._write_lac_stats = stats("bookkeeper_server_WRITE_LAC", "WRITE_LAC requests (s)")
+        self._force_stats = stats("bookkeeper_server_FORCE_LEDGER", "FORCE_LEDGER requests (s)")
+        self._write_bytes = self.metrics.counter("bookie_WRITE_BYTES", "entry bytes added")
+        self._read_bytes = self.metrics.counter("bookie_READ_BYTES", "entry bytes read")
+        self.metrics.gauge_function(
+            "bookie_SERVER_STATUS",
+            "1 writable, 0 read-only",
+            lambda: 0.0 if self.read_only else 1.0,
+        )
         # Ledgers whose fence record is not durable yet -> callbacks waiting for it.
         self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
         self._closed = False
@@ -124,6 +156,21 @@ class Bookie:
     def _refuses_writes(self) -> bool:
         return self._closed or self.engine.failure is not None
 
+    @staticmethod
+    def _timed(stats: OpStats, done: Callable[..., None]) -> Callable[..., None]:
+        """``done`` that also records the time from now to the answer, by outcome."""
+        started = time.perf_counter()
+
+        def finish(status: StatusCode, *rest: Any) -> None:
+            elapsed = time.perf_counter() - started
+            if status == StatusCode.EOK:
+                stats.success(elapsed)
+            else:
+                stats.failure(elapsed)
+            done(status, *rest)
+
+        return finish
+
     # -- journal plumbing ----------------------------------------------------------------------
 
     def _journal_synced(self, tokens: list[Any], error: Exception | None) -> None:
@@ -163,6 +210,7 @@ class Bookie:
         recovery: bool,
         done: StatusDone,
     ) -> None:
+        done = self._timed(self._recovery_add_stats if recovery else self._add_stats, done)
         if self.read_only and not recovery:
             done(StatusCode.EREADONLY)
             return
@@ -191,6 +239,7 @@ class Bookie:
 
         def durable(error: Exception | None) -> None:
             if error is None:
+                self._write_bytes.inc(len(entry))
                 self._advance_lac(ledger_id, piggybacked_lac)
             done(StatusCode.EOK if error is None else StatusCode.EIO)
 
@@ -199,6 +248,7 @@ class Bookie:
     def read_entry(
         self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone
     ) -> None:
+        done = self._timed(self._fence_stats if fence else self._read_stats, done)
         if not fence:
             done(*self._read(ledger_id, entry_id))
             return
@@ -286,6 +336,7 @@ class Bookie:
         ``timeout_s`` ends: EOK with maxLAC, and with ``piggyback`` the entry ``entry_id`` (its
         read status if this bookie does not hold it). A timeout answers EOK with the unchanged
         maxLAC and no entry."""
+        done = self._timed(self._long_poll_stats, done)
 
         def answer() -> None:
             lac = self.last_add_confirmed(ledger_id)
@@ -313,7 +364,9 @@ class Bookie:
 
     def _read(self, ledger_id: int, entry_id: int) -> tuple[StatusCode, bytes]:
         try:
-            return StatusCode.EOK, self.engine.read(ledger_id, entry_id)
+            entry = self.engine.read(ledger_id, entry_id)
+            self._read_bytes.inc(len(entry))
+            return StatusCode.EOK, entry
         except NoLedgerError:
             return StatusCode.ENOLEDGER, b""
         except NoEntryError:
@@ -323,6 +376,7 @@ class Bookie:
             return StatusCode.EIO, b""
 
     def write_lac(self, ledger_id: int, master_key: bytes, body: bytes, done: StatusDone) -> None:
+        done = self._timed(self._write_lac_stats, done)
         if self._refuses_writes():
             done(StatusCode.EIO)
             return
@@ -354,6 +408,7 @@ class Bookie:
         return StatusCode.EOK, info.explicit_lac, last
 
     def force_ledger(self, ledger_id: int, done: StatusDone) -> None:
+        done = self._timed(self._force_stats, done)
         if self._refuses_writes():
             done(StatusCode.EIO)
             return

@@ -185,6 +185,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("diskCheckInterval", "--disk-check-interval-ms", int, 10_000, "diskCheckInterval (ms)"),
     Setting("nettyMaxFrameSizeBytes", "--max-frame-size", int, 5 * MiB, "nettyMaxFrameSizeBytes"),
+    Setting(
+        "httpServerEnabled",
+        "--http-enabled",
+        _bool,
+        False,
+        "httpServerEnabled: /metrics, /heartbeat, /api/v1/bookie/*",
+    ),
+    Setting(
+        "httpServerPort",
+        "--http-port",
+        int,
+        8080,
+        "httpServerPort (giving it on the command line enables HTTP)",
+    ),
 )
 _BY_KEY = {setting.key: setting for setting in SETTINGS}
 _ALIASES = {"journalDirectory": "journalDirectories"}  # the single-directory form
@@ -194,8 +208,6 @@ IGNORED_KEYS = frozenset(
     {
         "ledgerStorageClass",
         "zkTimeout",
-        "httpServerEnabled",
-        "httpServerPort",
         "httpServerHost",
         "statsProviderClass",
         "prometheusStatsHttpPort",
@@ -316,6 +328,8 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
             values[setting.key] = given
     if args.no_journal_sync:
         values["journalSyncData"] = False
+    if getattr(args, "http_port", None) is not None and getattr(args, "http_enabled", None) is None:
+        values["httpServerEnabled"] = True
     return values
 
 
@@ -385,4 +399,5 @@ def build(values: dict[str, Any]) -> BookieConfig:
         port=port,
         bookie_id=values["bookieId"],
         max_frame_size=positive("nettyMaxFrameSizeBytes"),
+        http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
     )

@@ -10,11 +10,15 @@ import os
 import signal
 import socket
 
+from aiohttp import web
+
 from bookkeeper.errors import MetadataStoreError, NoSuchLedgerError
 from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.metrics import PrometheusMetrics
 from bookkeeper.server import config
 from bookkeeper.server.bookie import Bookie, BookieConfig
 from bookkeeper.server.connection import BookieConnection
+from bookkeeper.server.http import make_app, start_http
 from bookkeeper.storage.cookie import Cookie, verify_or_create
 from bookkeeper.storage.gc import LedgerExists, ListLedgers
 
@@ -32,6 +36,8 @@ class BookieServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[BookieConnection] = set()
         self._registered_read_only: bool | None = None
+        self.metrics = PrometheusMetrics()
+        self._http: web.AppRunner | None = None
         self._disk_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -43,7 +49,7 @@ class BookieServer:
         # Cookies first: nothing of the directories is read or written until they are known to
         # belong to this bookie in this cluster.
         await asyncio.to_thread(check_cookies, self.config, self.metadata)
-        self.bookie = Bookie(self.config, loop)
+        self.bookie = Bookie(self.config, loop, self.metrics)
         await asyncio.to_thread(self.bookie.start)
         await asyncio.to_thread(self.bookie.check_disks)
         bookie = self.bookie
@@ -58,6 +64,9 @@ class BookieServer:
             list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
             self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
         self._disk_task = asyncio.ensure_future(self._watch_disks())
+        if self.config.http_port is not None:
+            app = make_app(self.bookie, self.metrics, self.config.effective_bookie_id)
+            self._http = await start_http(app, self.config.host, self.config.http_port)
         log.info(
             "bookie %s serving on %s:%d (journal %s, ledgers %s)",
             self.config.effective_bookie_id,
@@ -103,6 +112,8 @@ class BookieServer:
         """Stops accepting, unregisters, lets queued journal writes finish, closes connections."""
         if self._disk_task is not None:
             self._disk_task.cancel()
+        if self._http is not None:
+            await self._http.cleanup()
         if self._server is not None:
             self._server.close()
         if self.metadata is not None:

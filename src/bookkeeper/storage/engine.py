@@ -26,9 +26,11 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bookkeeper.metrics import Metrics, NullMetrics
 from bookkeeper.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
 from bookkeeper.storage.journal import Callback, Journal, RecordType, list_journal_ids, replay
 from bookkeeper.storage.last_log_mark import mark_file_name, read_mark, write_mark
@@ -66,8 +68,20 @@ class StorageConfig:
 class StorageEngine:
     """Durable ledger storage for one bookie."""
 
-    def __init__(self, config: StorageConfig, on_durable: Callback) -> None:
+    def __init__(
+        self, config: StorageConfig, on_durable: Callback, metrics: Metrics | None = None
+    ) -> None:
         self.config = config
+        self.metrics: Metrics = metrics or NullMetrics()
+        sync_stats = self.metrics.op_stats(
+            "bookie_journal_JOURNAL_SYNC", "journal fdatasync latency (s)"
+        )
+        records_added = self.metrics.counter(
+            "bookie_journal_JOURNAL_ADD_ENTRY", "records made durable by journals"
+        )
+        self._checkpoint_stats = self.metrics.op_stats(
+            "bookie_CHECKPOINT", "checkpoint latency (s)"
+        )
         for directory in config.journal_directories:
             os.makedirs(directory, exist_ok=True)
         os.makedirs(config.ledger_directory, exist_ok=True)
@@ -87,6 +101,8 @@ class StorageEngine:
                 sync_data=config.journal_sync_data,
                 preallocate_bytes=config.journal_preallocate_bytes,
                 max_group_wait_s=config.journal_max_group_wait_s,
+                sync_stats=sync_stats,
+                records_added=records_added,
             )
             for directory in config.journal_directories
         ]
@@ -98,6 +114,26 @@ class StorageEngine:
         self.checkpoints = 0
         self.replayed_records = 0
         self.gc: GarbageCollector | None = None
+        self.metrics.gauge_function(
+            "bookie_journal_JOURNAL_QUEUE_SIZE",
+            "records queued for the journals",
+            lambda: float(sum(journal.queued for journal in self.journals)),
+        )
+        self.metrics.gauge_function(
+            "bookie_WRITE_CACHE_SIZE",
+            "bytes in the write cache",
+            lambda: float(self.storage.write_cache_bytes + self.storage.flushing_bytes),
+        )
+        for name, field_name in (
+            ("bookie_gc_RECLAIMED_DELETION_SPACE_BYTES", "reclaimed_deletion_bytes"),
+            ("bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES", "reclaimed_compaction_bytes"),
+            ("bookie_gc_MAJOR_COMPACTION_TOTAL", "major_compactions"),
+            ("bookie_gc_MINOR_COMPACTION_TOTAL", "minor_compactions"),
+            ("bookie_gc_DELETED_LEDGER_COUNT", "ledgers_deleted"),
+        ):
+            self.metrics.gauge_function(
+                name, f"garbage collection: {field_name}", self._gc_figure(field_name)
+            )
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -144,6 +180,9 @@ class StorageEngine:
         elif record_type == RecordType.ENTRY:
             entry_id = int(_LEDGER_ID.unpack_from(body, 8)[0])
             self.storage.add_entry(ledger_id, entry_id, bytes(body))
+
+    def _gc_figure(self, field_name: str) -> Callable[[], float]:
+        return lambda: float(getattr(self.gc.stats, field_name)) if self.gc is not None else 0.0
 
     def start_gc(
         self, list_ledgers: ListLedgers, ledger_exists: LedgerExists, config: GcConfig
@@ -254,7 +293,9 @@ class StorageEngine:
     def checkpoint(self) -> list[tuple[int, int]]:
         """Runs one checkpoint now; returns the LastLogMark it persisted for each journal."""
         marks = [journal.position for journal in self.journals]  # before the write cache is swapped
+        started = time.monotonic()
         result = self.storage.checkpoint()
+        self._checkpoint_stats.success(time.monotonic() - started)
         deleted = []
         for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
             write_mark(self.config.ledger_directory, mark, mark_file_name(index))

@@ -39,6 +39,8 @@ from typing import Any
 
 import crc32c
 
+from bookkeeper.metrics import CounterMetric, OpStats
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"PBKJ"
@@ -218,6 +220,8 @@ class Journal:
         sync_data: bool = True,
         preallocate_bytes: int = 16 * 1024 * 1024,
         max_group_wait_s: float = 0.0,
+        sync_stats: OpStats | None = None,
+        records_added: CounterMetric | None = None,
     ) -> None:
         self.directory = directory
         self._on_synced = on_synced
@@ -229,6 +233,8 @@ class Journal:
         # empty. 0 (our default) writes as soon as the queue is empty: records that arrive while
         # an fsync runs are grouped anyway, and waiting would only add latency to a lone writer.
         self._max_group_wait_s = max_group_wait_s
+        self._sync_stats = sync_stats
+        self._records_added = records_added
         self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
         self._queue: queue.SimpleQueue[tuple[int, bytes, Any] | None] = queue.SimpleQueue()
         self._failure: Exception | None = None
@@ -273,6 +279,11 @@ class Journal:
         self._file_id = file_id
         self._size = self._allocated = FILE_HEADER.size
         self.position = (file_id, FILE_HEADER.size)
+
+    @property
+    def queued(self) -> int:
+        """Records waiting for the journal thread."""
+        return self._queue.qsize()
 
     def append(self, record_type: RecordType, body: bytes, token: Any) -> None:
         """Queues a record; ``on_synced`` reports ``token`` once the record is durable (or failed)."""
@@ -367,7 +378,12 @@ class Journal:
             self.position = (self._file_id, self._size)
             self.out_of_space = False
             if self._sync_data:
+                started = time.perf_counter()
                 os.fdatasync(self._fd)
+                if self._sync_stats is not None:
+                    self._sync_stats.success(time.perf_counter() - started)
+            if self._records_added is not None:
+                self._records_added.inc(len(batch))
         except OSError as error:
             self._failure = JournalError(
                 f"journal {journal_name(self._file_id)} in {self.directory}: write or fsync failed: {error}; "

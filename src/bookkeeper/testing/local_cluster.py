@@ -42,6 +42,7 @@ class BookieProcess:
     index: int
     port: int
     directory: str
+    http_port: int
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -86,7 +87,9 @@ class LocalCluster:
         )
         self._bookie_args = list(bookie_args or [])
         self.bookies = [
-            BookieProcess(i, free_port(), os.path.join(self.base_directory, f"bookie-{i}"))
+            BookieProcess(
+                i, free_port(), os.path.join(self.base_directory, f"bookie-{i}"), free_port()
+            )
             for i in range(num_bookies)
         ]
         self._started = False
@@ -138,6 +141,8 @@ class LocalCluster:
             bookie.journal_directory,
             "--ready-file",
             bookie.ready_file,
+            "--http-port",
+            str(bookie.http_port),
             *self._bookie_args,
         ]
         with open(bookie.log_file, "ab") as log_handle:

@@ -1,0 +1,117 @@
+"""One small metrics interface, a no-op implementation, and a Prometheus adapter.
+
+Code records through ``Metrics`` (counters, gauges, operation latencies with success/failure as
+BookKeeper's ``OpStatsLogger`` does) and never imports a metrics library itself. Names are
+BookKeeper's, with its scope prefixes (``bookkeeper_server_``, ``bookie_``, ``bookie_journal_``,
+``bookie_gc_``). Latencies are Prometheus histograms in seconds with a ``success`` label
+(BookKeeper's own Prometheus provider exports summaries in milliseconds; the names match).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS_S = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+
+class CounterMetric(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class OpStats(Protocol):
+    """Latencies of one operation, split by outcome."""
+
+    def success(self, seconds: float) -> None: ...
+
+    def failure(self, seconds: float) -> None: ...
+
+
+class Metrics(Protocol):
+    def counter(self, name: str, help_text: str) -> CounterMetric: ...
+
+    def op_stats(self, name: str, help_text: str) -> OpStats: ...
+
+    def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None: ...
+
+
+class _NullCounter:
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+
+class _NullOpStats:
+    def success(self, seconds: float) -> None:
+        pass
+
+    def failure(self, seconds: float) -> None:
+        pass
+
+
+class NullMetrics:
+    """Records nothing: the default where no one scrapes."""
+
+    def counter(self, name: str, help_text: str) -> CounterMetric:
+        return _NullCounter()
+
+    def op_stats(self, name: str, help_text: str) -> OpStats:
+        return _NullOpStats()
+
+    def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        pass
+
+
+class _PrometheusOpStats:
+    __slots__ = ("_failure", "_success")
+
+    def __init__(self, histogram: Histogram) -> None:
+        self._success = histogram.labels(success="true")
+        self._failure = histogram.labels(success="false")
+
+    def success(self, seconds: float) -> None:
+        self._success.observe(seconds)
+
+    def failure(self, seconds: float) -> None:
+        self._failure.observe(seconds)
+
+
+class PrometheusMetrics:
+    """Metrics in a registry of their own (several bookies may share a process in tests)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+    def counter(self, name: str, help_text: str) -> CounterMetric:
+        return Counter(name, help_text, registry=self.registry)
+
+    def op_stats(self, name: str, help_text: str) -> OpStats:
+        histogram = Histogram(
+            name, help_text, ["success"], buckets=LATENCY_BUCKETS_S, registry=self.registry
+        )
+        return _PrometheusOpStats(histogram)
+
+    def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        Gauge(name, help_text, registry=self.registry).set_function(read)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

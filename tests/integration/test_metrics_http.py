@@ -1,0 +1,85 @@
+"""The bookie's HTTP port: /metrics parsed by Prometheus's own text parser moves as a client
+adds and reads; /heartbeat and the read-only /api/v1/bookie/* endpoints answer (issue 4)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bookkeeper import BookKeeper, DigestType
+from bookkeeper.testing import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(1) as local:
+        yield local
+
+
+def get(cluster: LocalCluster, path: str) -> bytes:
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{cluster.bookies[0].http_port}{path}", timeout=10
+    ) as answer:
+        assert answer.status == 200
+        return bytes(answer.read())
+
+
+def scrape(cluster: LocalCluster) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    samples = {}
+    for family in text_string_to_metric_families(get(cluster, "/metrics").decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_move_with_adds_and_reads(cluster: LocalCluster) -> None:
+    before = scrape(cluster)
+    with BookKeeper(cluster.metadata_uri) as client:
+        writer = client.create_ledger(1, 1, 1, DigestType.CRC32C, b"m")
+        for _ in range(50):
+            writer.add_entry(b"x" * 100)
+        writer.close()
+        reader = client.open_ledger(writer.ledger_id, b"m")
+        assert len(reader.read_entries(0, 49)) == 50
+    after = scrape(cluster)
+    adds = "bookkeeper_server_ADD_ENTRY_REQUEST_count"
+    assert value(after, adds, success="true") - value(before, adds, success="true") == 50
+    reads = "bookkeeper_server_READ_ENTRY_REQUEST_count"
+    assert value(after, reads, success="true") - value(before, reads, success="true") >= 50
+    fences = "bookkeeper_server_READ_ENTRY_FENCE_REQUEST_count"
+    assert value(after, fences, success="true") == value(
+        before, fences, success="true"
+    )  # closed: no fencing
+    written = value(after, "bookie_WRITE_BYTES_total") - value(before, "bookie_WRITE_BYTES_total")
+    assert written >= 50 * (100 + 32)  # payload and header of each entry
+    assert value(after, "bookie_READ_BYTES_total") > value(before, "bookie_READ_BYTES_total")
+    syncs = "bookie_journal_JOURNAL_SYNC_count"
+    assert value(after, syncs, success="true") > value(before, syncs, success="true")
+    assert value(after, "bookie_SERVER_STATUS") == 1.0
+
+
+def test_heartbeat_and_bookie_endpoints(cluster: LocalCluster) -> None:
+    assert get(cluster, "/heartbeat") == b"OK\n"
+    info = json.loads(get(cluster, "/api/v1/bookie/info"))
+    assert info["bookieId"] == cluster.bookie_ids[0] and 0 < info["freeSpace"] <= info["totalSpace"]
+    state = json.loads(get(cluster, "/api/v1/bookie/state"))
+    assert state == {
+        "running": True,
+        "readOnly": False,
+        "shuttingDown": False,
+        "availableForHighPriorityWrites": True,
+    }
+    marks = json.loads(get(cluster, "/api/v1/bookie/last_log_mark"))
+    assert list(marks) == [cluster.bookies[0].journal_directory]
+    files = json.loads(get(cluster, "/api/v1/bookie/list_disk_file"))
+    assert ".txn" in files["journal files"] and "data.mdb" in files["index files"]
