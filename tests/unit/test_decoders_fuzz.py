@@ -123,6 +123,15 @@ class FakeTransport(asyncio.Transport):
     def abort(self) -> None:
         self.closed = True
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 1) if name == "peername" else default
 

@@ -8,6 +8,7 @@ their operations complete, so v3 answers may leave out of order (they carry the 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import cast
 
@@ -20,6 +21,9 @@ from bookkeeper.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
 
+WRITE_BUFFER_HIGH = 4 * 1024 * 1024
+WRITE_BUFFER_LOW = 1024 * 1024
+
 
 class BookieConnection(asyncio.Protocol):
     """Serves one client socket."""
@@ -31,16 +35,35 @@ class BookieConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._protocol: int | None = None  # 2 or 3 once detected
         self._peer = "?"
+        self._backlog: collections.deque[bytes] = collections.deque()
+        self._writing_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self._peer = str(transport.get_extra_info("peername"))
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._backlog.clear()
         self._connections.discard(self)
+
+    # Back-pressure: a peer that does not read its answers stops being read. asyncio calls
+    # pause_writing once the send buffer passes WRITE_BUFFER_HIGH; frames already received wait
+    # in the backlog until it drains below WRITE_BUFFER_LOW.
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._process_backlog()
+        if self._transport is not None and not self._writing_paused:
+            self._transport.resume_reading()
 
     def close(self) -> None:
         if self._transport is not None:
@@ -61,8 +84,15 @@ class BookieConnection(asyncio.Protocol):
         except FrameError as error:
             self._protocol_error(str(error))
             return
-        for frame in frames:
+        self._backlog.extend(frames)
+        self._process_backlog()
+
+    def _process_backlog(self) -> None:
+        backlog = self._backlog
+        while backlog and not self._writing_paused:
+            frame = backlog.popleft()
             if self._transport is None:
+                backlog.clear()
                 return
             try:
                 if self._protocol is None:
@@ -72,6 +102,7 @@ class BookieConnection(asyncio.Protocol):
                 else:
                     self._handle_v2(frame)
             except MalformedMessageError as error:
+                backlog.clear()
                 self._protocol_error(str(error))
                 return
 

@@ -1,0 +1,96 @@
+"""Hostile or broken peers: a client that never reads its answers, and 10,000 connections opened
+and dropped with garbage. The bookie keeps serving others, its memory stays bounded and it leaks
+no file descriptors (issue 4)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from bookkeeper import BookKeeper, DigestType
+from bookkeeper.testing import LocalCluster
+from bookkeeper.wire import v2
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(1) as local:
+        yield local
+
+
+def bookie_process(cluster: LocalCluster) -> psutil.Process:
+    process = cluster.bookies[0].process
+    assert process is not None
+    return psutil.Process(process.pid)
+
+
+def served(cluster: LocalCluster) -> bool:
+    with BookKeeper(cluster.metadata_uri) as client:
+        handle = client.create_ledger(1, 1, 1, DigestType.CRC32C, b"ok")
+        handle.add_entry(b"still serving")
+        handle.close()
+        return (
+            client.open_ledger(handle.ledger_id, b"ok").read_entries(0, 0)[0].data
+            == b"still serving"
+        )
+
+
+@pytest.mark.slow
+def test_a_client_that_never_reads_cannot_grow_the_bookie(cluster: LocalCluster) -> None:
+    with BookKeeper(cluster.metadata_uri) as client:
+        handle = client.create_ledger(1, 1, 1, DigestType.CRC32C, b"big")
+        handle.add_entry(b"x" * 65536)
+        handle.close()
+    process = bookie_process(cluster)
+    baseline = process.memory_info().rss
+    host, port = cluster.bookie_ids[0].rsplit(":", 1)
+    flood = (
+        v2.encode_read_request(handle.ledger_id, 0) * 30_000
+    )  # ~2 GB of answers if all were queued
+    with socket.create_connection((host, int(port)), timeout=10) as greedy:
+        greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        greedy.setblocking(False)
+        sent = 0
+        for _ in range(2000):  # push requests until the bookie stops reading them
+            try:
+                sent += greedy.send(flood[sent : sent + 65536])
+            except BlockingIOError:
+                time.sleep(0.005)
+            if sent >= len(flood):
+                break
+        time.sleep(1.0)
+        grown = process.memory_info().rss - baseline
+        assert served(cluster)  # others are served while the greedy client is stuck
+    assert grown < 256 * 1024 * 1024, (
+        f"the bookie grew by {grown / 1e6:.0f} MB for a client that never reads"
+    )
+    assert served(cluster)
+
+
+@pytest.mark.slow
+def test_ten_thousand_connections_opened_and_dropped(cluster: LocalCluster) -> None:
+    process = bookie_process(cluster)
+    baseline_fds = process.num_fds()
+    host, port = cluster.bookie_ids[0].rsplit(":", 1)
+    garbage = [
+        b"",
+        b"\x00\x00",
+        b"\xff\xff\xff\xff",
+        b"\x00\x00\x00\x08garbage!",
+        b"\x00\x00\x00\x04\x02\x63\x00\x00",
+    ]
+    for index in range(10_000):
+        with socket.create_connection((host, int(port)), timeout=10) as connection:
+            payload = garbage[index % len(garbage)]
+            if payload:
+                connection.sendall(payload)
+    assert served(cluster)
+    for _ in range(100):  # closes are processed asynchronously; give them up to 10 s
+        if process.num_fds() <= baseline_fds + 10:
+            break
+        time.sleep(0.1)
+    assert process.num_fds() <= baseline_fds + 10
