@@ -120,3 +120,43 @@ def test_oversized_and_garbage_frames_close_only_that_connection(bookie: tuple[s
     with socket.create_connection(bookie, timeout=10) as good:
         good.sendall(frame(bytes.fromhex("02020000") + LEDGER.to_bytes(8, "big") + bytes(8)))
         assert recv_frame(good)[4:8] == bytes(4)  # still serving: EOK
+
+
+def test_v3_deferred_sync_add_then_force_ledger(bookie: tuple[str, int]) -> None:
+    ledger_id = LEDGER + 1
+    ledger = ledger_id.to_bytes(8, "big")
+    entry = ledger + bytes(8) + b"deferred"
+    lid = bytes([0x08]) + varint(ledger_id)
+    # AddRequest {ledgerId, entryId 0, masterKey, body, writeFlags (field 5) = 1 (DEFERRED_SYNC)}
+    add_body = (
+        lid
+        + bytes.fromhex("1000")
+        + bytes.fromhex("1a14")
+        + KEY
+        + bytes([0x22, len(entry)])
+        + entry
+    )
+    add_body += bytes.fromhex("2801")
+    v3_add = (
+        bytes.fromhex("0a06080310021809")
+        + bytes.fromhex("aa06")
+        + bytes([len(add_body)])
+        + add_body
+    )
+    # ForceLedgerRequest (Request field 107, tag da06) {ledgerId}, operation FORCE_LEDGER (10), txnId 10
+    v3_force = bytes.fromhex("0a060803100a180ada06") + bytes([len(lid)]) + lid
+    with socket.create_connection(bookie, timeout=10) as connection:
+        connection.sendall(frame(v3_add))
+        add_response = (
+            bytes.fromhex("0800") + bytes([0x10]) + varint(ledger_id) + bytes.fromhex("1800")
+        )
+        assert recv_frame(connection) == (
+            bytes.fromhex("0a060803100218091000aa06") + bytes([len(add_response)]) + add_response
+        )
+        connection.sendall(frame(v3_force))
+        force_response = bytes.fromhex("0800") + bytes([0x10]) + varint(ledger_id)
+        assert recv_frame(connection) == (
+            bytes.fromhex("0a060803100a180a1000da06")
+            + bytes([len(force_response)])
+            + force_response
+        )

@@ -209,7 +209,11 @@ class Bookie:
         entry: bytes,
         recovery: bool,
         done: StatusDone,
+        deferred_sync: bool = False,
     ) -> None:
+        """Stores an entry; ``done`` gets the answer once its journal record is durable, or, with
+        ``deferred_sync`` (v3 write flag DEFERRED_SYNC), as soon as it is stored and queued: the
+        writer then learns of durability from FORCE_LEDGER."""
         done = self._timed(self._recovery_add_stats if recovery else self._add_stats, done)
         if self.read_only and not recovery:
             done(StatusCode.EREADONLY)
@@ -241,9 +245,12 @@ class Bookie:
             if error is None:
                 self._write_bytes.inc(len(entry))
                 self._advance_lac(ledger_id, piggybacked_lac)
-            done(StatusCode.EOK if error is None else StatusCode.EIO)
+            if not deferred_sync:
+                done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
+        if deferred_sync:
+            done(StatusCode.EOK)
 
     def read_entry(
         self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone

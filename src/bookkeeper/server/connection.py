@@ -21,6 +21,7 @@ from bookkeeper.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
 
+WRITE_FLAG_DEFERRED_SYNC = 0x1  # AddRequest.writeFlags
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 WRITE_BUFFER_LOW = 1024 * 1024
 
@@ -152,8 +153,9 @@ class BookieConnection(asyncio.Protocol):
                 self._send(v3.encode(response))
 
             recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
+            deferred_sync = bool(add.writeFlags & WRITE_FLAG_DEFERRED_SYNC)
             self._bookie.add_entry(
-                add.ledgerId, add.entryId, add.masterKey, add.body, recovery, added
+                add.ledgerId, add.entryId, add.masterKey, add.body, recovery, added, deferred_sync
             )
         elif operation == pb.READ_ENTRY and request.HasField("readRequest"):
             read = request.readRequest
