@@ -160,3 +160,39 @@ def test_v3_deferred_sync_add_then_force_ledger(bookie: tuple[str, int]) -> None
             + bytes([len(force_response)])
             + force_response
         )
+
+
+def test_v2_batch_read(bookie: tuple[str, int]) -> None:
+    ledger_id = LEDGER + 2
+    ledger = ledger_id.to_bytes(8, "big")
+    entries = [ledger + i.to_bytes(8, "big") + b"p%d" % i for i in range(5)]
+    with socket.create_connection(bookie, timeout=10) as connection:
+        for entry in entries:
+            connection.sendall(frame(bytes.fromhex("02010000") + KEY + entry))
+            assert recv_frame(connection)[4:8] == bytes(4)
+        # header (v2, BATCH_READ_ENTRY = 7), ledger, start 1, request id 77, max count 3, max size 1000
+        request = (
+            bytes.fromhex("02070000") + ledger + (1).to_bytes(8, "big") + (77).to_bytes(8, "big")
+        )
+        connection.sendall(frame(request + (3).to_bytes(4, "big") + (1000).to_bytes(8, "big")))
+        body = b"".join(len(e).to_bytes(4, "big") + e for e in entries[1:4])
+        assert recv_frame(connection) == (
+            bytes.fromhex("0207000000000000")
+            + ledger
+            + (1).to_bytes(8, "big")
+            + (77).to_bytes(8, "big")
+            + body
+        )
+        # maxSize leaves room for one entry only: the first is always sent, the second is not
+        small = 24 + 8 + 4 + len(entries[0]) + 3
+        connection.sendall(frame(request + (3).to_bytes(4, "big") + small.to_bytes(8, "big")))
+        assert recv_frame(connection)[32:] == len(entries[1]).to_bytes(4, "big") + entries[1]
+        # starting past the last entry: ENOENTRY (2) and no entries
+        past = bytes.fromhex("02070000") + ledger + (9).to_bytes(8, "big") + (78).to_bytes(8, "big")
+        connection.sendall(frame(past + (3).to_bytes(4, "big") + (1000).to_bytes(8, "big")))
+        assert recv_frame(connection) == (
+            bytes.fromhex("0207000000000002")
+            + ledger
+            + (9).to_bytes(8, "big")
+            + (78).to_bytes(8, "big")
+        )

@@ -369,6 +369,25 @@ class Bookie:
         waiter.timer = self._loop.call_later(timeout_s, expire)
         self._lac_waiters.setdefault(ledger_id, []).append(waiter)
 
+    def batch_read(
+        self, ledger_id: int, start: int, max_count: int, max_size: int
+    ) -> tuple[StatusCode, list[bytes]]:
+        """Entries from ``start`` on, at most ``max_count`` of them and ``max_size`` bytes of answer
+        (cut to the frame limit; the first entry is sent even if larger). The status is that of
+        the first entry; the batch stops at the first entry that cannot be read."""
+        budget = min(max_size, self.config.max_frame_size) - 32  # fixed part and request id
+        entries: list[bytes] = []
+        for entry_id in range(start, start + max(0, min(max_count, 100_000))):
+            status, entry = self._read(ledger_id, entry_id)
+            if status != StatusCode.EOK:
+                return (status, []) if not entries else (StatusCode.EOK, entries)
+            budget -= 4 + len(entry)
+            if entries and budget < 0:
+                break
+            entries.append(entry)
+        status = StatusCode.EOK if entries else StatusCode.EBADREQ
+        return status, entries
+
     def _read(self, ledger_id: int, entry_id: int) -> tuple[StatusCode, bytes]:
         try:
             entry = self.engine.read(ledger_id, entry_id)

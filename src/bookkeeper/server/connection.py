@@ -127,6 +127,19 @@ class BookieConnection(asyncio.Protocol):
                 self._send(v2.encode_response(v2.OpCode.READ_ENTRY, status, lid, eid, body))
 
             self._bookie.read_entry(lid, eid, request.is_fencing, request.master_key, read)
+        elif isinstance(request, v2.BatchReadRequest):
+            entries: list[bytes] = []
+            if request.flags & v2.FLAG_DO_FENCING:
+                status = StatusCode.EBADREQ  # fencing batch reads are not served
+            else:
+                status, entries = self._bookie.batch_read(
+                    request.ledger_id, request.start_entry_id, request.max_count, request.max_size
+                )
+            self._send(
+                v2.encode_batch_read_response(
+                    status, request.ledger_id, request.start_entry_id, request.request_id, entries
+                )
+            )
         else:
             log.info(
                 "v2 opcode %d from %s is not served; answering EBADREQ", request.opcode, self._peer

@@ -28,6 +28,11 @@ FLAG_HIGH_PRIORITY = 0x4
 
 _HEADER = struct.Struct(">i")
 _READ_REQUEST = struct.Struct(">iqq")
+_BATCH_READ_REQUEST = struct.Struct(
+    ">iqqqiq"
+)  # header, ledger, start entry, request id, count, size
+_FRAMED_BATCH_RESPONSE = struct.Struct(">Iiiqqq")
+_ENTRY_LENGTH = struct.Struct(">i")
 _RESPONSE = struct.Struct(">iiqq")
 _FRAMED_RESPONSE = struct.Struct(">Iiiqq")
 RESPONSE_FIXED_SIZE = _RESPONSE.size  # 24
@@ -88,6 +93,20 @@ class ReadRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchReadRequest:
+    """BATCH_READ_ENTRY: up to ``max_count`` entries from ``start_entry_id``, at most ``max_size``
+    bytes in the answer; answered with the same ``request_id``."""
+
+    flags: int
+    ledger_id: int
+    start_entry_id: int
+    request_id: int
+    max_count: int
+    max_size: int
+    master_key: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class UnsupportedRequest:
     """A well-formed header with an operation this bookie does not serve over v2."""
 
@@ -129,7 +148,9 @@ def encode_read_request(
     return struct.pack(">I", len(body)) + body
 
 
-def decode_request(frame: bytes) -> AddRequest | ReadRequest | UnsupportedRequest:
+def decode_request(
+    frame: bytes,
+) -> AddRequest | ReadRequest | BatchReadRequest | UnsupportedRequest:
     """Parses one v2 request frame (without its length prefix)."""
     if len(frame) < 4:
         raise MalformedMessageError(f"v2 frame of {len(frame)} bytes has no header")
@@ -152,6 +173,16 @@ def decode_request(frame: bytes) -> AddRequest | ReadRequest | UnsupportedReques
             if len(key) != MASTER_KEY_SIZE:
                 raise MalformedMessageError("v2 fencing read request lacks its 20-byte master key")
         return ReadRequest(flags, ledger_id, entry_id, key)
+    if opcode == OpCode.BATCH_READ_ENTRY:
+        if len(frame) < _BATCH_READ_REQUEST.size:
+            raise MalformedMessageError(f"v2 batch read request of {len(frame)} bytes is truncated")
+        _, ledger_id, start, request_id, count, size = _BATCH_READ_REQUEST.unpack_from(frame, 0)
+        batch_key: bytes | None = None
+        if flags & FLAG_DO_FENCING:
+            batch_key = frame[_BATCH_READ_REQUEST.size : _BATCH_READ_REQUEST.size + MASTER_KEY_SIZE]
+            if len(batch_key) != MASTER_KEY_SIZE:
+                raise MalformedMessageError("v2 fencing batch read lacks its 20-byte master key")
+        return BatchReadRequest(flags, ledger_id, start, request_id, count, size, batch_key)
     if opcode in OpCode.__members__.values():
         return UnsupportedRequest(opcode, flags)
     raise MalformedMessageError(f"unknown v2 opcode {opcode}")
@@ -165,6 +196,41 @@ def encode_response(
         RESPONSE_FIXED_SIZE + len(body), pack_header(opcode, 0), to_v2(status), ledger_id, entry_id
     )
     return head + body if body else head
+
+
+def encode_batch_read_request(
+    ledger_id: int, start_entry_id: int, request_id: int, max_count: int, max_size: int
+) -> bytes:
+    """A framed BATCH_READ_ENTRY request (no fencing)."""
+    body = _BATCH_READ_REQUEST.pack(
+        pack_header(OpCode.BATCH_READ_ENTRY, FLAG_NONE),
+        ledger_id,
+        start_entry_id,
+        request_id,
+        max_count,
+        max_size,
+    )
+    return struct.pack(">I", len(body)) + body
+
+
+def encode_batch_read_response(
+    status: StatusCode, ledger_id: int, start_entry_id: int, request_id: int, entries: list[bytes]
+) -> bytes:
+    """A framed BATCH_READ_ENTRY response: the fixed part, the request id, then [len][entry]..."""
+    parts = []
+    for entry in entries:
+        parts.append(_ENTRY_LENGTH.pack(len(entry)))
+        parts.append(entry)
+    tail = b"".join(parts)
+    head = _FRAMED_BATCH_RESPONSE.pack(
+        RESPONSE_FIXED_SIZE + 8 + len(tail),
+        pack_header(OpCode.BATCH_READ_ENTRY, 0),
+        to_v2(status),
+        ledger_id,
+        start_entry_id,
+        request_id,
+    )
+    return head + tail
 
 
 def decode_response(frame: bytes) -> Response:
