@@ -16,21 +16,9 @@ import time
 
 from bookkeeper import BookKeeper, DigestType
 from bookkeeper.testing import LocalCluster
+from bookkeeper.testing.raw import recv_frame
 from bookkeeper.wire import v3
 from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
-
-
-def recv_frame(connection: socket.socket) -> bytes:
-    def exactly(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = connection.recv(count - len(data))
-            if not chunk:
-                raise ConnectionError("bookie closed the connection")
-            data += chunk
-        return data
-
-    return exactly(int.from_bytes(exactly(4), "big"))
 
 
 def main() -> None:

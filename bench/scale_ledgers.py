@@ -30,6 +30,7 @@ from typing import Any
 from bookkeeper.storage.cookie import Cookie, write_local
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
 from bookkeeper.testing.local_cluster import free_port
+from bookkeeper.testing.raw import recv_exactly
 from bookkeeper.wire import v2
 from bookkeeper.wire.status import StatusCode
 
@@ -148,15 +149,6 @@ class Bookie:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(120)
-
-
-def recv_exactly(connection: socket.socket, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        chunk = connection.recv(count - len(data))
-        assert chunk, "the bookie closed the connection"
-        data += chunk
-    return bytes(data)
 
 
 def pipelined(port: int, frames: list[bytes]) -> list[v2.Response]:

@@ -20,6 +20,7 @@ from bookkeeper import BookKeeper, DigestType
 from bookkeeper.errors import WriteError, WriteOnReadOnlyBookieError
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.testing import LocalCluster
+from bookkeeper.testing.raw import recv_frame
 from bookkeeper.wire import v2
 from bookkeeper.wire.digest import DigestManager, master_key
 from bookkeeper.wire.status import StatusCode
@@ -46,18 +47,6 @@ def check(condition: bool, what: str) -> None:
         print(f"FAILED: {what}", flush=True)
         sys.exit(1)
     print(f"ok: {what}", flush=True)
-
-
-def recv_frame(connection: socket.socket) -> bytes:
-    def exactly(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = connection.recv(count - len(data))
-            check(bool(chunk), "the bookie keeps its connection open")
-            data += chunk
-        return data
-
-    return exactly(int.from_bytes(exactly(4), "big"))
 
 
 def raw_add(bookie_id: str, ledger_id: int, entry_id: int, recovery: bool) -> StatusCode:

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from bookkeeper.testing import LocalCluster
-
-from .test_cluster import recv_frame
+from bookkeeper.testing.raw import recv_frame
 
 KEY = bytes([0x22]) * 20
 LEDGER = 9_000_000_005  # not created through metadata: the bookie does not care

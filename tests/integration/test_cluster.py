@@ -23,6 +23,7 @@ from bookkeeper.errors import (
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.testing import LocalCluster
 from bookkeeper.testing.local_cluster import free_port
+from bookkeeper.testing.raw import recv_frame
 from bookkeeper.testing.zookeeper import ZooKeeperServer
 from bookkeeper.wire import v2
 from bookkeeper.wire.digest import DigestManager, master_key
@@ -178,18 +179,6 @@ def test_wrong_password_is_refused_and_changes_nothing(cluster: LocalCluster) ->
             raw.sendall(v2.encode_read_request(writer.ledger_id, 11))
             assert v2.decode_response(recv_frame(raw)).status == StatusCode.ENOENTRY
         writer.close()
-
-
-def recv_frame(connection: socket.socket) -> bytes:
-    def exactly(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = connection.recv(count - len(data))
-            assert chunk, "bookie closed the connection"
-            data += chunk
-        return data
-
-    return exactly(int.from_bytes(exactly(4), "big"))
 
 
 @pytest.mark.parametrize(("e", "qw", "qa"), [(2, 3, 2), (3, 2, 3), (3, 3, 0)])

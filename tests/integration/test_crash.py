@@ -15,11 +15,11 @@ import pytest
 
 from bookkeeper import BookKeeper, DigestType
 from bookkeeper.testing import LocalCluster
+from bookkeeper.testing.raw import recv_frame
 from bookkeeper.wire import v2
 from bookkeeper.wire.digest import DigestManager, master_key
 from bookkeeper.wire.status import StatusCode
 
-from .test_cluster import recv_frame
 from .workloads import payload
 
 ROUNDS = 50

@@ -11,11 +11,10 @@ import pytest
 
 from bookkeeper import BookKeeper, DigestType
 from bookkeeper.testing import LocalCluster
+from bookkeeper.testing.raw import recv_frame
 from bookkeeper.wire import v3
 from bookkeeper.wire.digest import DigestManager, master_key
 from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
-
-from .test_cluster import recv_frame
 
 
 @pytest.fixture(scope="module")
