@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from bookkeeper import BookKeeper, DigestType
+from bookkeeper.errors import WriteError
 from bookkeeper.testing import LocalCluster
 from bookkeeper.wire import v2
 
@@ -94,3 +95,28 @@ def test_ten_thousand_connections_opened_and_dropped(cluster: LocalCluster) -> N
             break
         time.sleep(0.1)
     assert process.num_fds() <= baseline_fds + 10
+
+
+@pytest.mark.slow
+def test_idle_connections_are_closed() -> None:
+    with LocalCluster(1, bookie_args=["--idle-timeout-s", "1"]) as local:
+        host, port = local.bookie_ids[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as idle:
+            assert idle.recv(1) == b""  # closed by the bookie, well before the 30 s socket timeout
+        assert served(local)  # and it still serves new connections
+
+
+@pytest.mark.slow
+def test_the_client_throttle_keeps_a_writer_within_the_bookies_bound() -> None:
+    with LocalCluster(1, bookie_args=["--max-pending-per-connection", "20"]) as local:
+        with BookKeeper(local.metadata_uri, throttle=10) as client:
+            writer = client.create_ledger(1, 1, 1, DigestType.CRC32C, b"t")
+            futures = [writer.add_entry_async(b"%d" % i) for i in range(1000)]
+            assert [future.result() for future in futures] == list(range(1000))
+            writer.close()
+        with BookKeeper(local.metadata_uri, throttle=50) as client:
+            writer = client.create_ledger(1, 1, 1, DigestType.CRC32C, b"t")
+            futures = [writer.add_entry_async(b"%d" % i) for i in range(1000)]
+            with pytest.raises(WriteError, match="ETOOMANYREQUESTS"):
+                for future in futures:
+                    future.result()

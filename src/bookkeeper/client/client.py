@@ -31,8 +31,10 @@ class BookKeeper:
         use_v3: bool = False,
         request_timeout_s: float = 5.0,
         connect_timeout_s: float = 5.0,
+        throttle: int = 5000,
     ) -> None:
         self.metadata = metadata
+        self.throttle = throttle  # adds in flight per ledger handle (BookKeeper's "throttle")
         self.pool = BookiePool(
             self._resolve,
             use_v3=use_v3,
@@ -50,12 +52,13 @@ class BookKeeper:
         use_v3: bool = False,
         metadata_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
+        throttle: int = 5000,
     ) -> BookKeeper:
         """Connects to the metadata store; raises ``MetadataUnavailableError`` within ``metadata_timeout_s``."""
         metadata = await asyncio.to_thread(
             MetadataClient.connect, metadata_uri, connect_timeout_s=metadata_timeout_s
         )
-        return cls(metadata, use_v3=use_v3, request_timeout_s=request_timeout_s)
+        return cls(metadata, use_v3=use_v3, request_timeout_s=request_timeout_s, throttle=throttle)
 
     def _resolve(self, bookie_id: str) -> tuple[str, int]:
         endpoint = self.metadata.bookie_endpoint(bookie_id)

@@ -149,6 +149,7 @@ class BookKeeper:
         use_v3: bool = False,
         metadata_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
+        throttle: int = 5000,
     ) -> None:
         self._runner = _LoopThread()
         try:
@@ -158,6 +159,7 @@ class BookKeeper:
                     use_v3=use_v3,
                     metadata_timeout_s=metadata_timeout_s,
                     request_timeout_s=request_timeout_s,
+                    throttle=throttle,
                 )
             )
         except BaseException:

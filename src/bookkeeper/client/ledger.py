@@ -7,6 +7,7 @@ rule); this module sends the requests and feeds the answers back.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -256,6 +257,11 @@ class LedgerHandle(ReadHandle):
         self._futures: dict[int, asyncio.Future[int]] = {}
         self._connecting: set[asyncio.Future[None]] = set()
         self._error: errors.BKError | None = None
+        # BookKeeper's client throttle: at most this many adds sent and not yet acknowledged; the
+        # rest wait here (already numbered and packaged) and go out as acks free permits.
+        self._throttle = client.throttle
+        self._in_flight = 0
+        self._waiting: collections.deque[tuple[int, bytes, list[int]]] = collections.deque()
 
     @property
     def last_add_pushed(self) -> int:
@@ -276,10 +282,17 @@ class LedgerHandle(ReadHandle):
         entry = self._digest.package(
             entry_id, self._pending.last_add_confirmed, self._pushed_length, data
         )
-        ensemble = self.metadata.ensemble_at(entry_id)
-        for index in add.write_set:
-            self._send_add(ensemble[index], index, entry_id, entry, recovery=False)
+        if self._in_flight < self._throttle:
+            self._send_entry(entry_id, entry, add.write_set)
+        else:
+            self._waiting.append((entry_id, entry, add.write_set))
         return future
+
+    def _send_entry(self, entry_id: int, entry: bytes, write_set: list[int]) -> None:
+        self._in_flight += 1
+        ensemble = self.metadata.ensemble_at(entry_id)
+        for index in write_set:
+            self._send_add(ensemble[index], index, entry_id, entry, recovery=False)
 
     async def add_entry(self, data: bytes) -> int:
         """Adds ``data`` and returns its entry id once Qa bookies made it durable."""
@@ -322,9 +335,12 @@ class LedgerHandle(ReadHandle):
             for add in self._pending.on_ack(entry_id, index):
                 self.last_add_confirmed = add.entry_id
                 self.length += add.payload_length
+                self._in_flight -= 1
                 future = self._futures.pop(add.entry_id, None)
                 if future is not None and not future.done():
                     future.set_result(add.entry_id)
+            while self._waiting and self._in_flight < self._throttle:
+                self._send_entry(*self._waiting.popleft())
             return
         if status is None:
             assert isinstance(body, errors.BKError)
@@ -346,7 +362,8 @@ class LedgerHandle(ReadHandle):
             )
 
     def _fail(self, error: errors.BKError) -> None:
-        """Fails every pending add; the handle takes no more adds."""
+        """Fails every pending add (sent or waiting for a permit); the handle takes no more adds."""
+        self._waiting.clear()
         if self._error is None:
             self._error = error
             log.warning("ledger %d writer failed: %s", self.ledger_id, error)

@@ -71,6 +71,10 @@ class BookieConfig:
     bookie_id: str | None = None  # bookieId; default host:port
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
+    max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)
+    max_parked_long_polls: int = 10_000  # long-poll reads parked at once
+    max_pending_per_connection: int = 10_000  # requests of one connection not yet answered
+    idle_connection_timeout_s: float = 600.0  # close connections idle this long (0: never)
 
     @property
     def effective_bookie_id(self) -> str:
@@ -125,6 +129,11 @@ class Bookie:
         # or by an explicit LAC; long-poll reads park on it.
         self._lacs: dict[int, int] = {}
         self._lac_waiters: dict[int, list[_LacWaiter]] = {}
+        self.pending_adds = 0  # adds whose journal record is not durable yet
+        self.parked_long_polls = 0
+        self._rejected = self.metrics.counter(
+            "bookkeeper_server_REQUESTS_REJECTED", "requests answered ETOOMANYREQUESTS"
+        )
 
     def check_disks(self) -> DiskReport:
         """Checks disk usage and turns the bookie read-only or writable; safe from any thread."""
@@ -221,7 +230,8 @@ class Bookie:
         if self._refuses_writes():
             done(StatusCode.EIO)
             return
-        if self.engine.write_cache_full:
+        if self.engine.write_cache_full or self.pending_adds >= self.config.max_pending_adds:
+            self._rejected.inc()
             done(StatusCode.ETOOMANYREQUESTS)
             return
         if (
@@ -242,12 +252,14 @@ class Bookie:
         piggybacked_lac = _LAC_AT.unpack_from(entry, 16)[0] if len(entry) >= 24 else -1
 
         def durable(error: Exception | None) -> None:
+            self.pending_adds -= 1
             if error is None:
                 self._write_bytes.inc(len(entry))
                 self._advance_lac(ledger_id, piggybacked_lac)
             if not deferred_sync:
                 done(StatusCode.EOK if error is None else StatusCode.EIO)
 
+        self.pending_adds += 1
         self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
         if deferred_sync:
             done(StatusCode.EOK)
@@ -356,7 +368,17 @@ class Bookie:
         if self.last_add_confirmed(ledger_id) > previous_lac or timeout_s <= 0 or self._closed:
             answer()
             return
-        waiter = _LacWaiter(previous_lac, answer)
+        if self.parked_long_polls >= self.config.max_parked_long_polls:
+            self._rejected.inc()
+            done(StatusCode.ETOOMANYREQUESTS, b"", self.last_add_confirmed(ledger_id))
+            return
+        self.parked_long_polls += 1
+
+        def answer_parked() -> None:
+            self.parked_long_polls -= 1
+            answer()
+
+        waiter = _LacWaiter(previous_lac, answer_parked)
 
         def expire() -> None:
             waiters = self._lac_waiters.get(ledger_id, [])
@@ -364,7 +386,7 @@ class Bookie:
                 waiters.remove(waiter)
                 if not waiters:
                     self._lac_waiters.pop(ledger_id, None)
-                answer()
+                answer_parked()
 
         waiter.timer = self._loop.call_later(timeout_s, expire)
         self._lac_waiters.setdefault(ledger_id, []).append(waiter)

@@ -199,6 +199,34 @@ SETTINGS: tuple[Setting, ...] = (
         8080,
         "httpServerPort (giving it on the command line enables HTTP)",
     ),
+    Setting(
+        "maxPendingAddRequestsPerThread",
+        "--max-pending-adds",
+        int,
+        50_000,
+        "adds not yet durable, per bookie (BookKeeper: 10,000 per add thread; one loop serves all here)",
+    ),
+    Setting(
+        "maxPendingReadRequestsPerThread",
+        "--max-parked-long-polls",
+        int,
+        10_000,
+        "long-poll reads parked at once",
+    ),
+    Setting(
+        "maxPendingRequestsPerConnection",
+        "--max-pending-per-connection",
+        int,
+        10_000,
+        "unanswered requests per connection (not a BookKeeper key)",
+    ),
+    Setting(
+        "idleConnectionTimeoutSec",
+        "--idle-timeout-s",
+        float,
+        600.0,
+        "close connections idle this long, 0 never (not a BookKeeper key)",
+    ),
 )
 _BY_KEY = {setting.key: setting for setting in SETTINGS}
 _ALIASES = {"journalDirectory": "journalDirectories"}  # the single-directory form
@@ -216,8 +244,6 @@ IGNORED_KEYS = frozenset(
         "numReadWorkerThreads",
         "numHighPriorityWorkerThreads",
         "numJournalCallbackThreads",
-        "maxPendingReadRequestsPerThread",
-        "maxPendingAddRequestsPerThread",
         "journalAdaptiveGroupWrites",
         "journalFlushWhenQueueEmpty",
         "journalFormatVersionToWrite",
@@ -400,4 +426,8 @@ def build(values: dict[str, Any]) -> BookieConfig:
         bookie_id=values["bookieId"],
         max_frame_size=positive("nettyMaxFrameSizeBytes"),
         http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
+        max_pending_adds=positive("maxPendingAddRequestsPerThread"),
+        max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),
+        max_pending_per_connection=positive("maxPendingRequestsPerConnection"),
+        idle_connection_timeout_s=values["idleConnectionTimeoutSec"],
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from typing import cast
 
 from bookkeeper.server.bookie import Bookie
@@ -38,6 +39,8 @@ class BookieConnection(asyncio.Protocol):
         self._peer = "?"
         self._backlog: collections.deque[bytes] = collections.deque()
         self._writing_paused = False
+        self.pending = 0  # requests dispatched and not yet answered (each gets one answer)
+        self.last_activity = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -70,7 +73,12 @@ class BookieConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def _over_limit(self) -> bool:
+        """Past the per-connection bound of unanswered requests (the current one included)."""
+        return self.pending > self._bookie.config.max_pending_per_connection
+
     def _send(self, data: bytes) -> None:
+        self.pending -= 1
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
@@ -80,6 +88,7 @@ class BookieConnection(asyncio.Protocol):
             self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
         try:
             frames = self._decoder.feed(data)
         except FrameError as error:
@@ -95,6 +104,7 @@ class BookieConnection(asyncio.Protocol):
             if self._transport is None:
                 backlog.clear()
                 return
+            self.pending += 1
             try:
                 if self._protocol is None:
                     self._protocol = 3 if v3.is_v3_request(frame) else 2
@@ -117,6 +127,9 @@ class BookieConnection(asyncio.Protocol):
             def added(status: StatusCode) -> None:
                 self._send(v2.encode_response(v2.OpCode.ADD_ENTRY, status, lid, eid))
 
+            if self._over_limit():
+                added(StatusCode.ETOOMANYREQUESTS)
+                return
             self._bookie.add_entry(
                 lid, eid, request.master_key, request.entry, request.is_recovery_add, added
             )
@@ -126,6 +139,9 @@ class BookieConnection(asyncio.Protocol):
             def read(status: StatusCode, body: bytes) -> None:
                 self._send(v2.encode_response(v2.OpCode.READ_ENTRY, status, lid, eid, body))
 
+            if self._over_limit():
+                read(StatusCode.ETOOMANYREQUESTS, b"")
+                return
             self._bookie.read_entry(lid, eid, request.is_fencing, request.master_key, read)
         elif isinstance(request, v2.BatchReadRequest):
             entries: list[bytes] = []
@@ -165,6 +181,9 @@ class BookieConnection(asyncio.Protocol):
                 response.addResponse.entryId = add.entryId
                 self._send(v3.encode(response))
 
+            if self._over_limit():
+                added(StatusCode.ETOOMANYREQUESTS)
+                return
             recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
             deferred_sync = bool(add.writeFlags & WRITE_FLAG_DEFERRED_SYNC)
             self._bookie.add_entry(
@@ -182,6 +201,9 @@ class BookieConnection(asyncio.Protocol):
                     response.readResponse.body = body
                 self._send(v3.encode(response))
 
+            if self._over_limit():
+                answered(StatusCode.ETOOMANYREQUESTS, b"")
+                return
             if read.HasField("previousLAC"):
                 # Long poll: parked until the LAC passes previousLAC, or for timeOut ms.
                 def polled(status: StatusCode, body: bytes, max_lac: int) -> None:

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import time
 
 from aiohttp import web
 
@@ -39,6 +40,7 @@ class BookieServer:
         self.metrics = PrometheusMetrics()
         self._http: web.AppRunner | None = None
         self._disk_task: asyncio.Task[None] | None = None
+        self._idle_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -64,6 +66,8 @@ class BookieServer:
             list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
             self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
         self._disk_task = asyncio.ensure_future(self._watch_disks())
+        if self.config.idle_connection_timeout_s > 0:
+            self._idle_task = asyncio.ensure_future(self._close_idle_connections())
         if self.config.http_port is not None:
             app = make_app(self.bookie, self.metrics, self.config.effective_bookie_id)
             self._http = await start_http(app, self.config.host, self.config.http_port)
@@ -108,10 +112,22 @@ class BookieServer:
             except Exception:
                 log.exception("disk check or re-registration failed; retrying at the next check")
 
+    async def _close_idle_connections(self) -> None:
+        """Closes connections with nothing in flight that sent nothing for the idle timeout."""
+        timeout = self.config.idle_connection_timeout_s
+        while True:
+            await asyncio.sleep(min(timeout / 4, 10.0))
+            deadline = time.monotonic() - timeout
+            for connection in list(self._connections):
+                if connection.pending <= 0 and connection.last_activity < deadline:
+                    log.info("closing a connection idle for %.0f s", timeout)
+                    connection.close()
+
     async def stop(self) -> None:
         """Stops accepting, unregisters, lets queued journal writes finish, closes connections."""
-        if self._disk_task is not None:
-            self._disk_task.cancel()
+        for task in (self._disk_task, self._idle_task):
+            if task is not None:
+                task.cancel()
         if self._http is not None:
             await self._http.cleanup()
         if self._server is not None:

@@ -1,0 +1,127 @@
+"""Bounded work per bookie and per connection: past the bound the answer is ETOOMANYREQUESTS
+at once, and nothing already accepted is lost (issue 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from bookkeeper.server.bookie import Bookie, BookieConfig
+from bookkeeper.server.connection import BookieConnection
+from bookkeeper.storage.engine import StorageConfig
+from bookkeeper.wire import v2
+from bookkeeper.wire.digest import DigestManager, DigestType
+from bookkeeper.wire.framing import FrameDecoder
+from bookkeeper.wire.status import StatusCode
+
+from .test_decoders_fuzz import FakeTransport
+
+KEY = b"l" * 20
+
+
+def entry(entry_id: int) -> bytes:
+    return DigestManager(3, DigestType.CRC32C, b"").package(entry_id, entry_id - 1, 0, b"x")
+
+
+async def settle(condition, limit: int = 300) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(limit):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
+def run_with_held_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario, **limits: int
+) -> None:  # type: ignore[no-untyped-def]
+    gate = threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def held_fdatasync(fd: int) -> None:
+        assert gate.wait(30), "the test never released the sync"
+        real_fdatasync(fd)
+
+    async def main() -> None:
+        storage = StorageConfig(str(tmp_path / "j"), str(tmp_path / "l"), flush_interval_s=3600)
+        bookie = Bookie(BookieConfig(storage, **limits), asyncio.get_running_loop())  # type: ignore[arg-type]
+        bookie.start()
+        monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+        try:
+            await scenario(bookie, gate)
+        finally:
+            gate.set()
+            monkeypatch.undo()
+            bookie.close()
+
+    asyncio.run(main())
+
+
+def test_pending_adds_are_bounded_per_bookie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        answers: list[tuple[int, StatusCode]] = []
+        for entry_id in range(5):
+            bookie.add_entry(
+                3,
+                entry_id,
+                KEY,
+                entry(entry_id),
+                False,
+                lambda s, e=entry_id: answers.append((e, s)),
+            )
+        await asyncio.sleep(0.1)
+        assert answers == [(3, StatusCode.ETOOMANYREQUESTS), (4, StatusCode.ETOOMANYREQUESTS)]
+        gate.set()
+        await settle(lambda: len(answers) == 5)
+        assert sorted(answers[2:]) == [
+            (0, StatusCode.EOK),
+            (1, StatusCode.EOK),
+            (2, StatusCode.EOK),
+        ]
+        assert bookie.pending_adds == 0
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_adds=3)
+
+
+def test_unanswered_requests_are_bounded_per_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        connection = BookieConnection(bookie, set())
+        transport = FakeTransport()
+        connection.connection_made(transport)
+        connection.data_received(b"".join(v2.encode_add_request(KEY, entry(i)) for i in range(4)))
+        rejected = [
+            v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))
+        ]
+        assert [(r.entry_id, r.status) for r in rejected] == [
+            (2, StatusCode.ETOOMANYREQUESTS),
+            (3, StatusCode.ETOOMANYREQUESTS),
+        ]
+        gate.set()
+        await settle(lambda: connection.pending == 0)
+        answered = [
+            v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))
+        ]
+        assert sorted((r.entry_id, r.status) for r in answered[2:]) == [
+            (0, StatusCode.EOK),
+            (1, StatusCode.EOK),
+        ]
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=2)
+
+
+def test_parked_long_polls_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        gate.set()  # no held sync needed here
+        answers: list[StatusCode] = []
+        for _ in range(2):
+            bookie.read_long_poll(3, 0, -1, 30.0, False, lambda s, body, lac: answers.append(s))
+        assert answers == [StatusCode.ETOOMANYREQUESTS]  # the second; the first stays parked
+        assert bookie.parked_long_polls == 1
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_parked_long_polls=1)
