@@ -3,7 +3,9 @@ by byte from the reference and every byte of the answers is checked."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -195,3 +197,90 @@ def test_v2_batch_read(bookie: tuple[str, int]) -> None:
             + (9).to_bytes(8, "big")
             + (78).to_bytes(8, "big")
         )
+
+
+def test_v3_write_lac_read_lac_bookie_info_and_long_poll(bookie: tuple[str, int]) -> None:
+    ledger_id = LEDGER + 3
+    lid = bytes([0x08]) + varint(ledger_id)
+    ledger = ledger_id.to_bytes(8, "big")
+    # two entries in the packaging of reference 2.4 with the DUMMY digest: entry 1 carries LAC 0
+    entries = [
+        ledger
+        + e.to_bytes(8, "big")
+        + (e - 1).to_bytes(8, "big", signed=True)
+        + (e + 1).to_bytes(8, "big")
+        + b"e%d" % e
+        for e in range(2)
+    ]
+    lac_body = ledger + (1).to_bytes(8, "big")  # WRITE_LAC body: ledgerId, lac (DUMMY: no digest)
+    with socket.create_connection(bookie, timeout=10) as connection:
+        for entry in entries:
+            connection.sendall(frame(bytes.fromhex("02010000") + KEY + entry))
+            assert recv_frame(connection)[4:8] == bytes(4)
+    with socket.create_connection(bookie, timeout=10) as connection:
+        # WRITE_LAC (op 6, txn 11): writeLacRequest is Request field 103 (tag ba06)
+        body = (
+            lid
+            + bytes([0x10, 0x01])
+            + bytes.fromhex("1a14")
+            + KEY
+            + bytes([0x22, len(lac_body)])
+            + lac_body
+        )
+        connection.sendall(frame(bytes.fromhex("0a0608031006180bba06") + bytes([len(body)]) + body))
+        answer = bytes.fromhex("0800") + bytes([0x10]) + varint(ledger_id)
+        assert (
+            recv_frame(connection)
+            == bytes.fromhex("0a0608031006180b1000ba06") + bytes([len(answer)]) + answer
+        )
+        # READ_LAC (op 7, txn 12): readLacRequest is field 104 (tag c206); answer: lacBody, lastEntryBody
+        connection.sendall(frame(bytes.fromhex("0a0608031007180cc206") + bytes([len(lid)]) + lid))
+        answer = (
+            bytes.fromhex("0800")
+            + bytes([0x10])
+            + varint(ledger_id)
+            + bytes([0x1A, len(lac_body)])
+            + lac_body
+            + bytes([0x22, len(entries[1])])
+            + entries[1]
+        )
+        assert (
+            recv_frame(connection)
+            == bytes.fromhex("0a0608031007180c1000c206") + bytes([len(answer)]) + answer
+        )
+        # long poll (READ_ENTRY, txn 13): entry 1, previousLAC 0 (field 4), timeOut 5000 (field 5),
+        # flag ENTRY_PIGGYBACK (field 100 = tag a006, value 2). The LAC is already 1: answered at once.
+        read = lid + bytes([0x10, 0x01, 0x20, 0x00, 0x28]) + varint(5000) + bytes.fromhex("a00602")
+        connection.sendall(frame(bytes.fromhex("0a0608031001180da206") + bytes([len(read)]) + read))
+        answer = (
+            bytes.fromhex("0800")
+            + bytes([0x10])
+            + varint(ledger_id)
+            + bytes.fromhex("1801")
+            + bytes([0x22, len(entries[1])])
+            + entries[1]
+            + bytes.fromhex("2801")  # maxLAC 1
+        )
+        assert (
+            recv_frame(connection)
+            == bytes.fromhex("0a0608031001180d1000a206") + bytes([len(answer)]) + answer
+        )
+        # GET_BOOKIE_INFO (op 8, txn 14): getBookieInfoRequest is field 105 (tag ca06), requested = 3
+        connection.sendall(frame(bytes.fromhex("0a0608031008180eca06020803")))
+        got = recv_frame(connection)
+    head = bytes.fromhex("0a0608031008180e1000ca06")
+    assert got.startswith(head)
+    info = got[len(head) + 1 :]
+    assert got[len(head)] == len(info) and info[:2] == bytes.fromhex("0800")
+    assert info[2] == 0x10  # totalDiskCapacity, then freeDiskSpace (field 3, tag 0x18)
+    position, total = 3, 0
+    for shift in range(0, 70, 7):
+        byte = info[position]
+        total |= (byte & 0x7F) << shift
+        position += 1
+        if not byte & 0x80:
+            break
+    assert info[position] == 0x18
+    assert (
+        total == shutil.disk_usage(tempfile.gettempdir()).total
+    )  # LocalCluster's data lives there
