@@ -4,6 +4,7 @@ adds and reads; /heartbeat and the read-only /api/v1/bookie/* endpoints answer (
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -11,6 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bookkeeper import BookKeeper, DigestType
+from bookkeeper.errors import NotEnoughBookiesError, WriteError
+from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.testing import LocalCluster
 
 
@@ -83,3 +86,44 @@ def test_heartbeat_and_bookie_endpoints(cluster: LocalCluster) -> None:
     assert list(marks) == [cluster.bookies[0].journal_directory]
     files = json.loads(get(cluster, "/api/v1/bookie/list_disk_file"))
     assert ".txn" in files["journal files"] and "data.mdb" in files["index files"]
+
+
+def put(cluster: LocalCluster, path: str, body: bytes) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{cluster.bookies[0].http_port}{path}", data=body, method="PUT"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, bytes(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_an_operator_can_turn_the_bookie_read_only_and_back(cluster: LocalCluster) -> None:
+    bookie = cluster.bookie_ids[0]
+    metadata = MetadataClient.connect(cluster.metadata_uri)
+    try:
+        with BookKeeper(cluster.metadata_uri) as client:
+            existing = client.create_ledger(1, 1, 1)
+            assert existing.add_entry(b"before") == 0
+            answer = put(cluster, "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
+            assert answer == (200, b'{"readOnly": true}')
+            with pytest.raises(WriteError, match="EREADONLY"):
+                existing.add_entry(b"while read-only")
+        assert metadata.readonly_bookies() == [bookie] and metadata.writable_bookies() == []
+        assert json.loads(get(cluster, "/api/v1/bookie/state"))["readOnly"] is True
+        with BookKeeper(cluster.metadata_uri) as client, pytest.raises(NotEnoughBookiesError):
+            client.create_ledger(1, 1, 1)  # no writable bookie is registered
+        assert put(cluster, "/api/v1/bookie/state/readonly", b'{"readOnly": "yes"}')[0] == 400
+        assert put(cluster, "/api/v1/bookie/state/readonly", b"not json")[0] == 400
+        assert put(cluster, "/api/v1/bookie/state/readonly", b'{"readOnly": false}') == (
+            200,
+            b'{"readOnly": false}',
+        )
+        assert metadata.writable_bookies() == [bookie] and metadata.readonly_bookies() == []
+        with BookKeeper(cluster.metadata_uri) as client:
+            handle = client.create_ledger(1, 1, 1)
+            assert handle.add_entry(b"writable again") == 0
+            handle.close()
+    finally:
+        metadata.close()

@@ -123,8 +123,10 @@ class Bookie:
         self.disk = DiskChecker(
             [*config.storage.journal_directories, config.storage.ledger_directory], config.disk
         )
-        # Read-only: normal adds get EREADONLY; recovery adds, fences and reads still work.
-        self.read_only = False
+        # Read-only (disks full, or an operator asked): normal adds get EREADONLY; recovery adds,
+        # fences and reads still work.
+        self.disk_full = False
+        self.forced_read_only = False
         # The last add confirmed known per ledger: the largest LAC carried by an entry stored here
         # or by an explicit LAC; long-poll reads park on it.
         self._lacs: dict[int, int] = {}
@@ -145,15 +147,25 @@ class Bookie:
         if report.usage < self.disk.thresholds.lwm:
             self.engine.space_freed()
         full = report.state == DiskState.FULL or self.engine.out_of_space
-        if full != self.read_only:
-            self.read_only = full
+        if full != self.disk_full:
+            self.disk_full = full
             log.warning(
                 "disk %s is %.1f%% full: bookie is now %s",
                 report.path,
                 100 * report.usage,
-                "read-only" if full else "writable again",
+                "read-only" if self.read_only else "writable again",
             )
         return report
+
+    @property
+    def read_only(self) -> bool:
+        return self.disk_full or self.forced_read_only
+
+    def set_forced_read_only(self, read_only: bool) -> None:
+        """An operator turns the bookie read-only, or back (it stays read-only while disks are full)."""
+        if read_only != self.forced_read_only:
+            self.forced_read_only = read_only
+            log.warning("an operator set the bookie %s", "read-only" if read_only else "writable")
 
     def start(self) -> None:
         self.engine.start()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -15,7 +16,12 @@ from bookkeeper.storage.journal import journal_name, list_journal_ids
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def make_app(bookie: Bookie, metrics: PrometheusMetrics, bookie_id: str) -> web.Application:
+def make_app(
+    bookie: Bookie,
+    metrics: PrometheusMetrics,
+    bookie_id: str,
+    state_changed: Callable[[], Awaitable[None]] | None = None,
+) -> web.Application:
     storage = bookie.config.storage
 
     async def heartbeat(request: web.Request) -> web.Response:
@@ -49,6 +55,21 @@ def make_app(bookie: Bookie, metrics: PrometheusMetrics, bookie_id: str) -> web.
                 "availableForHighPriorityWrites": not failed,
             }
         )
+
+    async def set_read_only(request: web.Request) -> web.Response:
+        """PUT {"readOnly": true|false}: the operator's read-only switch (BookKeeper's state/readonly)."""
+        try:
+            wanted = (await request.json())["readOnly"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise web.HTTPBadRequest(
+                text=f'expected a JSON body {{"readOnly": true|false}}: {error}'
+            ) from error
+        if not isinstance(wanted, bool):
+            raise web.HTTPBadRequest(text='"readOnly" must be true or false')
+        bookie.set_forced_read_only(wanted)
+        if state_changed is not None:
+            await state_changed()
+        return web.json_response({"readOnly": bookie.read_only})
 
     async def last_log_mark(request: web.Request) -> web.Response:
         marks = {}
@@ -86,6 +107,7 @@ def make_app(bookie: Bookie, metrics: PrometheusMetrics, bookie_id: str) -> web.
     app.router.add_get("/metrics", prometheus)
     app.router.add_get("/api/v1/bookie/info", info)
     app.router.add_get("/api/v1/bookie/state", state)
+    app.router.add_put("/api/v1/bookie/state/readonly", set_read_only)
     app.router.add_get("/api/v1/bookie/last_log_mark", last_log_mark)
     app.router.add_get("/api/v1/bookie/list_disk_file", list_disk_file)
     return app

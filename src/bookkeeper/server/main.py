@@ -69,7 +69,9 @@ class BookieServer:
         if self.config.idle_connection_timeout_s > 0:
             self._idle_task = asyncio.ensure_future(self._close_idle_connections())
         if self.config.http_port is not None:
-            app = make_app(self.bookie, self.metrics, self.config.effective_bookie_id)
+            app = make_app(
+                self.bookie, self.metrics, self.config.effective_bookie_id, self._state_changed
+            )
             self._http = await start_http(app, self.config.host, self.config.http_port)
         log.info(
             "bookie %s serving on %s:%d (journal %s, ledgers %s)",
@@ -100,6 +102,10 @@ class BookieServer:
         )
         self._registered_read_only = read_only
         log.info("bookie %s registered as %s", bookie_id, "read-only" if read_only else "writable")
+
+    async def _state_changed(self) -> None:
+        if self.metadata is not None:
+            await self._register()
 
     async def _watch_disks(self) -> None:
         assert self.bookie is not None
