@@ -99,32 +99,32 @@ class BookKeeper:
             custom_metadata=dict(custom_metadata or {}),
             c_token=self._random.getrandbits(63),
         )
-        version = await asyncio.to_thread(self.metadata.create_ledger_metadata, metadata)
+        await asyncio.to_thread(self.metadata.create_ledger_metadata, metadata)
         log.debug("created ledger %d on %s", ledger_id, ensemble)
-        return LedgerHandle(self, metadata, version, bytes(password))
+        return LedgerHandle(self, metadata, bytes(password))
 
-    async def _open(self, ledger_id: int, password: bytes) -> tuple[LedgerMetadata, int]:
+    async def _open(self, ledger_id: int, password: bytes) -> LedgerMetadata:
         self._check_open()
-        metadata, version = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
+        metadata, _ = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
         if not hmac.compare_digest(metadata.password, bytes(password)):
             raise errors.UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
-        return metadata, version
+        return metadata
 
     async def open_ledger(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
         """Opens a ledger for reading; if it is not closed, fences it and recovers it first.
 
         The digest type stored in the metadata is used (BookKeeper's digest autodetection).
         """
-        metadata, version = await self._open(ledger_id, password)
-        handle = ReadHandle(self, metadata, version, bytes(password))
+        metadata = await self._open(ledger_id, password)
+        handle = ReadHandle(self, metadata, bytes(password))
         if not metadata.is_closed:
             await recover(handle)
         return handle
 
     async def open_ledger_no_recovery(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
         """Opens a ledger for reading without fencing it: a live writer keeps writing."""
-        metadata, version = await self._open(ledger_id, password)
-        return ReadHandle(self, metadata, version, bytes(password))
+        metadata = await self._open(ledger_id, password)
+        return ReadHandle(self, metadata, bytes(password))
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Deletes the ledger's metadata; bookies reclaim the data in their garbage collection."""

@@ -45,12 +45,9 @@ class LedgerEntry:
 class ReadHandle:
     """A handle for reading a ledger (opened with or without recovery)."""
 
-    def __init__(
-        self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes
-    ) -> None:
+    def __init__(self, client: BookKeeper, metadata: LedgerMetadata, password: bytes) -> None:
         self._client = client
         self.metadata = metadata
-        self._version = version
         self._digest = DigestManager(metadata.ledger_id, metadata.digest_type, password)
         self._master_key = master_key(password)
         self.last_add_confirmed = metadata.last_entry_id if metadata.is_closed else -1
@@ -244,10 +241,8 @@ class ReadHandle:
 class LedgerHandle(ReadHandle):
     """The single writer of a ledger: adds are acknowledged in entry-id order after Qa acks."""
 
-    def __init__(
-        self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes
-    ) -> None:
-        super().__init__(client, metadata, version, password)
+    def __init__(self, client: BookKeeper, metadata: LedgerMetadata, password: bytes) -> None:
+        super().__init__(client, metadata, password)
         self.last_add_confirmed = -1
         self.length = 0  # bytes of the confirmed entries
         self._pushed_length = 0  # bytes of every entry sent, confirmed or not
@@ -400,7 +395,7 @@ class LedgerHandle(ReadHandle):
                 )
             return True
 
-        self.metadata, self._version = await asyncio.to_thread(
+        self.metadata, _ = await asyncio.to_thread(
             self._client.metadata.update_ledger_metadata,
             self.ledger_id,
             needs_change,

@@ -32,13 +32,13 @@ async def recover(handle: ReadHandle) -> None:
     """Recovers and closes the ledger of ``handle`` (whose metadata is OPEN or IN_RECOVERY)."""
     client = handle._client
     ledger_id = handle.ledger_id
-    metadata, version = await asyncio.to_thread(
+    metadata, _ = await asyncio.to_thread(
         client.metadata.update_ledger_metadata,
         ledger_id,
         lambda current: current.state == LedgerState.OPEN,
         lambda current: current.with_state(LedgerState.IN_RECOVERY),
     )
-    handle.metadata, handle._version = metadata, version
+    handle.metadata = metadata
     if metadata.is_closed:
         handle.last_add_confirmed, handle.length = metadata.last_entry_id, metadata.length
         return
@@ -59,13 +59,13 @@ async def recover(handle: ReadHandle) -> None:
     def still_in_recovery(current: LedgerMetadata) -> bool:
         return current.state == LedgerState.IN_RECOVERY
 
-    metadata, version = await asyncio.to_thread(
+    metadata, _ = await asyncio.to_thread(
         client.metadata.update_ledger_metadata,
         ledger_id,
         still_in_recovery,
         lambda current: current.closed_at(last, length),
     )
-    handle.metadata, handle._version = metadata, version
+    handle.metadata = metadata
     handle.last_add_confirmed, handle.length = metadata.last_entry_id, metadata.length
     log.info(
         "ledger %d: recovered and closed at entry %d, length %d",

@@ -84,10 +84,3 @@ class LedgerMetadata:
     def closed_at(self, last_entry_id: int, length: int) -> LedgerMetadata:
         """This metadata, closed with the given last entry and length."""
         return replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
-
-    def with_ensemble(self, first_entry_id: int, bookies: tuple[str, ...]) -> LedgerMetadata:
-        """Adds a fragment starting at ``first_entry_id`` (replacing one that starts there)."""
-        kept = tuple(
-            (first, members) for first, members in self.ensembles if first < first_entry_id
-        )
-        return replace(self, ensembles=(*kept, (first_entry_id, bookies)))

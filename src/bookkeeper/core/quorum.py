@@ -56,11 +56,6 @@ class AckSet:
         if bookie_index not in self._acked:
             self._failed.add(bookie_index)
 
-    def forget(self, bookie_index: int) -> None:
-        """Drops what one member said (its bookie was replaced by an ensemble change)."""
-        self._acked.discard(bookie_index)
-        self._failed.discard(bookie_index)
-
     @property
     def complete(self) -> bool:
         return len(self._acked) >= self._ack_quorum_size
@@ -69,10 +64,6 @@ class AckSet:
     def still_possible(self) -> bool:
         """Whether Qa acks can still be reached without the failed members."""
         return self._write_quorum_size - len(self._failed) >= self._ack_quorum_size
-
-    @property
-    def acked(self) -> frozenset[int]:
-        return frozenset(self._acked)
 
 
 class CoverageSet:

@@ -143,10 +143,6 @@ class SqliteStore(MetadataStore):
             except (MetadataStoreError, sqlite3.Error) as error:
                 log.warning("could not renew SQLite metadata lease: %s", error)
 
-    @property
-    def session_id(self) -> int:
-        return self._session
-
     def _row(self, path: str) -> tuple[bytes, int] | None:
         with self._lock:
             row = self._db.execute(

@@ -95,10 +95,6 @@ class GarbageCollector:
         self._thread = threading.Thread(target=self._run, name="gc", daemon=True)
         self._thread.start()
 
-    def trigger(self) -> None:
-        """Runs a round soon (the HTTP/CLI "gc" command)."""
-        self._wake.set()
-
     def close(self) -> None:
         self._stop.set()
         self._wake.set()

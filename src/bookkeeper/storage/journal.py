@@ -254,10 +254,6 @@ class Journal:
         self._thread.start()
 
     @property
-    def current_file_id(self) -> int:
-        return self._file_id
-
-    @property
     def failure(self) -> Exception | None:
         return self._failure
 

@@ -92,7 +92,6 @@ class LocalCluster:
             )
             for i in range(num_bookies)
         ]
-        self._started = False
 
     def __enter__(self) -> LocalCluster:
         self.start()
@@ -112,7 +111,6 @@ class LocalCluster:
             metadata.init_cluster()
         finally:
             metadata.close()
-        self._started = True
         try:
             for bookie in self.bookies:
                 self._spawn(bookie)

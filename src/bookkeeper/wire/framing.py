@@ -21,11 +21,6 @@ def encode_frame(body: bytes | bytearray | memoryview) -> bytes:
     return _LENGTH.pack(len(body)) + bytes(body)
 
 
-def frame_header(length: int) -> bytes:
-    """Only the 4-byte length prefix, for writers that send the body as separate buffers."""
-    return _LENGTH.pack(length)
-
-
 class FrameDecoder:
     """Splits a byte stream into frames; feed it bytes as they arrive.
 

@@ -198,21 +198,6 @@ def encode_response(
     return head + body if body else head
 
 
-def encode_batch_read_request(
-    ledger_id: int, start_entry_id: int, request_id: int, max_count: int, max_size: int
-) -> bytes:
-    """A framed BATCH_READ_ENTRY request (no fencing)."""
-    body = _BATCH_READ_REQUEST.pack(
-        pack_header(OpCode.BATCH_READ_ENTRY, FLAG_NONE),
-        ledger_id,
-        start_entry_id,
-        request_id,
-        max_count,
-        max_size,
-    )
-    return struct.pack(">I", len(body)) + body
-
-
 def encode_batch_read_response(
     status: StatusCode, ledger_id: int, start_entry_id: int, request_id: int, entries: list[bytes]
 ) -> bytes:
