@@ -320,8 +320,16 @@ class Bookie:
         if lac is not None:
             return lac
         lac = -1
-        status, last = self._read(ledger_id, -1)
-        if status == StatusCode.EOK and len(last) >= 24:
+        try:  # straight from storage: an internal lookup, not a client read (bookie_READ_BYTES)
+            last = self.engine.read(ledger_id, -1)
+        except (NoLedgerError, NoEntryError):
+            last = b""
+        except StorageIOError as error:
+            log.error(
+                "ledger %d: cannot read its last entry to learn its LAC: %s", ledger_id, error
+            )
+            last = b""
+        if len(last) >= 24:
             lac = _LAC_AT.unpack_from(last, 16)[0]
         info = self.engine.ledger(ledger_id)
         if info is not None and info.explicit_lac is not None and len(info.explicit_lac) >= 16:
