@@ -38,26 +38,34 @@ def varint(value: int) -> bytes:
             return out + bytes([low])
 
 
+def v3_add_request(ledger_id: int, entry: bytes, txn: int, extra: bytes = b"") -> bytes:
+    """Request {header {VERSION_THREE, ADD_ENTRY, txnId}, addRequest (field 101, tag aa06)
+    {ledgerId, entryId 0, masterKey, body, then ``extra`` fields}}, byte by byte."""
+    body = (
+        bytes([0x08])
+        + varint(ledger_id)
+        + bytes.fromhex("10001a14")
+        + KEY
+        + bytes([0x22, len(entry)])
+        + entry
+    )
+    body += extra
+    return (
+        bytes.fromhex("0a060803100218")
+        + bytes([txn])
+        + bytes.fromhex("aa06")
+        + bytes([len(body)])
+        + body
+    )
+
+
 def test_v3_then_v2_on_the_same_port(bookie: tuple[str, int]) -> None:
     ledger = LEDGER.to_bytes(8, "big")
     entry = (
         ledger + bytes(8) + b"payload"
     )  # ledgerId, entryId 0, then bytes the bookie keeps as they are
     lid = bytes([0x08]) + varint(LEDGER)
-    add_body = (
-        lid
-        + bytes.fromhex("1000")
-        + bytes.fromhex("1a14")
-        + KEY
-        + bytes([0x22, len(entry)])
-        + entry
-    )
-    v3_add = (
-        bytes.fromhex("0a06080310021807")
-        + bytes.fromhex("aa06")
-        + bytes([len(add_body)])
-        + add_body
-    )
+    v3_add = v3_add_request(LEDGER, entry, txn=7)
     with socket.create_connection(bookie, timeout=10) as v3_connection:
         v3_connection.sendall(frame(v3_add))
         answer = recv_frame(v3_connection)
@@ -128,22 +136,8 @@ def test_v3_deferred_sync_add_then_force_ledger(bookie: tuple[str, int]) -> None
     ledger = ledger_id.to_bytes(8, "big")
     entry = ledger + bytes(8) + b"deferred"
     lid = bytes([0x08]) + varint(ledger_id)
-    # AddRequest {ledgerId, entryId 0, masterKey, body, writeFlags (field 5) = 1 (DEFERRED_SYNC)}
-    add_body = (
-        lid
-        + bytes.fromhex("1000")
-        + bytes.fromhex("1a14")
-        + KEY
-        + bytes([0x22, len(entry)])
-        + entry
-    )
-    add_body += bytes.fromhex("2801")
-    v3_add = (
-        bytes.fromhex("0a06080310021809")
-        + bytes.fromhex("aa06")
-        + bytes([len(add_body)])
-        + add_body
-    )
+    # writeFlags (AddRequest field 5) = 1: DEFERRED_SYNC
+    v3_add = v3_add_request(ledger_id, entry, txn=9, extra=bytes.fromhex("2801"))
     # ForceLedgerRequest (Request field 107, tag da06) {ledgerId}, operation FORCE_LEDGER (10), txnId 10
     v3_force = bytes.fromhex("0a060803100a180ada06") + bytes([len(lid)]) + lid
     with socket.create_connection(bookie, timeout=10) as connection:
