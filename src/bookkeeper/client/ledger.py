@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bookkeeper import errors
-from bookkeeper.client.connection import describe, status_error
+from bookkeeper.client.connection import BookieConnection, Callback, describe, status_error
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.core.quorum import CoverageSet, write_set
 from bookkeeper.core.writer import PendingAdds
@@ -66,9 +67,10 @@ class ReadHandle:
     # -- single-request helpers ----------------------------------------------------------------
 
     async def _request(
-        self, bookie_id: str, operation: str, *args: object
+        self, bookie_id: str, send: Callable[[BookieConnection, Callback], None]
     ) -> tuple[StatusCode, bytes]:
-        """One request to one bookie; connection and timeout failures raise."""
+        """One request to one bookie (``send`` issues it with the answer callback); connection
+        and timeout failures raise."""
         connection = await self._client.pool.get(bookie_id)
         future: asyncio.Future[tuple[StatusCode, bytes]] = (
             asyncio.get_running_loop().create_future()
@@ -84,14 +86,18 @@ class ReadHandle:
                 assert isinstance(body, bytes)
                 future.set_result((status, body))
 
-        getattr(connection, operation)(*args, answered)
+        send(connection, answered)
         return await future
 
     async def _read_from(
         self, bookie_id: str, entry_id: int, fence: bool
     ) -> tuple[StatusCode, bytes]:
+        key = self._master_key if fence else None
         return await self._request(
-            bookie_id, "read", self.ledger_id, entry_id, fence, self._master_key if fence else None
+            bookie_id,
+            lambda connection, answered: connection.read(
+                self.ledger_id, entry_id, fence, key, answered
+            ),
         )
 
     # -- reads ---------------------------------------------------------------------------------

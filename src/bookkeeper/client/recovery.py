@@ -173,7 +173,10 @@ async def _recovery_write(
         bookie = ensemble[index]
         try:
             status, _ = await handle._request(
-                bookie, "add", handle.ledger_id, entry_id, handle._master_key, raw, True
+                bookie,
+                lambda connection, answered: connection.add(
+                    handle.ledger_id, entry_id, handle._master_key, raw, True, answered
+                ),
             )
             return index, status, None
         except errors.BKError as error:
