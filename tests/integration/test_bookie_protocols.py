@@ -278,3 +278,51 @@ def test_v3_write_lac_read_lac_bookie_info_and_long_poll(bookie: tuple[str, int]
     assert (
         total == shutil.disk_usage(tempfile.gettempdir()).total
     )  # LocalCluster's data lives there
+
+
+def test_v3_get_list_of_entries_of_ledger(bookie: tuple[str, int]) -> None:
+    ledger_id = LEDGER + 4
+    ledger = ledger_id.to_bytes(8, "big")
+    lid = bytes([0x08]) + varint(ledger_id)
+    with socket.create_connection(bookie, timeout=10) as connection:
+        for entry_id in (0, 1, 2, 5):
+            entry = ledger + entry_id.to_bytes(8, "big") + b"x"
+            connection.sendall(frame(bytes.fromhex("02010000") + KEY + entry))
+            assert recv_frame(connection)[4:8] == bytes(4)
+    with socket.create_connection(bookie, timeout=10) as connection:
+        # GET_LIST_OF_ENTRIES_OF_LEDGER (op 11, txn 15): field 108 (tag e206) {ledgerId}
+        connection.sendall(frame(bytes.fromhex("0a060803100b180fe206") + bytes([len(lid)]) + lid))
+        # 64-byte header (version 0, 2 groups), then groups (first, last, size, period):
+        # entries 0-2 as (0, 0, 3, 0) and entry 5 as (5, 5, 1, 0)
+        available = (
+            bytes(4)
+            + (2).to_bytes(4, "big")
+            + bytes(56)
+            + bytes(16)
+            + (3).to_bytes(4, "big")
+            + bytes(4)
+            + (5).to_bytes(8, "big") * 2
+            + (1).to_bytes(4, "big")
+            + bytes(4)
+        )
+        answer = (
+            bytes.fromhex("0800")
+            + bytes([0x10])
+            + varint(ledger_id)
+            + bytes([0x1A, len(available)])
+            + available
+        )
+        assert (
+            recv_frame(connection)
+            == bytes.fromhex("0a060803100b180f1000e206") + bytes([len(answer)]) + answer
+        )
+        # a ledger the bookie never saw: ENOLEDGER (402), no availability
+        other = bytes([0x08]) + varint(ledger_id + 1000)
+        connection.sendall(
+            frame(bytes.fromhex("0a060803100b1810e206") + bytes([len(other)]) + other)
+        )
+        answer = bytes.fromhex("089203") + bytes([0x10]) + varint(ledger_id + 1000)
+        assert (
+            recv_frame(connection)
+            == bytes.fromhex("0a060803100b1810109203e206") + bytes([len(answer)]) + answer
+        )

@@ -103,6 +103,22 @@ def test_entries_are_read_from_cache_then_from_entry_log_after_checkpoint(tmp_pa
     engine.close()
 
 
+def test_entry_ids_merge_the_write_cache_and_the_index(tmp_path: Path) -> None:
+    engine, durable = open_engine(tmp_path)
+    engine.create_ledger(1, KEY)
+    for entry_id in (0, 1, 2, 7):
+        engine.add_entry(1, entry_id, entry(1, entry_id), entry_id)
+    durable.wait_for(4)
+    engine.checkpoint()  # 0, 1, 2, 7 now in the index
+    for entry_id in (3, 9):
+        engine.add_entry(1, entry_id, entry(1, entry_id), entry_id)
+    durable.wait_for(6)
+    assert list(engine.storage.entry_ids(1)) == [0, 1, 2, 3, 7, 9]
+    with pytest.raises(NoLedgerError):
+        engine.storage.entry_ids(2)
+    engine.close()
+
+
 def test_restart_after_clean_close_replays_nothing(tmp_path: Path) -> None:
     engine, durable = open_engine(tmp_path)
     fill(engine, durable, range(5), 20)

@@ -36,6 +36,7 @@ from bookkeeper.storage.ledger_storage import (
     NoLedgerError,
     StorageIOError,
 )
+from bookkeeper.wire import availability
 from bookkeeper.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,10 @@ class Bookie:
         )
         self._write_lac_stats = stats("bookkeeper_server_WRITE_LAC", "WRITE_LAC requests (s)")
         self._force_stats = stats("bookkeeper_server_FORCE_LEDGER", "FORCE_LEDGER requests (s)")
+        self._list_entries_stats = stats(
+            "bookkeeper_server_GET_LIST_OF_ENTRIES_OF_LEDGER",
+            "GET_LIST_OF_ENTRIES_OF_LEDGER requests (s)",
+        )
         self._write_bytes = self.metrics.counter("bookie_WRITE_BYTES", "entry bytes added")
         self._read_bytes = self.metrics.counter("bookie_READ_BYTES", "entry bytes read")
         self.metrics.gauge_function(
@@ -485,6 +490,27 @@ class Bookie:
             done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.force(ledger_id, durable)
+
+    def list_entries(self, ledger_id: int, done: Callable[[StatusCode, bytes], None]) -> None:
+        """Answers ``done(status, availability bytes)`` with the entries held of the ledger.
+
+        The index scan runs on a worker thread: a ledger of millions of entries must not stall
+        the loop (the write cache is read under its lock, so any thread may call this)."""
+        done = self._timed(self._list_entries_stats, done)
+
+        def scan() -> tuple[StatusCode, bytes]:
+            try:
+                return StatusCode.EOK, availability.encode(self.engine.storage.entry_ids(ledger_id))
+            except NoLedgerError:
+                return StatusCode.ENOLEDGER, b""
+            except Exception:
+                log.exception("ledger %d: listing its entries failed", ledger_id)
+                return StatusCode.EIO, b""
+
+        def answer(future: asyncio.Future[tuple[StatusCode, bytes]]) -> None:
+            done(*future.result())
+
+        self._loop.run_in_executor(None, scan).add_done_callback(answer)
 
     def disk_info(self) -> tuple[int, int]:
         """(total, free) bytes of the ledger disk."""

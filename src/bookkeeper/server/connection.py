@@ -272,6 +272,24 @@ class BookieConnection(asyncio.Protocol):
             if requested & pb.GetBookieInfoRequest.FREE_DISK_SPACE:
                 response.getBookieInfoResponse.freeDiskSpace = free
             self._send(v3.encode(response))
+        elif operation == pb.GET_LIST_OF_ENTRIES_OF_LEDGER and request.HasField(
+            "getListOfEntriesOfLedgerRequest"
+        ):
+            ledger_id = request.getListOfEntriesOfLedgerRequest.ledgerId
+
+            def listed(status: StatusCode, available: bytes) -> None:
+                response = self._respond(request, status)
+                listing = response.getListOfEntriesOfLedgerResponse
+                listing.status = int(status)  # type: ignore[assignment]
+                listing.ledgerId = ledger_id
+                if status == StatusCode.EOK:
+                    listing.availabilityOfEntriesOfLedger = available
+                self._send(v3.encode(response))
+
+            if self._over_limit():
+                listed(StatusCode.ETOOMANYREQUESTS, b"")
+                return
+            self._bookie.list_entries(ledger_id, listed)
         else:
             log.info(
                 "v3 operation %d from %s is not served; answering EBADREQ", operation, self._peer

@@ -15,9 +15,11 @@ entry log (I/O error, checksum mismatch) is ``StorageIOError``: the bookie answe
 
 from __future__ import annotations
 
+import heapq
 import hmac
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bookkeeper.storage.entry_log import EntryLogError, EntryLogger
@@ -212,6 +214,22 @@ class LedgerStorage:
         if flushing is not None:
             last = max(last, flushing.last_entry.get(ledger_id, -1))
         return max(last, self.index.last_entry(ledger_id))
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        """Every entry id the bookie holds of the ledger, increasing (repeats possible while a
+        checkpoint moves entries from the write cache to the index)."""
+        if self.ledger(ledger_id) is None:
+            raise NoLedgerError(ledger_id)
+        # The write cache before the index: an entry a checkpoint moves in between is then
+        # seen in the cache, or in the index, or both, never in neither.
+        cached: list[int] = []
+        with self._lock:
+            for generation in (self._current, self._flushing):
+                if generation is not None:
+                    cached.extend(generation.ledgers.get(ledger_id, ()))
+        cached.sort()
+        indexed = (entry_id for entry_id, _ in self.index.entries(ledger_id))
+        return heapq.merge(cached, indexed)
 
     def read(self, ledger_id: int, entry_id: int) -> bytes:
         """The stored bytes of an entry; entry -1 is the last one."""
