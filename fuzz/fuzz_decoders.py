@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from bookkeeper.wire import v2, v3
+from bookkeeper.wire.availability import AvailableEntries
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.framing import FrameDecoder, FrameError
 
@@ -27,8 +28,10 @@ def test_one_input(data: bytes) -> None:
         for decode in (
             v2.decode_request,
             v2.decode_response,
+            v2.decode_auth,
             v3.decode_request,
             v3.decode_response,
+            AvailableEntries.decode,
         ):
             try:
                 decode(frame)

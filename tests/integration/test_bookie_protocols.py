@@ -38,13 +38,16 @@ def varint(value: int) -> bytes:
             return out + bytes([low])
 
 
-def v3_add_request(ledger_id: int, entry: bytes, txn: int, extra: bytes = b"") -> bytes:
+def v3_add_request(
+    ledger_id: int, entry: bytes, txn: int, extra: bytes = b"", entry_id: int = 0
+) -> bytes:
     """Request {header {VERSION_THREE, ADD_ENTRY, txnId}, addRequest (field 101, tag aa06)
-    {ledgerId, entryId 0, masterKey, body, then ``extra`` fields}}, byte by byte."""
+    {ledgerId, entryId, masterKey, body, then ``extra`` fields}}, byte by byte."""
     body = (
         bytes([0x08])
         + varint(ledger_id)
-        + bytes.fromhex("10001a14")
+        + bytes([0x10, entry_id])
+        + bytes.fromhex("1a14")
         + KEY
         + bytes([0x22, len(entry)])
         + entry
@@ -325,4 +328,51 @@ def test_v3_get_list_of_entries_of_ledger(bookie: tuple[str, int]) -> None:
         assert (
             recv_frame(connection)
             == bytes.fromhex("0a060803100b1810109203e206") + bytes([len(answer)]) + answer
+        )
+
+
+def test_v3_fencing_read_then_adds_with_and_without_recovery_flag(
+    bookie: tuple[str, int],
+) -> None:
+    ledger_id = LEDGER + 5
+    ledger = ledger_id.to_bytes(8, "big")
+    lid = bytes([0x08]) + varint(ledger_id)
+    entry0 = ledger + bytes(8) + b"first"
+    entry1 = ledger + (1).to_bytes(8, "big") + b"second"
+    with socket.create_connection(bookie, timeout=10) as connection:
+        connection.sendall(frame(v3_add_request(ledger_id, entry0, txn=20)))
+        add_ok = bytes.fromhex("0800") + bytes([0x10]) + varint(ledger_id) + bytes.fromhex("1800")
+        assert recv_frame(connection) == (
+            bytes.fromhex("0a060803100218141000aa06") + bytes([len(add_ok)]) + add_ok
+        )
+        # READ_ENTRY (txn 21) of entry 0 with flag FENCE_LEDGER (field 100 = a006, 1) and the
+        # master key (field 3): fenced durably, then the entry
+        read = lid + bytes.fromhex("1000") + bytes.fromhex("1a14") + KEY + bytes.fromhex("a00601")
+        connection.sendall(frame(bytes.fromhex("0a06080310011815a206") + bytes([len(read)]) + read))
+        answer = (
+            bytes.fromhex("0800")
+            + bytes([0x10])
+            + varint(ledger_id)
+            + bytes.fromhex("1800")
+            + bytes([0x22, len(entry0)])
+            + entry0
+        )
+        assert recv_frame(connection) == (
+            bytes.fromhex("0a060803100118151000a206") + bytes([len(answer)]) + answer
+        )
+        # a plain add (txn 22) to the fenced ledger: EFENCED (504 = f803) at both levels
+        connection.sendall(frame(v3_add_request(ledger_id, entry1, txn=22, entry_id=1)))
+        fenced = bytes.fromhex("08f803") + bytes([0x10]) + varint(ledger_id) + bytes.fromhex("1801")
+        assert recv_frame(connection) == (
+            bytes.fromhex("0a0608031002181610f803aa06") + bytes([len(fenced)]) + fenced
+        )
+        # the same add with flag RECOVERY_ADD (AddRequest field 100 = a006, 1): EOK
+        connection.sendall(
+            frame(
+                v3_add_request(ledger_id, entry1, txn=23, extra=bytes.fromhex("a00601"), entry_id=1)
+            )
+        )
+        added = bytes.fromhex("0800") + bytes([0x10]) + varint(ledger_id) + bytes.fromhex("1801")
+        assert recv_frame(connection) == (
+            bytes.fromhex("0a060803100218171000aa06") + bytes([len(added)]) + added
         )

@@ -83,6 +83,13 @@ def test_unknown_and_unsupported_keys_are_warned_about(
         ("logSizeLimit=4294967296", "logSizeLimit must stay below 4 GiB"),
         ("diskUsageWarnThreshold=0.99", "diskUsageWarnThreshold <= diskUsageThreshold"),
         ("bookiePort=70000", "bookiePort must be 1-65535"),
+        ("tlsCertificatePath=/c.pem", "tlsCertificatePath is set but tlsKeyStore"),
+        ("tlsKeyStoreType=JKS", "tlsKeyStoreType='JKS': this bookie reads PEM files only"),
+        ("tlsClientAuthentication=true", "tlsClientAuthentication needs TLS"),
+        (
+            "tlsCertificatePath=/c.pem\ntlsKeyStore=/k.pem\ntlsClientAuthentication=true",
+            "tlsClientAuthentication needs tlsTrustStore",
+        ),
     ],
 )
 def test_invalid_values_name_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -9,12 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bookkeeper.auth import SharedSecretBookieAuthProvider
 from bookkeeper.server.bookie import Bookie, BookieConfig
-from bookkeeper.server.connection import BookieConnection
+from bookkeeper.server.connection import BookieConnection, Security
 from bookkeeper.storage.engine import StorageConfig
+from bookkeeper.tls import TlsConfig
 from bookkeeper.wire import v2, v3
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.framing import FrameDecoder, FrameError, encode_frame
@@ -28,6 +31,15 @@ def test_v2_request_decoder(data: bytes) -> None:
         v2.decode_request(data)
     except MalformedMessageError:
         pass
+
+
+@given(st.binary(max_size=600))
+def test_v2_auth_decoder(data: bytes) -> None:
+    for candidate in (data, b"\x02\x03\x00\x00" + data):
+        try:
+            v2.decode_auth(candidate)
+        except MalformedMessageError:
+            pass
 
 
 @given(st.binary(max_size=600))
@@ -160,6 +172,43 @@ def test_a_connection_fed_garbage_answers_or_closes_but_never_raises(
     connection.connection_made(transport)
     for chunk in chunks:
         connection.data_received(chunk)  # must not raise, whatever the bytes
+        if transport.closed:
+            break
+    connection.connection_lost(None)
+
+
+@pytest.fixture(scope="module")
+def security(tmp_path_factory: pytest.TempPathFactory) -> Security:
+    """TLS and shared-secret authentication, as a bookie configured for both runs them."""
+    directory = tmp_path_factory.mktemp("pki")
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(directory / "cert"))
+    cert.private_key_pem.write_to_path(str(directory / "key"))
+    tls = TlsConfig(certificate_path=str(directory / "cert"), key_path=str(directory / "key"))
+    return Security(tls.server_context(), SharedSecretBookieAuthProvider(b"s" * 32))
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=200),
+            st.binary(max_size=200).map(lambda tail: b"\x16\x03\x01" + tail),  # TLS records
+            st.binary(max_size=120).map(  # AUTH frames with arbitrary payloads
+                lambda payload: v2.encode_auth("pybookkeeper-shared-secret", payload)
+            ),
+        ),
+        max_size=8,
+    )
+)
+def test_a_secured_connection_fed_garbage_answers_or_closes_but_never_raises(
+    bookie: Bookie, security: Security, chunks: list[bytes]
+) -> None:
+    connection = BookieConnection(bookie, set(), security)
+    transport = FakeTransport()
+    connection.connection_made(transport)
+    for chunk in chunks:
+        connection.data_received(chunk)
         if transport.closed:
             break
     connection.connection_lost(None)

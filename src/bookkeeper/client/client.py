@@ -10,12 +10,14 @@ import time
 from collections.abc import Mapping
 
 from bookkeeper import errors
+from bookkeeper.auth import ClientAuthProvider
 from bookkeeper.client.connection import BookiePool
 from bookkeeper.client.ledger import LedgerHandle, ReadHandle
 from bookkeeper.client.recovery import recover
 from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.core.quorum import check_quorum_sizes
 from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.tls import TlsConfig
 from bookkeeper.wire.digest import DigestType
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,8 @@ class BookKeeper:
         request_timeout_s: float = 5.0,
         connect_timeout_s: float = 5.0,
         throttle: int = 5000,
+        tls: TlsConfig | None = None,
+        auth: ClientAuthProvider | None = None,
     ) -> None:
         self.metadata = metadata
         self.throttle = throttle  # adds in flight per ledger handle (BookKeeper's "throttle")
@@ -40,6 +44,8 @@ class BookKeeper:
             use_v3=use_v3,
             connect_timeout_s=connect_timeout_s,
             request_timeout_s=request_timeout_s,
+            tls=tls,
+            auth=auth,
         )
         self._random = random.Random()
         self._closed = False
@@ -53,12 +59,23 @@ class BookKeeper:
         metadata_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
         throttle: int = 5000,
+        tls: TlsConfig | None = None,
+        auth: ClientAuthProvider | None = None,
     ) -> BookKeeper:
-        """Connects to the metadata store; raises ``MetadataUnavailableError`` within ``metadata_timeout_s``."""
+        """Connects to the metadata store; raises ``MetadataUnavailableError`` within
+        ``metadata_timeout_s``. With ``tls``, every bookie connection is upgraded to TLS (and
+        the bookie's certificate checked); with ``auth``, authenticated with that plugin."""
         metadata = await asyncio.to_thread(
             MetadataClient.connect, metadata_uri, connect_timeout_s=metadata_timeout_s
         )
-        return cls(metadata, use_v3=use_v3, request_timeout_s=request_timeout_s, throttle=throttle)
+        return cls(
+            metadata,
+            use_v3=use_v3,
+            request_timeout_s=request_timeout_s,
+            throttle=throttle,
+            tls=tls,
+            auth=auth,
+        )
 
     def _resolve(self, bookie_id: str) -> tuple[str, int]:
         endpoint = self.metadata.bookie_endpoint(bookie_id)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import cast
 
 from bookkeeper import errors
+from bookkeeper.auth import MAX_AUTH_ROUNDS, AuthenticationError, ClientAuthProvider
+from bookkeeper.tls import TlsConfig, TlsError, TlsSession
 from bookkeeper.wire import v2, v3
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameError
@@ -46,6 +48,10 @@ class BookieConnection(asyncio.Protocol):
 
     def __init__(self, bookie_id: str, use_v3: bool, request_timeout_s: float) -> None:
         self.bookie_id = bookie_id
+        self._tls: TlsSession | None = None
+        # While connecting: the TLS handshake, then the START_TLS / AUTH answers, one at a time.
+        self._handshake: asyncio.Future[None] | None = None
+        self._setup_answer: asyncio.Future[bytes] | None = None
         self.use_v3 = use_v3
         self.request_timeout_s = request_timeout_s
         self._transport: asyncio.Transport | None = None
@@ -67,7 +73,11 @@ class BookieConnection(asyncio.Protocol):
         use_v3: bool,
         connect_timeout_s: float,
         request_timeout_s: float,
+        tls: TlsConfig | None = None,
+        auth: ClientAuthProvider | None = None,
     ) -> BookieConnection:
+        """A connection ready for requests: connected, then upgraded to TLS and authenticated
+        when ``tls`` / ``auth`` are given, all within ``connect_timeout_s``."""
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(
@@ -80,7 +90,102 @@ class BookieConnection(asyncio.Protocol):
             raise errors.BookieHandleNotAvailableError(
                 f"cannot connect to bookie {bookie_id} at {host}:{port}: {error or 'timed out'}"
             ) from error
+        if tls is None and auth is None:
+            return protocol
+        try:
+            await asyncio.wait_for(protocol._secure(host, tls, auth), connect_timeout_s)
+        except TimeoutError as error:
+            protocol.close()
+            raise errors.BookieHandleNotAvailableError(
+                f"bookie {bookie_id} did not complete TLS / authentication within "
+                f"{connect_timeout_s:g} s"
+            ) from error
+        except BaseException:
+            protocol.close()
+            raise
         return protocol
+
+    # -- connection set-up: START_TLS, the TLS handshake, AUTH ---------------------------------
+
+    async def _secure(
+        self, host: str, tls: TlsConfig | None, auth: ClientAuthProvider | None
+    ) -> None:
+        if tls is not None:
+            context = tls.client_context()
+            if tls.start_tls:
+                request = pb.Request()
+                request.header.CopyFrom(v3.header(pb.START_TLS, next(self._txn_ids)))
+                request.startTLSRequest.SetInParent()
+                answer = v3.decode_response(await self._setup_exchange(v3.encode(request)))
+                if answer.status != pb.EOK:
+                    raise TlsError(
+                        f"bookie {self.bookie_id} refused START_TLS "
+                        f"({StatusCode(answer.status).name}): it has no TLS configured"
+                    )
+            assert self._transport is not None and self._loop is not None
+            self._tls = TlsSession(context, server_side=False, server_hostname=host)
+            self._handshake = self._loop.create_future()
+            self._tls.start()
+            self._transport.write(self._tls.take_outgoing())
+            await self._handshake
+        if auth is not None:
+            await self._authenticate(auth)
+
+    async def _setup_exchange(self, data: bytes) -> bytes:
+        """Sends one set-up message and waits for the bookie's answer frame."""
+        if self._transport is None:
+            raise self._closed_error or errors.BookieHandleNotAvailableError(
+                f"connection to bookie {self.bookie_id} closed while connecting"
+            )
+        assert self._loop is not None
+        self._setup_answer = self._loop.create_future()
+        self._write(data)
+        try:
+            return await self._setup_answer
+        finally:
+            self._setup_answer = None
+
+    async def _authenticate(self, provider: ClientAuthProvider) -> None:
+        session = provider.new_session()
+        payload: bytes | None = session.initial()
+        for _ in range(MAX_AUTH_ROUNDS):
+            assert payload is not None
+            try:
+                reply = await self._auth_exchange(provider.plugin_name, payload)
+            except errors.BookieHandleNotAvailableError as error:
+                raise AuthenticationError(
+                    f"bookie {self.bookie_id} closed the connection during authentication: it "
+                    f"refused the credentials or runs another plugin than {provider.plugin_name!r}"
+                ) from error
+            payload = session.process(reply)
+            if payload is None:
+                return
+        raise AuthenticationError(
+            f"bookie {self.bookie_id}: authentication not done after {MAX_AUTH_ROUNDS} exchanges"
+        )
+
+    async def _auth_exchange(self, plugin_name: str, payload: bytes) -> bytes:
+        if not self.use_v3:
+            answer = v2.decode_auth(
+                await self._setup_exchange(v2.encode_auth(plugin_name, payload))
+            )
+            return answer.payload
+        request = pb.Request()
+        request.header.CopyFrom(v3.header(pb.AUTH, next(self._txn_ids)))
+        request.authRequest.authPluginName = plugin_name
+        request.authRequest.payload = payload
+        response = v3.decode_response(await self._setup_exchange(v3.encode(request)))
+        if response.status != pb.EOK or not response.HasField("authResponse"):
+            raise AuthenticationError(
+                f"bookie {self.bookie_id} refused authentication "
+                f"({StatusCode(response.status).name}): wrong credentials, or it runs another "
+                f"plugin than {plugin_name!r}"
+            )
+        return response.authResponse.payload
+
+    def _write(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data if self._tls is None else self._tls.wrap(data))
 
     @property
     def is_open(self) -> bool:
@@ -115,6 +220,9 @@ class BookieConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for waiter in (self._handshake, self._setup_answer):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(error)
         pending = [p for queue in self._v2_pending.values() for p in queue]
         pending.extend(self._v3_pending.values())
         self._v2_pending.clear()
@@ -195,7 +303,7 @@ class BookieConnection(asyncio.Protocol):
         self._v3_pending[txn_id] = _Pending(
             txn_id, callback, time.monotonic() + self.request_timeout_s
         )
-        self._transport.write(v3.encode(request))
+        self._write(v3.encode(request))
 
     def add(
         self,
@@ -226,7 +334,7 @@ class BookieConnection(asyncio.Protocol):
         if self._register_v2((v2.OpCode.ADD_ENTRY, ledger_id, entry_id), callback):
             assert self._transport is not None
             flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
-            self._transport.write(v2.encode_add_request(master_key, entry, flags))
+            self._write(v2.encode_add_request(master_key, entry, flags))
 
     def read(
         self,
@@ -252,17 +360,39 @@ class BookieConnection(asyncio.Protocol):
         if self._register_v2((v2.OpCode.READ_ENTRY, ledger_id, entry_id), callback):
             assert self._transport is not None
             flags = v2.FLAG_DO_FENCING | v2.FLAG_HIGH_PRIORITY if fence else v2.FLAG_NONE
-            self._transport.write(
+            self._write(
                 v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None)
             )
 
     # -- responses -----------------------------------------------------------------------------
 
+    def _decrypt(self, data: bytes) -> bytes:
+        assert self._tls is not None
+        plaintext, outgoing = self._tls.unwrap(data)
+        if outgoing and self._transport is not None:
+            self._transport.write(outgoing)
+        if self._handshake is not None and self._tls.handshake_done:
+            if not self._handshake.done():
+                self._handshake.set_result(None)
+            self._handshake = None
+        return plaintext
+
     def data_received(self, data: bytes) -> None:
+        if self._tls is not None:
+            try:
+                data = self._decrypt(data)
+            except TlsError as error:
+                log.error("TLS with bookie %s failed: %s", self.bookie_id, error)
+                if self._transport is not None:
+                    self._transport.abort()
+                self._fail_all(TlsError(f"TLS with bookie {self.bookie_id} failed: {error}"))
+                return
         try:
             frames = self._decoder.feed(data)
             for frame in frames:
-                if self.use_v3:
+                if self._setup_answer is not None and not self._setup_answer.done():
+                    self._setup_answer.set_result(frame)
+                elif self.use_v3:
                     self._on_v3(v3.decode_response(frame))
                 else:
                     self._on_v2(v2.decode_response(frame))
@@ -354,9 +484,13 @@ class BookiePool:
         use_v3: bool = False,
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 5.0,
+        tls: TlsConfig | None = None,
+        auth: ClientAuthProvider | None = None,
     ) -> None:
         self._resolve = resolve
         self._use_v3 = use_v3
+        self._tls = tls
+        self._auth = auth
         self._connect_timeout_s = connect_timeout_s
         self._request_timeout_s = request_timeout_s
         self._connections: dict[str, BookieConnection] = {}
@@ -387,6 +521,8 @@ class BookiePool:
                 use_v3=self._use_v3,
                 connect_timeout_s=self._connect_timeout_s,
                 request_timeout_s=self._request_timeout_s,
+                tls=self._tls,
+                auth=self._auth,
             )
             self._connections[bookie_id] = connection
             return connection

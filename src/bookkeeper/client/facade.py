@@ -12,10 +12,12 @@ import threading
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
+from bookkeeper.auth import ClientAuthProvider
 from bookkeeper.client import client as aio_client
 from bookkeeper.client import ledger as aio_ledger
 from bookkeeper.client.ledger import LedgerEntry
 from bookkeeper.core.metadata import LedgerMetadata
+from bookkeeper.tls import TlsConfig
 from bookkeeper.wire.digest import DigestType
 
 T = TypeVar("T")
@@ -150,6 +152,8 @@ class BookKeeper:
         metadata_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
         throttle: int = 5000,
+        tls: TlsConfig | None = None,
+        auth: ClientAuthProvider | None = None,
     ) -> None:
         self._runner = _LoopThread()
         try:
@@ -160,6 +164,8 @@ class BookKeeper:
                     metadata_timeout_s=metadata_timeout_s,
                     request_timeout_s=request_timeout_s,
                     throttle=throttle,
+                    tls=tls,
+                    auth=auth,
                 )
             )
         except BaseException:

@@ -36,6 +36,7 @@ from bookkeeper.storage.ledger_storage import (
     NoLedgerError,
     StorageIOError,
 )
+from bookkeeper.tls import TlsConfig
 from bookkeeper.wire import availability
 from bookkeeper.wire.status import StatusCode
 
@@ -76,6 +77,9 @@ class BookieConfig:
     max_parked_long_polls: int = 10_000  # long-poll reads parked at once
     max_pending_per_connection: int = 10_000  # requests of one connection not yet answered
     idle_connection_timeout_s: float = 600.0  # close connections idle this long (0: never)
+    tls: TlsConfig | None = None  # tlsCertificatePath and friends; None: plain connections only
+    auth_provider: str | None = None  # bookieAuthProviderFactoryClass; None: no authentication
+    auth_settings: dict[str, Any] = field(default_factory=dict)  # for the provider's factory
 
     @property
     def effective_bookie_id(self) -> str:
@@ -125,6 +129,7 @@ class Bookie:
         # Ledgers whose fence record is not durable yet -> callbacks waiting for it.
         self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
         self._closed = False
+        self._shutting_down = False
         self.disk = DiskChecker(
             [*config.storage.journal_directories, config.storage.ledger_directory], config.disk
         )
@@ -175,8 +180,20 @@ class Bookie:
     def start(self) -> None:
         self.engine.start()
 
+    def begin_shutdown(self) -> None:
+        """Answers every parked long poll now, as its timeout would (and new ones at once), so
+        that a stopping bookie leaves no reader waiting on a connection about to close."""
+        self._shutting_down = True
+        parked = [waiter for waiters in self._lac_waiters.values() for waiter in waiters]
+        self._lac_waiters.clear()
+        for waiter in parked:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            waiter.wake()
+
     def close(self) -> None:
         self._closed = True
+        self._shutting_down = True
         self.engine.close()
 
     def _refuses_writes(self) -> bool:
@@ -390,7 +407,11 @@ class Bookie:
             else:
                 done(StatusCode.EOK, b"", lac)
 
-        if self.last_add_confirmed(ledger_id) > previous_lac or timeout_s <= 0 or self._closed:
+        if (
+            self.last_add_confirmed(ledger_id) > previous_lac
+            or timeout_s <= 0
+            or self._shutting_down
+        ):
             answer()
             return
         if self.parked_long_polls >= self.config.max_parked_long_polls:

@@ -25,6 +25,7 @@ from bookkeeper.server.bookie import BookieConfig
 from bookkeeper.storage.disk import DiskThresholds
 from bookkeeper.storage.engine import StorageConfig
 from bookkeeper.storage.gc import GcConfig
+from bookkeeper.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -221,6 +222,44 @@ SETTINGS: tuple[Setting, ...] = (
         "unanswered requests per connection (not a BookKeeper key)",
     ),
     Setting(
+        "tlsCertificatePath",
+        "--tls-certificate",
+        str,
+        None,
+        "tlsCertificatePath: PEM certificate chain; setting it turns TLS on",
+    ),
+    Setting("tlsKeyStore", "--tls-key", str, None, "tlsKeyStore: the PEM private key"),
+    Setting("tlsKeyStoreType", "--tls-key-type", str, "PEM", "tlsKeyStoreType (PEM only)"),
+    Setting(
+        "tlsTrustStore",
+        "--tls-trust",
+        str,
+        None,
+        "tlsTrustStore: PEM CA certificates that sign client certificates",
+    ),
+    Setting("tlsTrustStoreType", "--tls-trust-type", str, "PEM", "tlsTrustStoreType (PEM only)"),
+    Setting(
+        "tlsClientAuthentication",
+        "--tls-client-auth",
+        _bool,
+        False,
+        "tlsClientAuthentication: mutual TLS, refuse clients without a trusted certificate",
+    ),
+    Setting(
+        "bookieAuthProviderFactoryClass",
+        "--auth-provider",
+        str,
+        None,
+        "bookieAuthProviderFactoryClass: 'shared-secret' or package.module:factory",
+    ),
+    Setting(
+        "authSharedSecretFile",
+        "--auth-secret-file",
+        str,
+        None,
+        "file holding the shared-secret plugin's secret (not a BookKeeper key)",
+    ),
+    Setting(
         "idleConnectionTimeoutSec",
         "--idle-timeout-s",
         float,
@@ -259,7 +298,6 @@ IGNORED_KEYS = frozenset(
         "entryLogFilePreallocationEnabled",
         "indexDirectories",
         "tlsProvider",
-        "bookieAuthProviderFactoryClass",
         "listeningInterface",
         "enableStatistics",
         "isForceGCAllowWhenNoSpace",
@@ -416,6 +454,27 @@ def build(values: dict[str, Any]) -> BookieConfig:
         )
     except ValueError as error:
         raise ConfigError(str(error)) from error
+    for key in ("tlsKeyStoreType", "tlsTrustStoreType"):
+        if str(values[key]).upper() != "PEM":
+            raise ConfigError(f"{key}={values[key]!r}: this bookie reads PEM files only")
+    tls = None
+    if values["tlsCertificatePath"]:
+        if not values["tlsKeyStore"]:
+            raise ConfigError("tlsCertificatePath is set but tlsKeyStore (its PEM key) is not")
+        if values["tlsClientAuthentication"] and not values["tlsTrustStore"]:
+            raise ConfigError(
+                "tlsClientAuthentication needs tlsTrustStore, the CAs of client certificates"
+            )
+        tls = TlsConfig(
+            certificate_path=os.path.abspath(values["tlsCertificatePath"]),
+            key_path=os.path.abspath(values["tlsKeyStore"]),
+            trust_path=values["tlsTrustStore"] and os.path.abspath(values["tlsTrustStore"]),
+            client_authentication=values["tlsClientAuthentication"],
+        )
+    elif values["tlsClientAuthentication"]:
+        raise ConfigError(
+            "tlsClientAuthentication needs TLS: set tlsCertificatePath and tlsKeyStore"
+        )
     return BookieConfig(
         storage=storage,
         gc=gc,
@@ -430,4 +489,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),
         max_pending_per_connection=positive("maxPendingRequestsPerConnection"),
         idle_connection_timeout_s=values["idleConnectionTimeoutSec"],
+        tls=tls,
+        auth_provider=values["bookieAuthProviderFactoryClass"],
+        auth_settings={key: value for key, value in values.items() if value is not None},
     )

@@ -1,8 +1,13 @@
-"""One client connection to a bookie: framing, protocol detection, dispatch, responses.
+"""One client connection to a bookie: TLS, framing, protocol detection, authentication,
+dispatch, responses.
 
-The first frame decides the connection's protocol for good: a frame that parses as a complete
-v3 ``Request`` makes it v3, anything else v2 (as the Java bookie does). Responses are written as
-their operations complete, so v3 answers may leave out of order (they carry the txnId).
+A connection speaks v3 while its frames parse as complete v3 ``Request``s; the first frame that
+does not makes it v2 for good (as the Java bookie does: a v2 client may upgrade to TLS with the
+one v3 ``START_TLS`` exchange and then speak v2). A connection whose first byte is 0x16 (a TLS
+ClientHello) is TLS from the first byte. With an authentication provider configured, every
+request other than ``AUTH`` and ``START_TLS`` is answered ``EUA`` until the plugin's exchange
+succeeds. Responses are written as their operations complete, so v3 answers may leave out of
+order (they carry the txnId).
 """
 
 from __future__ import annotations
@@ -10,10 +15,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 import time
+from dataclasses import dataclass
 from typing import cast
 
+from bookkeeper.auth import AuthenticationError, BookieAuthProvider, BookieAuthSession, PeerInfo
 from bookkeeper.server.bookie import Bookie
+from bookkeeper.tls import TLS_HANDSHAKE_RECORD, TlsError, TlsSession
 from bookkeeper.wire import v2, v3
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.framing import FrameDecoder, FrameError
@@ -27,18 +36,42 @@ WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 WRITE_BUFFER_LOW = 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Security:
+    """What a bookie asks of its connections: TLS (None: plain only) and authentication (None:
+    every connection is authenticated)."""
+
+    tls_context: ssl.SSLContext | None = None
+    auth: BookieAuthProvider | None = None
+    tls_required: bool = False  # mutual TLS: a plain connection has no certificate to check
+
+
 class BookieConnection(asyncio.Protocol):
     """Serves one client socket."""
 
-    def __init__(self, bookie: Bookie, connections: set[BookieConnection]) -> None:
+    def __init__(
+        self,
+        bookie: Bookie,
+        connections: set[BookieConnection],
+        security: Security | None = None,
+    ) -> None:
         self._bookie = bookie
         self._connections = connections
+        self._security = security or Security()
+        self._tls: TlsSession | None = None
+        self._first_bytes = True
+        self._authenticated = self._security.auth is None
+        # Served beyond AUTH / START_TLS: authenticated, and over TLS when TLS is required.
+        self._admitted = self._authenticated and not self._security.tls_required
+        self._auth_session: BookieAuthSession | None = None
+        self.principal: str | None = None
         self._decoder = FrameDecoder(bookie.config.max_frame_size)
         self._transport: asyncio.Transport | None = None
         self._protocol: int | None = None  # 2 or 3 once detected
         self._peer = "?"
         self._backlog: collections.deque[bytes] = collections.deque()
         self._writing_paused = False
+        self._stopped_reading = False
         self.pending = 0  # requests dispatched and not yet answered (each gets one answer)
         self.last_activity = time.monotonic()
 
@@ -66,8 +99,14 @@ class BookieConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._writing_paused = False
         self._process_backlog()
-        if self._transport is not None and not self._writing_paused:
+        if self._transport is not None and not self._writing_paused and not self._stopped_reading:
             self._transport.resume_reading()
+
+    def stop_reading(self) -> None:
+        """Shutdown: take no new requests; those received are still answered."""
+        self._stopped_reading = True
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
 
     def close(self) -> None:
         if self._transport is not None:
@@ -79,16 +118,57 @@ class BookieConnection(asyncio.Protocol):
 
     def _send(self, data: bytes) -> None:
         self.pending -= 1
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        try:
+            transport.write(data if self._tls is None else self._tls.wrap(data))
+        except TlsError as error:
+            self._protocol_error(str(error))
 
     def _protocol_error(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self._peer, reason)
         if self._transport is not None:
             self._transport.abort()
 
+    def _start_tls(self) -> None:
+        assert self._security.tls_context is not None
+        self._tls = TlsSession(self._security.tls_context, server_side=True)
+        # Frames are only read from the TLS session once its handshake is done.
+        self._admitted = self._authenticated
+
+    def _decrypt(self, data: bytes) -> bytes | None:
+        """The plaintext of received TLS bytes; None when the connection was closed."""
+        assert self._tls is not None and self._transport is not None
+        try:
+            plaintext, outgoing = self._tls.unwrap(data)
+        except TlsError as error:
+            # Send the TLS alert (it tells the client why), then close.
+            log.warning("closing connection from %s: %s", self._peer, error)
+            self._transport.write(self._tls.take_outgoing())
+            self._close_after_answer()
+            return None
+        if outgoing:
+            self._transport.write(outgoing)
+        return plaintext
+
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
+        if self._first_bytes and data:
+            self._first_bytes = False
+            if data[0] == TLS_HANDSHAKE_RECORD:
+                if self._security.tls_context is None:
+                    self._protocol_error("a TLS handshake, but this bookie has no TLS configured")
+                    return
+                self._start_tls()
+        if self._tls is not None:
+            plaintext = self._decrypt(data)
+            if not plaintext:
+                return
+            data = plaintext
         try:
             frames = self._decoder.feed(data)
         except FrameError as error:
@@ -106,12 +186,16 @@ class BookieConnection(asyncio.Protocol):
                 return
             self.pending += 1
             try:
-                if self._protocol is None:
-                    self._protocol = 3 if v3.is_v3_request(frame) else 2
-                if self._protocol == 3:
-                    self._handle_v3(v3.decode_request(frame))
-                else:
-                    self._handle_v2(frame)
+                if self._protocol != 2:
+                    try:
+                        request = v3.decode_request(frame)
+                    except MalformedMessageError:
+                        self._protocol = 2
+                    else:
+                        self._protocol = 3
+                        self._handle_v3(request)
+                        continue
+                self._handle_v2(frame)
             except MalformedMessageError as error:
                 backlog.clear()
                 self._protocol_error(str(error))
@@ -119,8 +203,63 @@ class BookieConnection(asyncio.Protocol):
 
     # -- v2 ------------------------------------------------------------------------------------
 
+    # -- authentication ------------------------------------------------------------------------
+
+    def _authenticate(self, plugin_name: str, payload: bytes) -> bytes | None:
+        """The reply to one AUTH message, or None when it is refused (then the caller answers
+        as its protocol allows and the connection is closed)."""
+        provider = self._security.auth
+        if provider is None or plugin_name != provider.plugin_name:
+            log.warning(
+                "connection from %s: AUTH with plugin %r, this bookie runs %r; refused",
+                self._peer,
+                plugin_name,
+                provider.plugin_name if provider is not None else None,
+            )
+            return None
+        if self._authenticated:
+            log.warning("connection from %s: AUTH after authenticating; refused", self._peer)
+            return None
+        if self._security.tls_required and self._tls is None:
+            log.warning(
+                "connection from %s: AUTH before TLS, which is required; refused", self._peer
+            )
+            return None
+        if self._auth_session is None:
+            certificate = self._tls.peer_certificate() if self._tls is not None else None
+            self._auth_session = provider.new_session(PeerInfo(self._peer, certificate))
+        try:
+            step = self._auth_session.process(payload)
+        except AuthenticationError as error:
+            log.warning("connection from %s: authentication failed: %s", self._peer, error)
+            return None
+        if step.principal is not None:
+            self._authenticated = True
+            self._admitted = self._tls is not None or not self._security.tls_required
+            self.principal = step.principal
+            log.info("connection from %s authenticated as %s", self._peer, step.principal)
+        return step.reply
+
+    def _close_after_answer(self) -> None:
+        self._backlog.clear()
+        if self._transport is not None:
+            self._transport.close()  # after the answer already written
+
+    # -- v2 ------------------------------------------------------------------------------------
+
     def _handle_v2(self, frame: bytes) -> None:
         request = v2.decode_request(frame)
+        if isinstance(request, v2.AuthRequest):
+            reply = self._authenticate(request.plugin_name, request.payload)
+            if reply is None:  # v2 AUTH answers carry no status: refusing is closing
+                self.pending -= 1
+                self._close_after_answer()
+                return
+            self._send(v2.encode_auth(request.plugin_name, reply))
+            return
+        if not self._admitted:
+            self._refuse_v2(request)
+            return
         if isinstance(request, v2.AddRequest):
             lid, eid = request.ledger_id, request.entry_id
 
@@ -162,6 +301,30 @@ class BookieConnection(asyncio.Protocol):
             )
             self._send(v2.encode_response(request.opcode, StatusCode.EBADREQ, -1, -1))
 
+    def _refuse_v2(
+        self, request: v2.AddRequest | v2.ReadRequest | v2.BatchReadRequest | v2.UnsupportedRequest
+    ) -> None:
+        """EUA in the request's own answer format: the connection is not authenticated."""
+        if isinstance(request, v2.BatchReadRequest):
+            self._send(
+                v2.encode_batch_read_response(
+                    StatusCode.EUA,
+                    request.ledger_id,
+                    request.start_entry_id,
+                    request.request_id,
+                    [],
+                )
+            )
+        elif isinstance(request, (v2.AddRequest, v2.ReadRequest)):
+            opcode = (
+                v2.OpCode.ADD_ENTRY if isinstance(request, v2.AddRequest) else v2.OpCode.READ_ENTRY
+            )
+            self._send(
+                v2.encode_response(opcode, StatusCode.EUA, request.ledger_id, request.entry_id)
+            )
+        else:
+            self._send(v2.encode_response(request.opcode, StatusCode.EUA, -1, -1))
+
     # -- v3 ------------------------------------------------------------------------------------
 
     def _respond(self, request: pb.Request, status: StatusCode) -> pb.Response:
@@ -171,6 +334,9 @@ class BookieConnection(asyncio.Protocol):
 
     def _handle_v3(self, request: pb.Request) -> None:
         operation = request.header.operation
+        if not self._admitted and operation not in (pb.AUTH, pb.START_TLS):
+            self._send(v3.encode(self._respond(request, StatusCode.EUA)))
+            return
         if operation == pb.ADD_ENTRY and request.HasField("addRequest"):
             add = request.addRequest
 
@@ -290,8 +456,40 @@ class BookieConnection(asyncio.Protocol):
                 listed(StatusCode.ETOOMANYREQUESTS, b"")
                 return
             self._bookie.list_entries(ledger_id, listed)
+        elif operation == pb.AUTH and request.HasField("authRequest"):
+            message = request.authRequest
+            reply = self._authenticate(message.authPluginName, message.payload)
+            if reply is None:
+                self._send(v3.encode(self._respond(request, StatusCode.EUA)))
+                self._close_after_answer()
+                return
+            response = self._respond(request, StatusCode.EOK)
+            response.authResponse.authPluginName = message.authPluginName
+            response.authResponse.payload = reply
+            self._send(v3.encode(response))
+        elif operation == pb.START_TLS:
+            self._upgrade_to_tls(request)
         else:
             log.info(
                 "v3 operation %d from %s is not served; answering EBADREQ", operation, self._peer
             )
             self._send(v3.encode(self._respond(request, StatusCode.EBADREQ)))
+
+    def _upgrade_to_tls(self, request: pb.Request) -> None:
+        """START_TLS: answered in plaintext, then every byte is TLS (the client waits for the
+        answer before its ClientHello, so nothing may follow the request)."""
+        if self._security.tls_context is None or self._tls is not None:
+            log.info(
+                "START_TLS from %s refused: %s",
+                self._peer,
+                "already TLS" if self._tls is not None else "no TLS configured",
+            )
+            self._send(v3.encode(self._respond(request, StatusCode.EBADREQ)))
+            return
+        if self._backlog or self._decoder.buffered:
+            self._protocol_error("bytes after START_TLS before its answer")
+            return
+        response = self._respond(request, StatusCode.EOK)
+        response.startTLSResponse.SetInParent()
+        self._send(v3.encode(response))
+        self._start_tls()

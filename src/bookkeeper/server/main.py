@@ -13,12 +13,13 @@ import time
 
 from aiohttp import web
 
+from bookkeeper.auth import bookie_provider
 from bookkeeper.errors import MetadataStoreError, NoSuchLedgerError
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.metrics import PrometheusMetrics
 from bookkeeper.server import config
 from bookkeeper.server.bookie import Bookie, BookieConfig
-from bookkeeper.server.connection import BookieConnection
+from bookkeeper.server.connection import BookieConnection, Security
 from bookkeeper.server.http import make_app, start_http
 from bookkeeper.storage.cookie import Cookie, verify_or_create
 from bookkeeper.storage.gc import LedgerExists, ListLedgers
@@ -55,11 +56,18 @@ class BookieServer:
         await asyncio.to_thread(self.bookie.start)
         await asyncio.to_thread(self.bookie.check_disks)
         bookie = self.bookie
+        security = Security(
+            tls_context=self.config.tls.server_context() if self.config.tls else None,
+            auth=bookie_provider(self.config.auth_provider, self.config.auth_settings),
+            tls_required=self.config.tls is not None and self.config.tls.client_authentication,
+        )
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((self.config.host, self.config.port))
         self._server = await loop.create_server(
-            lambda: BookieConnection(bookie, self._connections), sock=listener, backlog=1024
+            lambda: BookieConnection(bookie, self._connections, security),
+            sock=listener,
+            backlog=1024,
         )
         if self.metadata is not None:
             await self._register()
@@ -129,8 +137,11 @@ class BookieServer:
                     log.info("closing a connection idle for %.0f s", timeout)
                     connection.close()
 
-    async def stop(self) -> None:
-        """Stops accepting, unregisters, lets queued journal writes finish, closes connections."""
+    async def stop(self, drain_timeout_s: float = 10.0) -> None:
+        """Graceful shutdown: stop accepting connections and reading requests, unregister,
+        answer parked long polls, let requests in flight finish (adds wait for their journal
+        sync) for up to ``drain_timeout_s``, checkpoint, then close the connections (what is
+        still unanswered fails on the client's side as a closed connection)."""
         for task in (self._disk_task, self._idle_task):
             if task is not None:
                 task.cancel()
@@ -138,6 +149,10 @@ class BookieServer:
             await self._http.cleanup()
         if self._server is not None:
             self._server.close()
+        for connection in list(self._connections):
+            connection.stop_reading()
+        if self.bookie is not None:
+            self.bookie.begin_shutdown()
         if self.metadata is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(
@@ -145,6 +160,8 @@ class BookieServer:
                     self.config.effective_bookie_id,
                     readonly=bool(self._registered_read_only),
                 )
+        await self._drain(drain_timeout_s)
+        if self.metadata is not None:
             await asyncio.to_thread(self.metadata.close)
         if self.bookie is not None:
             await asyncio.to_thread(self.bookie.close)
@@ -153,6 +170,20 @@ class BookieServer:
             connection.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+    async def _drain(self, timeout_s: float) -> None:
+        """Waits until no connection has a request in flight, or ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            in_flight = sum(max(0, connection.pending) for connection in self._connections)
+            if in_flight == 0:
+                return
+            await asyncio.sleep(0.01)
+        log.warning(
+            "requests still in flight after %.0f s of shutdown; their connections will close",
+            timeout_s,
+        )
 
 
 class MetadataCookieStore:

@@ -7,6 +7,7 @@ Every frame starts with a header int ``version << 24 | opcode << 16 | flags``. L
 * read request: header, ledgerId i64, entryId i64, masterKey[20] only when DO_FENCING is set
 * add / read response: header (flags 0), rc i32, ledgerId i64, entryId i64, then for reads the
   stored entry bytes
+* auth request and answer: header, then a protobuf ``AuthMessage``
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
 from bookkeeper.wire.errors import MalformedMessageError
+from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
 from bookkeeper.wire.status import StatusCode, from_v2, to_v2
 
 CURRENT_PROTOCOL_VERSION = 2
@@ -107,6 +111,16 @@ class BatchReadRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """AUTH: one message of an authentication plugin's exchange (a protobuf ``AuthMessage``
+    after the header, in requests and answers alike)."""
+
+    flags: int
+    plugin_name: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class UnsupportedRequest:
     """A well-formed header with an operation this bookie does not serve over v2."""
 
@@ -148,14 +162,40 @@ def encode_read_request(
     return struct.pack(">I", len(body)) + body
 
 
-def decode_request(
-    frame: bytes,
-) -> AddRequest | ReadRequest | BatchReadRequest | UnsupportedRequest:
-    """Parses one v2 request frame (without its length prefix)."""
+def encode_auth(plugin_name: str, payload: bytes) -> bytes:
+    """A framed AUTH message (request or answer): header, then the ``AuthMessage``."""
+    message = pb.AuthMessage(authPluginName=plugin_name, payload=payload).SerializeToString()
+    return struct.pack(">Ii", 4 + len(message), pack_header(OpCode.AUTH, 0)) + message
+
+
+def decode_auth(frame: bytes) -> AuthRequest:
+    """Parses an AUTH frame (without its length prefix), in either direction."""
     if len(frame) < 4:
         raise MalformedMessageError(f"v2 frame of {len(frame)} bytes has no header")
     (header,) = _HEADER.unpack_from(frame, 0)
     _version, opcode, flags = unpack_header(header)
+    if opcode != OpCode.AUTH:
+        raise MalformedMessageError(f"expected a v2 AUTH message, got opcode {opcode}")
+    message = pb.AuthMessage()
+    try:
+        message.ParseFromString(frame[4:])
+    except (DecodeError, ValueError, RuntimeError) as error:
+        raise MalformedMessageError(f"v2 AUTH message does not parse: {error}") from error
+    if not message.IsInitialized():
+        raise MalformedMessageError("v2 AUTH message lacks its plugin name or payload")
+    return AuthRequest(flags, message.authPluginName, message.payload)
+
+
+def decode_request(
+    frame: bytes,
+) -> AddRequest | ReadRequest | BatchReadRequest | AuthRequest | UnsupportedRequest:
+    """Parses one v2 request frame (without its length prefix)."""
+    if len(frame) < 4:
+        raise MalformedMessageError(f"v2 frame of {len(frame)} bytes has no header")
+    (header,) = _HEADER.unpack_from(frame, 0)
+    version, opcode, flags = unpack_header(header)
+    if version > CURRENT_PROTOCOL_VERSION:
+        raise MalformedMessageError(f"v2 frame announces protocol version {version}")
     if opcode == OpCode.ADD_ENTRY:
         if len(frame) < 4 + MASTER_KEY_SIZE + 16:
             raise MalformedMessageError(f"v2 add request of {len(frame)} bytes is truncated")
@@ -183,6 +223,8 @@ def decode_request(
             if len(batch_key) != MASTER_KEY_SIZE:
                 raise MalformedMessageError("v2 fencing batch read lacks its 20-byte master key")
         return BatchReadRequest(flags, ledger_id, start, request_id, count, size, batch_key)
+    if opcode == OpCode.AUTH:
+        return decode_auth(frame)
     if opcode in OpCode.__members__.values():
         return UnsupportedRequest(opcode, flags)
     raise MalformedMessageError(f"unknown v2 opcode {opcode}")
