@@ -120,3 +120,32 @@ def test_the_client_throttle_keeps_a_writer_within_the_bookies_bound() -> None:
             with pytest.raises(WriteError, match="ETOOMANYREQUESTS"):
                 for future in futures:
                     future.result()
+
+
+def test_truncated_frames_close_only_their_connection_and_lose_nothing(
+    cluster: LocalCluster,
+) -> None:
+    with BookKeeper(cluster.metadata_uri) as client:
+        handle = client.create_ledger(1, 1, 1, DigestType.CRC32C, b"keep")
+        stored = [b"stored %d" % index for index in range(50)]
+        for data in stored:
+            handle.add_entry(data)
+        handle.close()
+    host, port = cluster.bookie_ids[0].rsplit(":", 1)
+    ledger = handle.ledger_id.to_bytes(8, "big")
+    cut_inside_a_frame = [
+        b"\x02\x02\x00\x00" + ledger,  # a v2 read without its entry id
+        b"\x02\x01\x00\x00" + b"k" * 20 + ledger,  # a v2 add whose entry stops after the ledger id
+        b"\x02\x02\x00\x01" + ledger + bytes(8) + b"key",  # a fencing read with 3 of 20 key bytes
+        bytes.fromhex("0a0608"),  # a v3 header cut short
+    ]
+    for body in cut_inside_a_frame:
+        with socket.create_connection((host, int(port)), timeout=10) as connection:
+            connection.sendall(len(body).to_bytes(4, "big") + body)
+            assert connection.recv(1) == b""  # closed by the bookie
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall((100).to_bytes(4, "big") + b"ten bytes.")  # then hang up mid-frame
+    assert served(cluster)
+    with BookKeeper(cluster.metadata_uri) as client:
+        reader = client.open_ledger(handle.ledger_id, b"keep")
+        assert [entry.data for entry in reader.read_entries(0, 49)] == stored
