@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,9 +21,13 @@ from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.errors import LedgerExistsError, MetadataUnavailableError, NoSuchLedgerError
 from bookkeeper.metadata.driver import (
     BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    SetOp,
     open_store,
 )
 from bookkeeper.metadata.manager import MetadataClient
@@ -240,3 +246,134 @@ def test_unreachable_zookeeper_is_a_clear_error_not_a_hang() -> None:
 
     with pytest.raises(MetadataUnavailableError, match="could not connect to ZooKeeper"):
         open_store(f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers", connect_timeout_s=2)
+
+
+class Changes:
+    """Counts a watch's callbacks; waits (bounded) for the next one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._condition = threading.Condition()
+
+    def __call__(self) -> None:
+        with self._condition:
+            self.count += 1
+            self._condition.notify_all()
+
+    def wait_past(self, seen: int, timeout_s: float = 15.0) -> int:
+        with self._condition:
+            assert self._condition.wait_for(lambda: self.count > seen, timeout_s), (
+                f"no change reported within {timeout_s} s"
+            )
+            return self.count
+
+
+def test_children_pages(opener: Opener) -> None:
+    store = opener().store
+    names = [f"n{index:05d}" for index in range(2500)]
+    store.multi([CreateOp("/pages")] + [CreateOp(f"/pages/{name}") for name in names])
+    assert store.children_page("/pages", None, 10) == names[:10]
+    assert store.children_page("/pages", "n00009", 3) == names[10:13]
+    assert store.children_page("/pages", "n02499", 10) == []
+    assert list(store.iter_children("/pages", page_size=1000)) == names
+    with pytest.raises(NoNodeError):
+        store.children_page("/absent")
+
+
+def test_multi_applies_everything_or_nothing(opener: Opener) -> None:
+    store = opener().store
+    store.create("/multi/kept", b"v0")
+    with pytest.raises(BadVersionError):
+        store.multi([CreateOp("/multi/new", b"n"), SetOp("/multi/kept", b"v1", version=7)])
+    assert store.exists("/multi/new") is None and store.get("/multi/kept") == (b"v0", 0)
+    with pytest.raises(NodeExistsError):
+        store.multi([DeleteOp("/multi/kept"), CreateOp("/multi/new"), CreateOp("/multi/new")])
+    assert store.get("/multi/kept") == (b"v0", 0)
+    with pytest.raises(BadVersionError):
+        store.multi([CheckOp("/multi/kept", 3), DeleteOp("/multi/kept")])
+    results = store.multi(
+        [
+            CheckOp("/multi/kept", 0),
+            SetOp("/multi/kept", b"v1", 0),
+            CreateOp("/multi/new", b"n"),
+            DeleteOp("/multi/new"),
+        ]
+    )
+    assert results == [None, 1, "/multi/new", None]
+    assert store.get("/multi/kept") == (b"v1", 1) and store.exists("/multi/new") is None
+
+
+def test_watches_report_data_and_children_changes(opener: Opener) -> None:
+    writer, watcher = opener().store, opener().store
+    writer.create("/watched/dir")
+    data, children = Changes(), Changes()
+    data_watch = watcher.watch("/watched/node", data)
+    watcher.watch("/watched/dir", children, children=True)
+    with pytest.raises(NoNodeError):
+        watcher.watch("/watched/absent", Changes(), children=True)
+    seen = 0
+    for change in (
+        lambda: writer.create("/watched/node", b"a"),
+        lambda: writer.set("/watched/node", b"b"),
+        lambda: writer.delete("/watched/node"),
+    ):
+        change()
+        seen = data.wait_past(seen)
+    seen = 0
+    for change in (
+        lambda: writer.create("/watched/dir/child"),
+        lambda: writer.create("/watched/dir/other", ephemeral=True),
+        lambda: writer.delete("/watched/dir/child"),
+    ):
+        change()
+        seen = children.wait_past(seen)
+    data_watch.cancel()
+    writer.create("/watched/node", b"after cancel")
+    writer.close()  # its ephemeral child goes with its session
+    children.wait_past(seen)
+    assert watcher.children("/watched/dir") == []
+    time.sleep(0.5)  # a stray callback after cancel would have been counted by now
+    assert data.count == 3
+
+
+def _create_node_later(uri: str, path: str) -> None:
+    store, _ = open_store(uri)
+    try:
+        time.sleep(0.5)
+        store.create(path, b"from another process")
+    finally:
+        store.close()
+
+
+def test_watches_see_other_processes_promptly(shared_uri: str) -> None:
+    watcher, _ = open_store(shared_uri, create=True)
+    try:
+        watcher.create("/xproc")
+        changes = Changes()
+        watcher.watch("/xproc", changes, children=True)
+        context = multiprocessing.get_context("spawn")
+        writer = context.Process(target=_create_node_later, args=(shared_uri, "/xproc/child"))
+        writer.start()
+        changes.wait_past(0, timeout_s=60)
+        writer.join(60)
+        assert watcher.children("/xproc") == ["child"]
+    finally:
+        watcher.close()
+
+
+def test_an_expired_sqlite_session_is_replaced_and_listeners_called(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'metadata.db'}"
+    store, _ = open_store(uri, create=True)
+    try:
+        store.create("/registry/me", ephemeral=True)
+        renewed = Changes()
+        store.add_session_listener(renewed)
+        # As if the process had stalled past its lease: another process sees the lease run out.
+        with sqlite3.connect(str(tmp_path / "metadata.db")) as other:
+            other.execute("UPDATE sessions SET expires_ms = 0")
+        renewed.wait_past(0)
+        assert store.exists("/registry/me") is None
+        store.create("/registry/me", ephemeral=True)  # the listener's job, on the new session
+        assert store.exists("/registry/me") == 0
+    finally:
+        store.close()

@@ -15,8 +15,11 @@ URIs (as BookKeeper's ``metadataServiceUri``):
 from __future__ import annotations
 
 import abc
+import bisect
 import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bookkeeper.errors import IncorrectParameterError, MetadataStoreError
 
@@ -39,8 +42,56 @@ class NotEmptyError(MetadataStoreError):
     """The path has children and cannot be deleted."""
 
 
+@dataclass(frozen=True, slots=True)
+class CreateOp:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetOp:
+    path: str
+    data: bytes
+    version: int = ANY_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOp:
+    path: str
+    version: int = ANY_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOp:
+    """Holds the transaction unless ``path`` is at ``version``."""
+
+    path: str
+    version: int
+
+
+Operation = CreateOp | SetOp | DeleteOp | CheckOp
+
+
+class Watch(Protocol):
+    def cancel(self) -> None:
+        """No more callbacks after this returns (one already running may finish)."""
+
+
+ChangeCallback = Callable[[], None]
+SessionCallback = Callable[[], None]
+
+
 class MetadataStore(abc.ABC):
-    """A session on a metadata store. Thread-safe; blocking calls (run them off the event loop)."""
+    """A session on a metadata store. Thread-safe; blocking calls (run them off the event loop).
+
+    Watches are change notifications: after a change the callback is called (on a thread of the
+    driver; it must not block) and re-reads what it needs; changes close together may be
+    reported once, but a change is never missed. A session that expires (its process stalled
+    past the ZooKeeper session timeout or the SQLite lease) is replaced by a new one; its
+    ephemeral nodes are gone, and the session listeners are called so that their owners
+    re-create them.
+    """
 
     @abc.abstractmethod
     def get(self, path: str) -> tuple[bytes, int]:
@@ -77,6 +128,37 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def children(self, path: str) -> list[str]:
         """Names of the children of ``path``, sorted; raises ``NoNodeError``."""
+
+    def children_page(self, path: str, after: str | None = None, limit: int = 1000) -> list[str]:
+        """Up to ``limit`` child names of ``path`` greater than ``after``, sorted."""
+        names = self.children(path)
+        start = 0 if after is None else bisect.bisect_right(names, after)
+        return names[start : start + limit]
+
+    def iter_children(self, path: str, page_size: int = 1000) -> Iterator[str]:
+        """Every child name of ``path``, sorted, read ``page_size`` at a time."""
+        after: str | None = None
+        while True:
+            page = self.children_page(path, after, page_size)
+            yield from page
+            if len(page) < page_size:
+                return
+            after = page[-1]
+
+    @abc.abstractmethod
+    def watch(self, path: str, callback: ChangeCallback, *, children: bool = False) -> Watch:
+        """Calls ``callback()`` after every change of ``path``'s data or existence, or with
+        ``children``, of its list of children (which needs ``path`` to exist: ``NoNodeError``)."""
+
+    @abc.abstractmethod
+    def multi(self, operations: Sequence[Operation]) -> list[str | int | None]:
+        """Applies every operation or none. Results in order: the created path, the new
+        version, None for deletes and checks. Raises the error of the first operation that
+        fails (``NodeExistsError``, ``NoNodeError``, ``BadVersionError``, ``NotEmptyError``)."""
+
+    @abc.abstractmethod
+    def add_session_listener(self, callback: SessionCallback) -> None:
+        """Calls ``callback()`` (on a driver thread) each time an expired session was replaced."""
 
     @abc.abstractmethod
     def close(self) -> None:

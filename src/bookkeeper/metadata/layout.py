@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 SHORT_ID_LIMIT = 2**31 - 1  # Integer.MAX_VALUE
 
@@ -34,30 +34,35 @@ def ledger_path(root: str, layout: str, ledger_id: int) -> str:
     return f"{root}/{_long_path(ledger_id)}"
 
 
-def iter_ledger_ids(root: str, layout: str, children: Callable[[str], list[str]]) -> Iterator[int]:
-    """Every ledger id under ``root`` in increasing order, walking one directory at a time."""
-    top = children(root)
+def iter_ledger_ids(
+    root: str, layout: str, children: Callable[[str], Iterable[str]]
+) -> Iterator[int]:
+    """Every ledger id under ``root`` in increasing order, walking one directory at a time.
+
+    ``children(path)`` yields a directory's names in increasing order (a store's paged
+    listing), so memory stays bounded by a page whatever the number of ledgers: ids are
+    zero-padded, so names of equal length sort as their numbers."""
     if layout == "flat":
-        yield from sorted(
-            int(name[1:]) for name in top if name.startswith("L") and name[1:].isdigit()
-        )
+        for name in children(root):
+            if name.startswith("L") and name[1:].isdigit():
+                yield int(name[1:])
         return
     for depth_name_length, levels in ((2, 2), (3, 4)):
         if layout == "longhierarchical" and depth_name_length == 2:
             continue
-        for first in sorted(n for n in top if n.isdigit() and len(n) == depth_name_length):
-            yield from _walk(f"{root}/{first}", first, levels - 1, children)
+        for first in children(root):
+            if first.isdigit() and len(first) == depth_name_length:
+                yield from _walk(f"{root}/{first}", first, levels - 1, children)
 
 
 def _walk(
-    path: str, digits: str, levels_left: int, children: Callable[[str], list[str]]
+    path: str, digits: str, levels_left: int, children: Callable[[str], Iterable[str]]
 ) -> Iterator[int]:
-    names = children(path)
     if levels_left == 0:
-        for name in sorted(
-            n for n in names if n.startswith("L") and n[1:].isdigit() and len(n) == 5
-        ):
-            yield int(digits + name[1:])
+        for name in children(path):
+            if name.startswith("L") and name[1:].isdigit() and len(name) == 5:
+                yield int(digits + name[1:])
         return
-    for name in sorted(n for n in names if n.isdigit() and len(n) == 4):
-        yield from _walk(f"{path}/{name}", digits + name, levels_left - 1, children)
+    for name in children(path):
+        if name.isdigit() and len(name) == 4:
+            yield from _walk(f"{path}/{name}", digits + name, levels_left - 1, children)

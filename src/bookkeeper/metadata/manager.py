@@ -17,11 +17,14 @@ from bookkeeper.metadata import format as metadata_format
 from bookkeeper.metadata.driver import (
     ANY_VERSION,
     BadVersionError,
+    CreateOp,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
     StoreAddress,
+    Watch,
     open_store,
+    parent_of,
 )
 from bookkeeper.metadata.layout import iter_ledger_ids, ledger_path
 from bookkeeper.wire.proto import data_formats_pb2 as formats
@@ -82,22 +85,42 @@ class MetadataClient:
         winner's instance id.
         """
         created = False
-        for path in (self.root, f"{self.root}/available", f"{self.root}/available/readonly"):
+        base = (self.root, f"{self.root}/available", f"{self.root}/available/readonly")
+        instance_id = str(uuid.uuid4()).encode()
+        try:
+            # As BookKeeper's initnewcluster: the base nodes and the instance id in one multi.
+            self._make_parents(self.root)
+            self.store.multi(
+                [CreateOp(path) for path in base]
+                + [CreateOp(f"{self.root}/INSTANCEID", instance_id)]
+            )
+            created = True
+        except NodeExistsError:  # an existing (or half-made) cluster: fill in what is missing
+            for path in base:
+                try:
+                    self.store.create(path)
+                except NodeExistsError:
+                    pass
             try:
-                self.store.create(path)
+                self.store.create(f"{self.root}/INSTANCEID", instance_id)
+                created = True
             except NodeExistsError:
                 pass
-        try:
-            self.store.create(f"{self.root}/INSTANCEID", str(uuid.uuid4()).encode())
-            created = True
-        except NodeExistsError:
-            pass
         layout = f"{LAYOUT_FORMAT_VERSION}\n{LAYOUT_FACTORIES[self.layout]}".encode()
         try:
             self.store.create(f"{self.root}/LAYOUT", layout)
         except NodeExistsError:
             pass
         return created
+
+    def _make_parents(self, path: str) -> None:
+        """Creates the ancestors of ``path`` (a chroot-like root such as ``/bk/ledgers``)."""
+        parent = parent_of(path)
+        if parent != "/" and self.store.exists(parent) is None:
+            try:
+                self.store.create(parent)
+            except NodeExistsError:
+                pass
 
     def instance_id(self) -> str | None:
         try:
@@ -180,7 +203,7 @@ class MetadataClient:
     def list_ledgers(self) -> Iterator[int]:
         """Every ledger id, increasing, read one directory at a time."""
         try:
-            yield from iter_ledger_ids(self.root, self.layout, self.store.children)
+            yield from iter_ledger_ids(self.root, self.layout, self.store.iter_children)
         except NoNodeError:
             return
 
@@ -232,6 +255,14 @@ class MetadataClient:
             ]
         except NoNodeError:
             return []
+
+    def watch_bookies(self, callback: Callable[[], None]) -> list[Watch]:
+        """Calls ``callback()`` whenever a bookie registers, unregisters or changes mode (after
+        ``init_cluster``); re-read ``writable_bookies`` / ``readonly_bookies`` in it."""
+        return [
+            self.store.watch(f"{self.root}/available", callback, children=True),
+            self.store.watch(f"{self.root}/available/readonly", callback, children=True),
+        ]
 
     def readonly_bookies(self) -> list[str]:
         try:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Sequence
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError as KazooBadVersion,
 )
 from kazoo.exceptions import (
     KazooException,
+    RolledBackError,
     ZookeeperError,
 )
 from kazoo.exceptions import (
@@ -22,15 +25,24 @@ from kazoo.exceptions import (
     NotEmptyError as KazooNotEmpty,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from bookkeeper.errors import MetadataStoreError, MetadataUnavailableError
 from bookkeeper.metadata.driver import (
     ANY_VERSION,
     BadVersionError,
+    ChangeCallback,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    Operation,
+    SessionCallback,
+    SetOp,
+    Watch,
     check_path,
 )
 
@@ -42,9 +54,16 @@ class ZooKeeperStore(MetadataStore):
 
     def __init__(self, hosts: str, connect_timeout_s: float, session_timeout_s: float) -> None:
         self._hosts = hosts
+        self._session_listeners: list[SessionCallback] = []
+        self._session_lost = False
+        # Reconnect for as long as it takes (a ZooKeeper restart, a partition): giving up would
+        # leave a bookie running but unregistered. start() below bounds the first connection.
         self._client = KazooClient(
-            hosts=hosts, timeout=session_timeout_s, connection_retry={"max_tries": 3}
+            hosts=hosts,
+            timeout=session_timeout_s,
+            connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 2.0},
         )
+        self._client.add_listener(self._state_changed)
         try:
             self._client.start(timeout=connect_timeout_s)
         except (KazooTimeoutError, KazooException) as error:
@@ -112,8 +131,109 @@ class ZooKeeperStore(MetadataStore):
     def children(self, path: str) -> list[str]:
         return sorted(self._call("list", path, self._client.get_children, path))
 
+    # -- watches, transactions, sessions ------------------------------------------------------
+
+    def watch(self, path: str, callback: ChangeCallback, *, children: bool = False) -> Watch:
+        watch = _ZooKeeperWatch(callback)
+        if children:
+            if self.exists(path) is None:
+                raise NoNodeError(f"no node {path} to watch the children of")
+            self._call("watch", path, ChildrenWatch, self._client, path, watch.children_changed)
+        else:
+            self._call("watch", path, DataWatch, self._client, path, watch.data_changed)
+        return watch
+
+    def multi(self, operations: Sequence[Operation]) -> list[str | int | None]:
+        transaction = self._client.transaction()
+        for operation in operations:
+            if isinstance(operation, CreateOp):
+                check_path(operation.path)
+                transaction.create(
+                    operation.path, bytes(operation.data), ephemeral=operation.ephemeral
+                )
+            elif isinstance(operation, SetOp):
+                transaction.set_data(operation.path, bytes(operation.data), operation.version)
+            elif isinstance(operation, DeleteOp):
+                transaction.delete(operation.path, operation.version)
+            elif isinstance(operation, CheckOp):
+                transaction.check(operation.path, operation.version)
+        results = self._call("multi", operations[0].path if operations else "/", transaction.commit)
+        failures = [
+            (operation, result)
+            for operation, result in zip(operations, results, strict=True)
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError)
+        ]
+        if failures:
+            operation, failure = failures[0]
+            self._call("multi", operation.path, _raise, failure)
+        return [
+            str(result)
+            if isinstance(operation, CreateOp)
+            else int(result.version)
+            if isinstance(operation, SetOp)
+            else None
+            for operation, result in zip(operations, results, strict=True)
+        ]
+
+    def add_session_listener(self, callback: SessionCallback) -> None:
+        self._session_listeners.append(callback)
+
+    def _state_changed(self, state: str) -> None:
+        # Called on kazoo's event thread; must not block.
+        if state == KazooState.LOST:
+            self._session_lost = True
+            log.warning("ZooKeeper session to %s expired; ephemeral nodes are gone", self._hosts)
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            log.info("new ZooKeeper session to %s; re-creating ephemeral nodes", self._hosts)
+            for listener in list(self._session_listeners):
+                # a listener writes to ZooKeeper: not on the event thread it would wait for
+                threading.Thread(target=_run_listener, args=(listener,), daemon=True).start()
+
     def close(self) -> None:
         try:
             self._client.stop()
         finally:
             self._client.close()
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def _run_listener(listener: SessionCallback) -> None:
+    try:
+        listener()
+    except Exception:
+        log.exception("a metadata session listener failed")
+
+
+class _ZooKeeperWatch:
+    """Adapts kazoo's ChildrenWatch / DataWatch (called at once, then on each change, until
+    they return False) to change notifications."""
+
+    def __init__(self, callback: ChangeCallback) -> None:
+        self._callback = callback
+        self._cancelled = False
+        self._primed = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def _fire(self) -> bool:
+        if self._cancelled:
+            return False
+        if not self._primed:  # kazoo's first call reports the current state, not a change
+            self._primed = True
+            return True
+        try:
+            self._callback()
+        except Exception:
+            log.exception("a metadata watch callback failed")
+        return True
+
+    def children_changed(self, children: list[str]) -> bool:
+        return self._fire()
+
+    def data_changed(self, data: bytes | None, stat: object) -> bool:
+        return self._fire()

@@ -42,6 +42,7 @@ class BookieServer:
         self._http: web.AppRunner | None = None
         self._disk_task: asyncio.Task[None] | None = None
         self._idle_task: asyncio.Task[None] | None = None
+        self._reregistration: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -71,6 +72,11 @@ class BookieServer:
         )
         if self.metadata is not None:
             await self._register()
+
+            def session_replaced() -> None:  # on a driver thread
+                loop.call_soon_threadsafe(self._session_replaced)
+
+            self.metadata.store.add_session_listener(session_replaced)
             list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
             self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
         self._disk_task = asyncio.ensure_future(self._watch_disks())
@@ -110,6 +116,29 @@ class BookieServer:
         )
         self._registered_read_only = read_only
         log.info("bookie %s registered as %s", bookie_id, "read-only" if read_only else "writable")
+
+    def _session_replaced(self) -> None:
+        """The metadata session expired and a new one began: the registration (ephemeral) is
+        gone with the old session; register again."""
+        log.warning(
+            "metadata session replaced; registering bookie %s again",
+            self.config.effective_bookie_id,
+        )
+        self._registered_read_only = None
+        self._reregistration = asyncio.ensure_future(self._register_until_done())
+
+    async def _register_until_done(self) -> None:
+        for attempt in range(1, 61):
+            try:
+                await self._register()
+                return
+            except Exception as error:
+                log.warning("re-registration attempt %d failed: %s", attempt, error)
+                await asyncio.sleep(1.0)
+        log.error(
+            "bookie %s could not register again; it is not in available/",
+            self.config.effective_bookie_id,
+        )
 
     async def _state_changed(self) -> None:
         if self.metadata is not None:
