@@ -3,6 +3,8 @@
     bookkeeper bookie --journal-dir DIR --port P --metadata-uri URI
     bookkeeper localbookie N [--data-dir DIR] [--demo] [--exit-after-demo]
     bookkeeper shell simpletest|listbookies|listledgers|ledgermetadata ... [--metadata-uri URI]
+    bookkeeper shell initnewcluster|metaformat|nukeexistingcluster|whatisinstanceid ...
+    bookkeeper shell cookie_get|cookie_create|cookie_update|cookie_delete BOOKIE_ID ...
 
 The metadata URI of shell commands comes from ``--metadata-uri`` or $BOOKKEEPER_METADATA_URI.
 """
@@ -16,6 +18,7 @@ import signal
 import sys
 import threading
 
+from bookkeeper.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper.errors import BKError
 from bookkeeper.wire.digest import DigestType
 
@@ -273,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
     )
     ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
+    add_cluster_commands(shell_command, _metadata_uri)
 
     def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         sub = shell_commands.add_parser(name, help=help_text)

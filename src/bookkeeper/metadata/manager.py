@@ -12,7 +12,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from bookkeeper.core.metadata import LedgerMetadata
-from bookkeeper.errors import LedgerExistsError, MetadataVersionError, NoSuchLedgerError
+from bookkeeper.errors import (
+    LedgerExistsError,
+    MetadataStoreError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
 from bookkeeper.metadata import format as metadata_format
 from bookkeeper.metadata.driver import (
     ANY_VERSION,
@@ -38,6 +43,7 @@ LAYOUT_FACTORIES = {
     "longhierarchical": "org.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory:1",
 }
 MAX_UPDATE_ATTEMPTS = 100
+_MAX_DELETE_PAGES = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +225,27 @@ class MetadataClient:
     def create_cookie(self, bookie_id: str, data: bytes) -> None:
         self.store.create(f"{self.root}/cookies/{bookie_id}", data)
 
+    def update_cookie(self, bookie_id: str, data: bytes, version: int = ANY_VERSION) -> int:
+        """Replaces a bookie's cookie (CAS on ``version``); ``NoNodeError`` when it has none."""
+        return self.store.set(f"{self.root}/cookies/{bookie_id}", data, version)
+
+    def delete_cookie(self, bookie_id: str, version: int = ANY_VERSION) -> None:
+        self.store.delete(f"{self.root}/cookies/{bookie_id}", version)
+
+    def delete_cluster(self, instance_id: str | None) -> int:
+        """Deletes the whole cluster tree under the root (ledger metadata, registrations,
+        cookies, ids) when its instance id is ``instance_id`` (None: whatever it is). Returns
+        the number of nodes deleted. Raises ``MetadataVersionError`` on an instance id mismatch."""
+        current = self.instance_id()
+        if instance_id is not None and current != instance_id:
+            raise MetadataVersionError(
+                f"the cluster at {self.root} has instance id {current!r}, not {instance_id!r}; "
+                "nothing deleted"
+            )
+        if self.store.exists(self.root) is None:
+            return 0
+        return delete_tree(self.store, self.root)
+
     # -- bookies -------------------------------------------------------------------------------
 
     def register_bookie(
@@ -284,3 +311,28 @@ class MetadataClient:
                     return BookieEndpoint(bookie_id, endpoint.host, endpoint.port)
         host, port = parse_bookie_id(bookie_id)
         return BookieEndpoint(bookie_id, host, port)
+
+
+def delete_tree(store: MetadataStore, path: str) -> int:
+    """Deletes ``path`` and everything under it, depth first, a page of children at a time;
+    the number of nodes deleted. Nodes that vanish meanwhile are skipped."""
+    deleted = 0
+    for _ in range(_MAX_DELETE_PAGES):
+        try:
+            page = store.children_page(path, None, 1000)
+        except NoNodeError:
+            return deleted
+        if not page:
+            break
+        for name in page:
+            deleted += delete_tree(store, f"{path.rstrip('/')}/{name}")
+    else:
+        raise MetadataStoreError(f"{path} keeps getting new children; stopped deleting it")
+    if path == "/":
+        return deleted
+    try:
+        store.delete(path)
+        deleted += 1
+    except NoNodeError:
+        pass
+    return deleted

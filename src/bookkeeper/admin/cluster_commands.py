@@ -1,0 +1,156 @@
+"""Shell commands that administer a cluster's metadata, on any driver (BookKeeper's names):
+``initnewcluster``, ``metaformat``, ``nukeexistingcluster``, ``whatisinstanceid`` and the
+cookie commands ``cookie_get``, ``cookie_create``, ``cookie_update``, ``cookie_delete``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from bookkeeper.metadata.driver import NodeExistsError, NoNodeError
+from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.storage.cookie import Cookie
+
+Register = Callable[[str, str, Callable[[argparse.Namespace], None]], argparse.ArgumentParser]
+UriOf = Callable[[argparse.Namespace], str]
+
+
+def add_commands(shell_command: Register, uri_of: UriOf) -> None:
+    """Adds the commands through ``shell_command(name, help, run)`` (which adds --metadata-uri)."""
+
+    def connect(args: argparse.Namespace, create: bool = False) -> MetadataClient:
+        return MetadataClient.connect(uri_of(args), create=create)
+
+    def initnewcluster(args: argparse.Namespace) -> None:
+        metadata = connect(args, create=True)
+        try:
+            existing = metadata.instance_id()
+            if existing is not None:
+                sys.exit(
+                    f"a cluster already exists at {metadata.root} (instance id {existing}); "
+                    "nothing changed. Use nukeexistingcluster or metaformat to start over."
+                )
+            metadata.init_cluster()
+            print(f"new cluster at {metadata.root}, instance id {metadata.instance_id()}")
+        finally:
+            metadata.close()
+
+    def metaformat(args: argparse.Namespace) -> None:
+        metadata = connect(args, create=True)
+        try:
+            existing = metadata.instance_id()
+            if existing is not None and not args.force:
+                sys.exit(
+                    f"the cluster at {metadata.root} (instance id {existing}) holds metadata; "
+                    "metaformat -f deletes all of it (ledgers, registrations, cookies)"
+                )
+            deleted = metadata.delete_cluster(None)
+            metadata.init_cluster()
+            print(
+                f"formatted {metadata.root}: {deleted} nodes deleted, "
+                f"new instance id {metadata.instance_id()}"
+            )
+        finally:
+            metadata.close()
+
+    def nukeexistingcluster(args: argparse.Namespace) -> None:
+        if not args.force and not args.instanceid:
+            sys.exit("name the cluster to delete with -i INSTANCEID (see whatisinstanceid), or -f")
+        metadata = connect(args)
+        try:
+            if args.zkledgersrootpath and args.zkledgersrootpath != metadata.root:
+                sys.exit(
+                    f"-p {args.zkledgersrootpath} is not the metadata URI's root {metadata.root}"
+                )
+            deleted = metadata.delete_cluster(None if args.force else args.instanceid)
+            print(f"deleted the cluster at {metadata.root}: {deleted} nodes")
+        finally:
+            metadata.close()
+
+    def whatisinstanceid(args: argparse.Namespace) -> None:
+        metadata = connect(args)
+        try:
+            instance_id = metadata.instance_id()
+        finally:
+            metadata.close()
+        if instance_id is None:
+            sys.exit(f"no cluster at {metadata.root}: run initnewcluster")
+        print(instance_id)
+
+    def cookie_get(args: argparse.Namespace) -> None:
+        metadata = connect(args)
+        try:
+            found = metadata.read_cookie(args.bookie_id)
+        finally:
+            metadata.close()
+        if found is None:
+            sys.exit(f"no cookie for bookie {args.bookie_id}")
+        data, version = found
+        print(f"cookie of {args.bookie_id} (version {version}):")
+        print(data.decode("utf-8", errors="replace"), end="")
+
+    def _read_cookie_file(path: str, bookie_id: str) -> bytes:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            sys.exit(f"cannot read cookie file {path}: {error}")
+        cookie = Cookie.decode(data, path)  # refuses a file that is not a cookie
+        if cookie.bookie_id != bookie_id:
+            sys.exit(f"cookie file {path} is for bookie {cookie.bookie_id}, not {bookie_id}")
+        return data
+
+    def cookie_create(args: argparse.Namespace) -> None:
+        data = _read_cookie_file(args.cookie_file, args.bookie_id)
+        metadata = connect(args)
+        try:
+            metadata.create_cookie(args.bookie_id, data)
+        except NodeExistsError:
+            sys.exit(f"bookie {args.bookie_id} already has a cookie; use cookie_update")
+        finally:
+            metadata.close()
+        print(f"cookie of {args.bookie_id} created")
+
+    def cookie_update(args: argparse.Namespace) -> None:
+        data = _read_cookie_file(args.cookie_file, args.bookie_id)
+        metadata = connect(args)
+        try:
+            version = metadata.update_cookie(args.bookie_id, data)
+        except NoNodeError:
+            sys.exit(f"no cookie for bookie {args.bookie_id}; use cookie_create")
+        finally:
+            metadata.close()
+        print(f"cookie of {args.bookie_id} updated (version {version})")
+
+    def cookie_delete(args: argparse.Namespace) -> None:
+        metadata = connect(args)
+        try:
+            metadata.delete_cookie(args.bookie_id)
+        except NoNodeError:
+            sys.exit(f"no cookie for bookie {args.bookie_id}")
+        finally:
+            metadata.close()
+        print(f"cookie of {args.bookie_id} deleted")
+
+    shell_command("initnewcluster", "create a new cluster's metadata", initnewcluster)
+    formatting = shell_command(
+        "metaformat", "delete all metadata and start a new cluster", metaformat
+    )
+    formatting.add_argument("-n", "--nonInteractive", action="store_true", help="(always)")
+    formatting.add_argument("-f", "--force", action="store_true", help="delete existing metadata")
+    nuke = shell_command("nukeexistingcluster", "delete a cluster's metadata", nukeexistingcluster)
+    nuke.add_argument("-p", "--zkledgersrootpath", help="the ledgers root (checked)")
+    nuke.add_argument("-i", "--instanceid", help="delete only a cluster with this instance id")
+    nuke.add_argument("-f", "--force", action="store_true", help="whatever its instance id")
+    shell_command("whatisinstanceid", "print the cluster's instance id", whatisinstanceid)
+    for name, run, help_text, needs_file in (
+        ("cookie_get", cookie_get, "print a bookie's cookie", False),
+        ("cookie_create", cookie_create, "store a cookie file as a bookie's cookie", True),
+        ("cookie_update", cookie_update, "replace a bookie's cookie with a cookie file", True),
+        ("cookie_delete", cookie_delete, "delete a bookie's cookie", False),
+    ):
+        sub = shell_command(name, help_text, run)
+        sub.add_argument("bookie_id")
+        if needs_file:
+            sub.add_argument("-cf", "--cookie-file", required=True)

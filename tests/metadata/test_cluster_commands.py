@@ -1,0 +1,99 @@
+"""The cluster administration shell commands, on every driver."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bookkeeper.admin import cli
+from bookkeeper.core.metadata import LedgerMetadata
+from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.storage.cookie import Cookie
+from bookkeeper.testing.zookeeper import ZooKeeperServer
+from bookkeeper.wire.digest import DigestType
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return f"memory://{uuid.uuid4().hex}"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'metadata.db'}"
+    server: ZooKeeperServer = request.getfixturevalue("zookeeper")
+    return server.metadata_uri(f"/commands-{uuid.uuid4().hex[:12]}/ledgers")
+
+
+def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> str:
+    capsys.readouterr()
+    command, *rest = argv
+    cli.main(["shell", command, "--metadata-uri", uri, *rest])
+    return capsys.readouterr().out
+
+
+def refused(uri: str, *argv: str) -> str:
+    command, *rest = argv
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["shell", command, "--metadata-uri", uri, *rest])
+    return str(stopped.value.code)
+
+
+def make_ledger(uri: str) -> int:
+    metadata = MetadataClient.connect(uri)
+    try:
+        ledger_id = metadata.generate_ledger_id()
+        metadata.create_ledger_metadata(
+            LedgerMetadata(
+                ledger_id=ledger_id,
+                ensemble_size=1,
+                write_quorum_size=1,
+                ack_quorum_size=1,
+                digest_type=DigestType.CRC32C,
+                password=b"pw",
+                ensembles=((0, ("127.0.0.1:3181",)),),
+            )
+        )
+        return ledger_id
+    finally:
+        metadata.close()
+
+
+def test_cluster_lifecycle_commands(capsys: pytest.CaptureFixture[str], uri: str) -> None:
+    before = refused(uri, "whatisinstanceid")
+    assert "no cluster" in before or "no metadata store" in before  # SQLite: no file yet
+    out = shell(capsys, uri, "initnewcluster")
+    instance = shell(capsys, uri, "whatisinstanceid").strip()
+    assert instance in out and len(instance) == 36
+    assert "already exists" in refused(uri, "initnewcluster")
+    ledger_id = make_ledger(uri)
+    assert shell(capsys, uri, "listledgers").split() == [str(ledger_id)]
+    assert f"ledger {ledger_id}" in shell(capsys, uri, "ledgermetadata", "-l", str(ledger_id))
+    assert "holds metadata" in refused(uri, "metaformat")
+    shell(capsys, uri, "metaformat", "-n", "-f")
+    formatted = shell(capsys, uri, "whatisinstanceid").strip()
+    assert formatted != instance
+    assert shell(capsys, uri, "listledgers").split() == []
+    assert "instance id" in refused(uri, "nukeexistingcluster", "-i", instance)
+    assert "-i INSTANCEID" in refused(uri, "nukeexistingcluster")
+    shell(capsys, uri, "nukeexistingcluster", "-i", formatted)
+    assert "no cluster" in refused(uri, "whatisinstanceid")
+
+
+def test_cookie_commands(capsys: pytest.CaptureFixture[str], uri: str, tmp_path: Path) -> None:
+    shell(capsys, uri, "initnewcluster")
+    bookie = "127.0.0.1:3181"
+    cookie = Cookie(bookie_id=bookie, journal_dirs=("/j",), ledger_dirs=("/l",), instance_id="x")
+    cookie_file = tmp_path / "cookie"
+    cookie_file.write_bytes(cookie.encode())
+    assert "no cookie" in refused(uri, "cookie_get", bookie)
+    shell(capsys, uri, "cookie_create", bookie, "-cf", str(cookie_file))
+    assert "already has a cookie" in refused(uri, "cookie_create", bookie, "-cf", str(cookie_file))
+    assert "/j" in shell(capsys, uri, "cookie_get", bookie)
+    moved = Cookie(bookie_id=bookie, journal_dirs=("/j2",), ledger_dirs=("/l",), instance_id="x")
+    cookie_file.write_bytes(moved.encode())
+    assert "version 1" in shell(capsys, uri, "cookie_update", bookie, "-cf", str(cookie_file))
+    assert "/j2" in shell(capsys, uri, "cookie_get", bookie)
+    assert "not 10.0.0.1:1" in refused(uri, "cookie_update", "10.0.0.1:1", "-cf", str(cookie_file))
+    shell(capsys, uri, "cookie_delete", bookie)
+    assert "no cookie" in refused(uri, "cookie_delete", bookie)
