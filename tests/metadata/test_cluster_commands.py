@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
@@ -11,18 +10,7 @@ from bookkeeper.admin import cli
 from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.storage.cookie import Cookie
-from bookkeeper.testing.zookeeper import ZooKeeperServer
 from bookkeeper.wire.digest import DigestType
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
-def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'metadata.db'}"
-    server: ZooKeeperServer = request.getfixturevalue("zookeeper")
-    return server.metadata_uri(f"/commands-{uuid.uuid4().hex[:12]}/ledgers")
 
 
 def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> str:

@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,33 +30,9 @@ from bookkeeper.metadata.driver import (
     open_store,
 )
 from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing.zookeeper import ZooKeeperServer
 from bookkeeper.wire.digest import DigestType
 
 Opener = Callable[[], MetadataClient]
-
-
-def _uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'metadata.db'}"
-    server: ZooKeeperServer = request.getfixturevalue("zookeeper")
-    return server.metadata_uri(f"/test-{uuid.uuid4().hex[:12]}")
-
-
-ZOOKEEPER = pytest.param("zookeeper", marks=pytest.mark.zookeeper)
-
-
-@pytest.fixture(params=["memory", "sqlite", ZOOKEEPER])
-def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return _uri(request, tmp_path)
-
-
-@pytest.fixture(params=["sqlite", ZOOKEEPER])
-def shared_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store that several processes can share."""
-    return _uri(request, tmp_path)
 
 
 @pytest.fixture

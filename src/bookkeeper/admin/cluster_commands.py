@@ -101,27 +101,29 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
             sys.exit(f"cookie file {path} is for bookie {cookie.bookie_id}, not {bookie_id}")
         return data
 
-    def cookie_create(args: argparse.Namespace) -> None:
+    def store_cookie(args: argparse.Namespace, *, update: bool) -> None:
         data = _read_cookie_file(args.cookie_file, args.bookie_id)
         metadata = connect(args)
         try:
-            metadata.create_cookie(args.bookie_id, data)
-        except NodeExistsError:
-            sys.exit(f"bookie {args.bookie_id} already has a cookie; use cookie_update")
+            if update:
+                version = metadata.update_cookie(args.bookie_id, data)
+            else:
+                metadata.create_cookie(args.bookie_id, data)
+                version = 0
+        except (NodeExistsError, NoNodeError):
+            sys.exit(
+                f"bookie {args.bookie_id} "
+                + (
+                    "has no cookie; use cookie_create"
+                    if update
+                    else "already has a cookie; use cookie_update"
+                )
+            )
         finally:
             metadata.close()
-        print(f"cookie of {args.bookie_id} created")
-
-    def cookie_update(args: argparse.Namespace) -> None:
-        data = _read_cookie_file(args.cookie_file, args.bookie_id)
-        metadata = connect(args)
-        try:
-            version = metadata.update_cookie(args.bookie_id, data)
-        except NoNodeError:
-            sys.exit(f"no cookie for bookie {args.bookie_id}; use cookie_create")
-        finally:
-            metadata.close()
-        print(f"cookie of {args.bookie_id} updated (version {version})")
+        print(
+            f"cookie of {args.bookie_id} {'updated' if update else 'created'} (version {version})"
+        )
 
     def cookie_delete(args: argparse.Namespace) -> None:
         metadata = connect(args)
@@ -146,8 +148,18 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
     shell_command("whatisinstanceid", "print the cluster's instance id", whatisinstanceid)
     for name, run, help_text, needs_file in (
         ("cookie_get", cookie_get, "print a bookie's cookie", False),
-        ("cookie_create", cookie_create, "store a cookie file as a bookie's cookie", True),
-        ("cookie_update", cookie_update, "replace a bookie's cookie with a cookie file", True),
+        (
+            "cookie_create",
+            lambda args: store_cookie(args, update=False),
+            "store a cookie file as a bookie's cookie",
+            True,
+        ),
+        (
+            "cookie_update",
+            lambda args: store_cookie(args, update=True),
+            "replace a bookie's cookie with a cookie file",
+            True,
+        ),
         ("cookie_delete", cookie_delete, "delete a bookie's cookie", False),
     ):
         sub = shell_command(name, help_text, run)
