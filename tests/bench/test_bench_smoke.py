@@ -47,3 +47,9 @@ def test_index_store_benchmark_runs() -> None:
 @pytest.mark.slow
 def test_long_poll_benchmark_runs() -> None:
     assert "long-poll wake after ack" in run("long_poll.py", "--count", "20")
+
+
+@pytest.mark.slow
+def test_metadata_benchmark_runs() -> None:
+    out = run("metadata_store.py", "--ledgers", "50", "--runs", "1", "--drivers", "memory,sqlite")
+    assert "CAS update" in out and "sqlite" in out

@@ -4,12 +4,15 @@ builds itself from the reference's field numbers (section 1.7 and 4), not the pr
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper.errors import MetadataStoreError
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.testing.zookeeper import ZooKeeperServer
 from bookkeeper.wire.digest import DigestType
@@ -144,3 +147,38 @@ def test_znodes_as_apache_bookkeeper_lays_them_out(zookeeper: ZooKeeperServer) -
     finally:
         kazoo.stop()
         kazoo.close()
+
+
+def test_digest_acls_keep_ledger_passwords_from_other_sessions(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    digest = tmp_path / "zk.digest"
+    digest.write_text("bookkeeper:s3cret\n")
+    root = f"/acl-{uuid.uuid4().hex[:8]}/ledgers"
+    uri = zookeeper.metadata_uri(root) + f"?digestAuthFile={digest}"
+    metadata = MetadataClient.connect(uri)
+    try:
+        metadata.init_cluster()
+        metadata.create_ledger_metadata(sample(7))
+        assert metadata.read_ledger_metadata(7)[0].password == b"ledger password"
+    finally:
+        metadata.close()
+    stranger = KazooClient(hosts=zookeeper.connect_string)
+    stranger.start(timeout=30)
+    try:
+        with pytest.raises(NoAuthError):
+            stranger.get(f"{root}/00/0000/L0007")
+    finally:
+        stranger.stop()
+        stranger.close()
+    outsider = MetadataClient.connect(zookeeper.metadata_uri(root))
+    try:
+        with pytest.raises(MetadataStoreError, match="not authorised"):
+            outsider.read_ledger_metadata(7)
+    finally:
+        outsider.close()
+    member = MetadataClient.connect(uri)  # another session with the same identity
+    try:
+        assert member.read_ledger_metadata(7)[0].custom_metadata["application"] == b"pulsar"
+    finally:
+        member.close()

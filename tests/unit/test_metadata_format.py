@@ -138,3 +138,18 @@ def test_uri_parsing() -> None:
     assert parse_uri("memory://t").location == "t"
     with pytest.raises(ValueError, match="unsupported metadata service URI"):
         parse_uri("etcd://h:1/x")
+
+
+def test_metadata_uris() -> None:
+    from bookkeeper.errors import IncorrectParameterError
+    from bookkeeper.metadata.driver import parse_uri
+
+    address = parse_uri("zk+hierarchical://zk1:2181;zk2:2181/bk/ledgers?digestAuthFile=/etc/d")
+    assert (address.location, address.root, address.digest_auth_file) == (
+        "zk1:2181,zk2:2181",
+        "/bk/ledgers",
+        "/etc/d",
+    )
+    assert parse_uri("zk://zk1:2181").digest_auth_file is None
+    with pytest.raises(IncorrectParameterError, match="unknown option"):
+        parse_uri("zk://zk1:2181/ledgers?digest=x")

@@ -9,7 +9,9 @@ and bookie registry are written once on top of it (``manager.py``).
 
 URIs (as BookKeeper's ``metadataServiceUri``):
 ``zk+hierarchical://host:2181[;host2:2181]/ledgers`` (also ``zk://``), ``sqlite:///abs/path.db``,
-``memory://name``.
+``memory://name``. A ZooKeeper URI may add ``?digestAuthFile=/path``: the session authenticates
+with the ``user:password`` in that file and every node it creates is readable and writable only
+by sessions with the same identity (ledger passwords are then not world-readable).
 """
 
 from __future__ import annotations
@@ -173,6 +175,7 @@ class StoreAddress:
     layout: str  # "hierarchical", "flat" or "longhierarchical"
     location: str  # ZooKeeper connect string, SQLite file path or memory store name
     root: str  # the ledgers root path in the tree, e.g. "/ledgers"
+    digest_auth_file: str | None = None  # ZooKeeper: "user:password" file; nodes creator-only
 
 
 def parse_uri(uri: str) -> StoreAddress:
@@ -188,7 +191,14 @@ def parse_uri(uri: str) -> StoreAddress:
                 f"no ZooKeeper servers in {uri!r} (zk://host:2181/ledgers)"
             )
         root = parts.path.rstrip("/") or "/ledgers"
-        return StoreAddress("zk", layout, parts.netloc.replace(";", ","), root)
+        query = urllib.parse.parse_qs(parts.query)
+        unknown = set(query) - {"digestAuthFile"}
+        if unknown:
+            raise IncorrectParameterError(
+                f"unknown option(s) {', '.join(sorted(unknown))} in {uri!r} (known: digestAuthFile)"
+            )
+        digest_file = query.get("digestAuthFile", [None])[-1]
+        return StoreAddress("zk", layout, parts.netloc.replace(";", ","), root, digest_file)
     if scheme == "sqlite":
         if not parts.path or parts.netloc:
             raise IncorrectParameterError(
@@ -231,7 +241,9 @@ def open_store(
         ), address
     from bookkeeper.metadata.zookeeper import ZooKeeperStore
 
-    return ZooKeeperStore(address.location, connect_timeout_s, session_timeout_s), address
+    return ZooKeeperStore(
+        address.location, connect_timeout_s, session_timeout_s, address.digest_auth_file
+    ), address
 
 
 def parent_of(path: str) -> str:

@@ -12,6 +12,7 @@ from kazoo.exceptions import (
 )
 from kazoo.exceptions import (
     KazooException,
+    NoAuthError,
     RolledBackError,
     ZookeeperError,
 )
@@ -26,6 +27,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.security import CREATOR_ALL_ACL
 
 from bookkeeper.errors import MetadataStoreError, MetadataUnavailableError
 from bookkeeper.metadata.driver import (
@@ -52,16 +54,28 @@ log = logging.getLogger(__name__)
 class ZooKeeperStore(MetadataStore):
     """A ZooKeeper session; ephemeral nodes live as long as it does."""
 
-    def __init__(self, hosts: str, connect_timeout_s: float, session_timeout_s: float) -> None:
+    def __init__(
+        self,
+        hosts: str,
+        connect_timeout_s: float,
+        session_timeout_s: float,
+        digest_auth_file: str | None = None,
+    ) -> None:
         self._hosts = hosts
         self._session_listeners: list[SessionCallback] = []
         self._session_lost = False
+        self._closing = False
         # Reconnect for as long as it takes (a ZooKeeper restart, a partition): giving up would
         # leave a bookie running but unregistered. start() below bounds the first connection.
+        secured: dict[str, object] = {}
+        if digest_auth_file is not None:
+            credentials = _read_digest(digest_auth_file)
+            secured = {"auth_data": [("digest", credentials)], "default_acl": CREATOR_ALL_ACL}
         self._client = KazooClient(
             hosts=hosts,
             timeout=session_timeout_s,
             connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 2.0},
+            **secured,
         )
         self._client.add_listener(self._state_changed)
         try:
@@ -85,6 +99,11 @@ class ZooKeeperStore(MetadataStore):
             raise BadVersionError(f"{path}: version changed") from error
         except KazooNotEmpty as error:
             raise NotEmptyError(f"{path} has children") from error
+        except NoAuthError as error:
+            raise MetadataStoreError(
+                f"ZooKeeper refused to {what} {path}: not authorised; its ACL needs the identity "
+                "of the digestAuthFile the cluster was created with"
+            ) from error
         except (ZookeeperError, KazooException, KazooTimeoutError) as error:
             raise MetadataStoreError(
                 f"ZooKeeper {what} {path} at {self._hosts} failed: {error!r}"
@@ -180,6 +199,8 @@ class ZooKeeperStore(MetadataStore):
 
     def _state_changed(self, state: str) -> None:
         # Called on kazoo's event thread; must not block.
+        if self._closing:
+            return
         if state == KazooState.LOST:
             self._session_lost = True
             log.warning("ZooKeeper session to %s expired; ephemeral nodes are gone", self._hosts)
@@ -191,10 +212,25 @@ class ZooKeeperStore(MetadataStore):
                 threading.Thread(target=_run_listener, args=(listener,), daemon=True).start()
 
     def close(self) -> None:
+        self._closing = True
         try:
             self._client.stop()
         finally:
             self._client.close()
+
+
+def _read_digest(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            credentials = handle.read().strip()
+    except OSError as error:
+        raise MetadataUnavailableError(
+            f"cannot read ZooKeeper digestAuthFile {path}: {error}"
+        ) from error
+    user, _, password = credentials.partition(":")
+    if not user or not password:
+        raise MetadataUnavailableError(f"ZooKeeper digestAuthFile {path} must hold user:password")
+    return credentials
 
 
 def _raise(error: Exception) -> None:
