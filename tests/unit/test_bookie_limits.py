@@ -12,6 +12,7 @@ import pytest
 
 from bookkeeper.server.bookie import Bookie, BookieConfig
 from bookkeeper.server.connection import BookieConnection
+from bookkeeper.storage.disk import DiskChecker
 from bookkeeper.storage.engine import StorageConfig
 from bookkeeper.wire import v2
 from bookkeeper.wire.digest import DigestManager, DigestType
@@ -125,3 +126,51 @@ def test_parked_long_polls_are_bounded(tmp_path: Path, monkeypatch: pytest.Monke
         assert bookie.parked_long_polls == 1
 
     run_with_held_sync(tmp_path, monkeypatch, scenario, max_parked_long_polls=1)
+
+
+def test_a_fast_writer_cannot_outrun_the_disk_check(tmp_path: Path) -> None:
+    """Between two periodic disk checks, every MiB added triggers one: once the disk passes the
+    threshold the next adds are refused EREADONLY, recovery adds still taken."""
+    usage = {"used": 0.10}
+
+    def fake_usage(directory: str) -> tuple[int, int]:
+        total = 1000 * 1024 * 1024
+        return total, int(total * (1 - usage["used"]))
+
+    async def main() -> None:
+        storage = StorageConfig(str(tmp_path / "j"), str(tmp_path / "l"), flush_interval_s=3600)
+        bookie = Bookie(BookieConfig(storage), asyncio.get_running_loop())
+        bookie.disk = DiskChecker(bookie.disk.directories, bookie.disk.thresholds, fake_usage)
+        bookie.start()
+        try:
+            answers: dict[int, StatusCode] = {}
+            big = b"y" * (256 * 1024)
+
+            def add(entry_id: int, recovery: bool = False) -> None:
+                body = DigestManager(3, DigestType.CRC32C, b"").package(entry_id, -1, 0, big)
+                bookie.add_entry(
+                    3,
+                    entry_id,
+                    KEY,
+                    body,
+                    recovery,
+                    lambda status: answers.update({entry_id: status}),
+                )
+
+            for entry_id in range(4):  # 1 MiB: accepted, then checked at a 10 % usage
+                add(entry_id)
+            await settle(lambda: len(answers) == 4)
+            assert list(answers.values()) == [StatusCode.EOK] * 4 and not bookie.read_only
+            usage["used"] = 0.97  # the disk fills between two periodic checks
+            for entry_id in range(4, 8):
+                add(entry_id)
+            add(8, recovery=True)
+            await settle(lambda: len(answers) == 9)
+            # (refusals are answered at once, acceptances once durable: compare by entry id)
+            assert [answers[e] for e in range(4, 7)] == [StatusCode.EOK] * 3  # before the check
+            assert answers[7] == StatusCode.EREADONLY and bookie.read_only
+            assert answers[8] == StatusCode.EOK  # recovery adds are still taken
+        finally:
+            bookie.close()
+
+    asyncio.run(main())

@@ -46,6 +46,7 @@ _LEDGER_ID = struct.Struct(">q")
 
 ReadDone = Callable[[StatusCode, bytes], None]
 StatusDone = Callable[[StatusCode], None]
+DISK_CHECK_BYTES = 1024 * 1024
 LongPollDone = Callable[[StatusCode, bytes, int], None]  # status, entry (or b""), maxLAC
 _LAC_AT = struct.Struct(">q")
 LAC_CACHE_SIZE = 100_000
@@ -137,6 +138,10 @@ class Bookie:
         # fences and reads still work.
         self.disk_full = False
         self.forced_read_only = False
+        self._last_disk_state: DiskState | None = None
+        # Bytes added since the last disk check: a fast writer triggers a check every
+        # DISK_CHECK_BYTES, so it cannot fill the disk between two periodic checks.
+        self._added_since_disk_check = 0
         # The last add confirmed known per ledger: the largest LAC carried by an entry stored here
         # or by an explicit LAC; long-poll reads park on it.
         self._lacs: dict[int, int] = {}
@@ -150,8 +155,9 @@ class Bookie:
     def check_disks(self) -> DiskReport:
         """Checks disk usage and turns the bookie read-only or writable; safe from any thread."""
         report = self.disk.check()
-        if report.state == DiskState.WARN:
+        if report.state == DiskState.WARN and self._last_disk_state != DiskState.WARN:
             log.warning("disk %s is %.1f%% full", report.path, 100 * report.usage)
+        self._last_disk_state = report.state
         # A write that ran out of space means full, whatever the usage figure says: large writes
         # (a checkpoint, a journal group) can fail while statvfs still shows some room.
         if report.usage < self.disk.thresholds.lwm:
@@ -258,6 +264,10 @@ class Bookie:
         ``deferred_sync`` (v3 write flag DEFERRED_SYNC), as soon as it is stored and queued: the
         writer then learns of durability from FORCE_LEDGER."""
         done = self._timed(self._recovery_add_stats if recovery else self._add_stats, done)
+        self._added_since_disk_check += len(entry)
+        if self._added_since_disk_check >= DISK_CHECK_BYTES:
+            self._added_since_disk_check = 0
+            self.check_disks()  # one statvfs per MiB added
         if self.read_only and not recovery:
             done(StatusCode.EREADONLY)
             return
