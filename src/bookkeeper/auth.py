@@ -8,10 +8,10 @@ without a provider (the default) treats every connection as authenticated, as Bo
 provider does; a client without one sends no ``AUTH``.
 
 Plugins implement ``BookieAuthProvider`` / ``ClientAuthProvider``; sessions are plain objects,
-bytes in, bytes out, with no I/O. Configuration names a provider with
-``bookieAuthProviderFactoryClass`` (and ``clientAuthProviderFactoryClass`` for clients): either a
-built-in name (``shared-secret``) or ``package.module:factory``, a callable taking the settings
-dict and returning the provider.
+bytes in, bytes out, with no I/O. A bookie's configuration names its provider with
+``bookieAuthProviderFactoryClass``: a built-in name (``shared-secret``) or
+``package.module:factory``, a callable taking the settings dict and returning the provider. A
+client is given its provider object (``BookKeeper(..., auth=...)``).
 
 The built-in **shared-secret** provider is a mutual HMAC-SHA256 challenge-response over a
 secret both sides read from a file (``authSharedSecretFile``); the secret never crosses the wire:

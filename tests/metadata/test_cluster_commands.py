@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from bookkeeper.admin import cli
-from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.storage.cookie import Cookie
-from bookkeeper.wire.digest import DigestType
+
+from .samples import sample
 
 
 def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> str:
@@ -31,17 +31,7 @@ def make_ledger(uri: str) -> int:
     metadata = MetadataClient.connect(uri)
     try:
         ledger_id = metadata.generate_ledger_id()
-        metadata.create_ledger_metadata(
-            LedgerMetadata(
-                ledger_id=ledger_id,
-                ensemble_size=1,
-                write_quorum_size=1,
-                ack_quorum_size=1,
-                digest_type=DigestType.CRC32C,
-                password=b"pw",
-                ensembles=((0, ("127.0.0.1:3181",)),),
-            )
-        )
+        metadata.create_ledger_metadata(sample(ledger_id))
         return ledger_id
     finally:
         metadata.close()

@@ -30,7 +30,8 @@ from bookkeeper.metadata.driver import (
     open_store,
 )
 from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.wire.digest import DigestType
+
+from .samples import sample
 
 Opener = Callable[[], MetadataClient]
 
@@ -50,18 +51,6 @@ def opener(uri: str) -> Iterator[Opener]:
             client.close()
         except Exception:
             pass
-
-
-def sample(ledger_id: int) -> LedgerMetadata:
-    return LedgerMetadata(
-        ledger_id=ledger_id,
-        ensemble_size=3,
-        write_quorum_size=2,
-        ack_quorum_size=2,
-        digest_type=DigestType.CRC32,
-        password=b"secret",
-        ensembles=((0, ("h:1", "h:2", "h:3")),),
-    )
 
 
 def test_node_operations(opener: Opener) -> None:

@@ -6,12 +6,12 @@ import tracemalloc
 
 import pytest
 
-from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.metadata import format as metadata_format
 from bookkeeper.metadata.driver import CreateOp
 from bookkeeper.metadata.layout import ledger_path
 from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.wire.digest import DigestType
+
+from .samples import sample
 
 COUNT = 100_000
 BATCH = 1_000
@@ -22,23 +22,14 @@ def test_listing_a_hundred_thousand_ledgers(uri: str) -> None:
     client = MetadataClient.connect(uri, create=True)
     try:
         client.init_cluster()
-        body = metadata_format.serialize(
-            LedgerMetadata(
-                ledger_id=0,
-                ensemble_size=1,
-                write_quorum_size=1,
-                ack_quorum_size=1,
-                digest_type=DigestType.CRC32C,
-                password=b"",
-                ensembles=((0, ("127.0.0.1:3181",)),),
-            )
-        )
+        body = metadata_format.serialize(sample(0))
         for start in range(0, COUNT, BATCH):
             paths = [
                 ledger_path(client.root, client.layout, i) for i in range(start, start + BATCH)
             ]
-            client.store.create(paths[0].rsplit("/", 1)[0] + "/placeholder")  # the directories
-            client.store.delete(paths[0].rsplit("/", 1)[0] + "/placeholder")
+            directory = paths[0].rsplit("/", 1)[0]  # a batch stays in one directory
+            if client.store.exists(directory) is None:
+                client.store.create(directory)  # with its parents
             client.store.multi([CreateOp(path, body) for path in paths])
         tracemalloc.start()
         try:

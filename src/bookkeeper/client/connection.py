@@ -12,6 +12,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import cast
@@ -75,9 +76,11 @@ class BookieConnection(asyncio.Protocol):
         request_timeout_s: float,
         tls: TlsConfig | None = None,
         auth: ClientAuthProvider | None = None,
+        tls_context: ssl.SSLContext | None = None,
     ) -> BookieConnection:
         """A connection ready for requests: connected, then upgraded to TLS and authenticated
-        when ``tls`` / ``auth`` are given, all within ``connect_timeout_s``."""
+        when ``tls`` / ``auth`` are given, all within ``connect_timeout_s``. ``tls_context`` is
+        ``tls.client_context()`` made once by the caller (it reads the trust files)."""
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(
@@ -93,7 +96,11 @@ class BookieConnection(asyncio.Protocol):
         if tls is None and auth is None:
             return protocol
         try:
-            await asyncio.wait_for(protocol._secure(host, tls, auth), connect_timeout_s)
+            if tls is not None and tls_context is None:
+                tls_context = tls.client_context()
+            await asyncio.wait_for(
+                protocol._secure(host, tls, tls_context, auth), connect_timeout_s
+            )
         except TimeoutError as error:
             protocol.close()
             raise errors.BookieHandleNotAvailableError(
@@ -108,10 +115,14 @@ class BookieConnection(asyncio.Protocol):
     # -- connection set-up: START_TLS, the TLS handshake, AUTH ---------------------------------
 
     async def _secure(
-        self, host: str, tls: TlsConfig | None, auth: ClientAuthProvider | None
+        self,
+        host: str,
+        tls: TlsConfig | None,
+        context: ssl.SSLContext | None,
+        auth: ClientAuthProvider | None,
     ) -> None:
         if tls is not None:
-            context = tls.client_context()
+            assert context is not None
             if tls.start_tls:
                 request = pb.Request()
                 request.header.CopyFrom(v3.header(pb.START_TLS, next(self._txn_ids)))
@@ -490,6 +501,7 @@ class BookiePool:
         self._resolve = resolve
         self._use_v3 = use_v3
         self._tls = tls
+        self._tls_context = tls.client_context() if tls is not None else None
         self._auth = auth
         self._connect_timeout_s = connect_timeout_s
         self._request_timeout_s = request_timeout_s
@@ -523,6 +535,7 @@ class BookiePool:
                 request_timeout_s=self._request_timeout_s,
                 tls=self._tls,
                 auth=self._auth,
+                tls_context=self._tls_context,
             )
             self._connections[bookie_id] = connection
             return connection

@@ -9,11 +9,12 @@ run on one notifier thread per tree, in the order of the changes.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bookkeeper.metadata.driver import (
@@ -155,12 +156,16 @@ class _Tree:
         self.changed(path, children=False)
         self.changed(parent, children=True)
 
-    def snapshot(self) -> dict[str, _Node]:
-        """A copy deep enough to undo a failed transaction."""
-        return {
-            path: _Node(n.data, n.version, n.owner, n.child_counter, list(n.children))
-            for path, n in self.nodes.items()
-        }
+    def reinsert(self, path: str, node: _Node) -> None:
+        """Puts back a node a failed transaction deleted."""
+        self.nodes[path] = node
+        bisect.insort(self.nodes[parent_of(path)].children, _name(path))
+        self.changed(path, children=False)
+        self.changed(parent_of(path), children=True)
+
+
+def _restore(node: _Node, data: bytes, version: int) -> None:
+    node.data, node.version = data, version
 
 
 _TREES: dict[str, _Tree] = {}
@@ -232,32 +237,36 @@ class MemoryStore(MetadataStore):
             return watch
 
     def multi(self, operations: Sequence[Operation]) -> list[str | int | None]:
-        with self._tree.lock:
-            saved_nodes = self._tree.snapshot()
+        tree = self._tree
+        with tree.lock:
+            undo: list[Callable[[], None]] = []  # applied in reverse when an operation fails
             results: list[str | int | None] = []
             try:
                 for operation in operations:
                     if isinstance(operation, CreateOp):
                         owner = self._session if operation.ephemeral else None
-                        results.append(
-                            self._tree.create(operation.path, operation.data, owner, False, False)
-                        )
+                        path = tree.create(operation.path, operation.data, owner, False, False)
+                        undo.append(functools.partial(tree.delete, path, ANY_VERSION))
+                        results.append(path)
                     elif isinstance(operation, SetOp):
-                        results.append(
-                            self._tree.set(operation.path, operation.data, operation.version)
-                        )
+                        node = tree.node(operation.path)
+                        undo.append(functools.partial(_restore, node, node.data, node.version))
+                        results.append(tree.set(operation.path, operation.data, operation.version))
                     elif isinstance(operation, DeleteOp):
-                        self._tree.delete(operation.path, operation.version)
+                        node = tree.node(operation.path)
+                        tree.delete(operation.path, operation.version)
+                        undo.append(functools.partial(tree.reinsert, operation.path, node))
                         results.append(None)
                     elif isinstance(operation, CheckOp):
-                        version = self._tree.node(operation.path).version
+                        version = tree.node(operation.path).version
                         if version != operation.version:
                             raise BadVersionError(
                                 f"{operation.path} is at version {version}, not {operation.version}"
                             )
                         results.append(None)
             except BaseException:
-                self._tree.nodes = saved_nodes  # watch callbacks already queued may fire spuriously
+                for step in reversed(undo):  # watch callbacks already queued may fire spuriously
+                    step()
                 raise
             return results
 

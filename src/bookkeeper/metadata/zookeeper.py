@@ -185,14 +185,15 @@ class ZooKeeperStore(MetadataStore):
         if failures:
             operation, failure = failures[0]
             self._call("multi", operation.path, _raise, failure)
-        return [
-            str(result)
-            if isinstance(operation, CreateOp)
-            else int(result.version)
-            if isinstance(operation, SetOp)
-            else None
-            for operation, result in zip(operations, results, strict=True)
-        ]
+        answers: list[str | int | None] = []
+        for operation, result in zip(operations, results, strict=True):
+            if isinstance(operation, CreateOp):
+                answers.append(str(result))  # the path created
+            elif isinstance(operation, SetOp):
+                answers.append(int(result.version))  # a ZnodeStat
+            else:
+                answers.append(None)
+        return answers
 
     def add_session_listener(self, callback: SessionCallback) -> None:
         self._session_listeners.append(callback)

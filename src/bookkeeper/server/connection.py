@@ -61,10 +61,7 @@ class BookieConnection(asyncio.Protocol):
         self._tls: TlsSession | None = None
         self._first_bytes = True
         self._authenticated = self._security.auth is None
-        # Served beyond AUTH / START_TLS: authenticated, and over TLS when TLS is required.
-        self._admitted = self._authenticated and not self._security.tls_required
         self._auth_session: BookieAuthSession | None = None
-        self.principal: str | None = None
         self._decoder = FrameDecoder(bookie.config.max_frame_size)
         self._transport: asyncio.Transport | None = None
         self._protocol: int | None = None  # 2 or 3 once detected
@@ -137,8 +134,6 @@ class BookieConnection(asyncio.Protocol):
     def _start_tls(self) -> None:
         assert self._security.tls_context is not None
         self._tls = TlsSession(self._security.tls_context, server_side=True)
-        # Frames are only read from the TLS session once its handshake is done.
-        self._admitted = self._authenticated
 
     def _decrypt(self, data: bytes) -> bytes | None:
         """The plaintext of received TLS bytes; None when the connection was closed."""
@@ -201,9 +196,13 @@ class BookieConnection(asyncio.Protocol):
                 self._protocol_error(str(error))
                 return
 
-    # -- v2 ------------------------------------------------------------------------------------
-
     # -- authentication ------------------------------------------------------------------------
+
+    @property
+    def _admitted(self) -> bool:
+        """Served beyond AUTH and START_TLS: authenticated, and over TLS when TLS is required
+        (frames come out of a TLS session only once its handshake is done)."""
+        return self._authenticated and (self._tls is not None or not self._security.tls_required)
 
     def _authenticate(self, plugin_name: str, payload: bytes) -> bytes | None:
         """The reply to one AUTH message, or None when it is refused (then the caller answers
@@ -235,8 +234,6 @@ class BookieConnection(asyncio.Protocol):
             return None
         if step.principal is not None:
             self._authenticated = True
-            self._admitted = self._tls is not None or not self._security.tls_required
-            self.principal = step.principal
             log.info("connection from %s authenticated as %s", self._peer, step.principal)
         return step.reply
 

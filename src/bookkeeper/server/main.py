@@ -171,7 +171,7 @@ class BookieServer:
         answer parked long polls, let requests in flight finish (adds wait for their journal
         sync) for up to ``drain_timeout_s``, checkpoint, then close the connections (what is
         still unanswered fails on the client's side as a closed connection)."""
-        for task in (self._disk_task, self._idle_task):
+        for task in (self._disk_task, self._idle_task, self._reregistration):
             if task is not None:
                 task.cancel()
         if self._http is not None:

@@ -16,8 +16,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from google.protobuf.message import DecodeError
-
+from bookkeeper.wire import v3
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
 from bookkeeper.wire.status import StatusCode, from_v2, to_v2
@@ -176,13 +175,7 @@ def decode_auth(frame: bytes) -> AuthRequest:
     _version, opcode, flags = unpack_header(header)
     if opcode != OpCode.AUTH:
         raise MalformedMessageError(f"expected a v2 AUTH message, got opcode {opcode}")
-    message = pb.AuthMessage()
-    try:
-        message.ParseFromString(frame[4:])
-    except (DecodeError, ValueError, RuntimeError) as error:
-        raise MalformedMessageError(f"v2 AUTH message does not parse: {error}") from error
-    if not message.IsInitialized():
-        raise MalformedMessageError("v2 AUTH message lacks its plugin name or payload")
+    message = v3.parse(pb.AuthMessage(), frame[4:], "v2 AUTH message")
     return AuthRequest(flags, message.authPluginName, message.payload)
 
 

@@ -7,9 +7,9 @@ may arrive out of order.
 from __future__ import annotations
 
 import struct
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
@@ -18,6 +18,7 @@ Request = pb.Request
 Response = pb.Response
 OperationType = pb.OperationType
 PROTOCOL_VERSION = pb.VERSION_THREE
+M = TypeVar("M", bound=Message)
 
 
 def encode(message: pb.Request | pb.Response) -> bytes:
@@ -26,35 +27,32 @@ def encode(message: pb.Request | pb.Response) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-def _missing_fields(message: pb.Request | pb.Response) -> list[str]:
+def _missing_fields(message: Message) -> list[str]:
     # FindInitializationErrors exists on every message but is missing from the type stubs.
     return list(cast(Any, message).FindInitializationErrors())
 
 
+def parse(message: M, data: bytes, what: str) -> M:
+    """Fills ``message`` from ``data``; ``MalformedMessageError`` naming ``what`` when the bytes
+    do not parse or leave a required field unset."""
+    try:
+        message.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as error:
+        raise MalformedMessageError(f"not a {what}: {error}") from error
+    if not message.IsInitialized():
+        missing = ", ".join(_missing_fields(message))
+        raise MalformedMessageError(f"{what} lacks required fields: {missing}")
+    return message
+
+
 def decode_request(frame: bytes) -> pb.Request:
     """Parses a v3 request frame; raises ``MalformedMessageError`` when it is not one."""
-    request = pb.Request()
-    try:
-        request.ParseFromString(frame)
-    except (DecodeError, ValueError, RuntimeError) as error:
-        raise MalformedMessageError(f"not a v3 request: {error}") from error
-    if not request.IsInitialized():
-        missing = ", ".join(_missing_fields(request))
-        raise MalformedMessageError(f"v3 request lacks required fields: {missing}")
-    return request
+    return parse(pb.Request(), frame, "v3 request")
 
 
 def decode_response(frame: bytes) -> pb.Response:
     """Parses a v3 response frame; raises ``MalformedMessageError`` when it is not one."""
-    response = pb.Response()
-    try:
-        response.ParseFromString(frame)
-    except (DecodeError, ValueError, RuntimeError) as error:
-        raise MalformedMessageError(f"not a v3 response: {error}") from error
-    if not response.IsInitialized():
-        missing = ", ".join(_missing_fields(response))
-        raise MalformedMessageError(f"v3 response lacks required fields: {missing}")
-    return response
+    return parse(pb.Response(), frame, "v3 response")
 
 
 def is_v3_request(frame: bytes) -> bool:
