@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import recv_frame
+from bookkeeper.testing.raw import frame, recv_frame
 
 KEY = bytes([0x22]) * 20
 LEDGER = 9_000_000_005  # not created through metadata: the bookie does not care
@@ -22,10 +22,6 @@ def bookie() -> Iterator[tuple[str, int]]:
     with LocalCluster(1) as local:
         host, port = local.bookie_ids[0].rsplit(":", 1)
         yield host, int(port)
-
-
-def frame(body: bytes) -> bytes:
-    return len(body).to_bytes(4, "big") + body
 
 
 def varint(value: int) -> bytes:

@@ -23,16 +23,12 @@ from bookkeeper.auth import (
 from bookkeeper.client.connection import BookieConnection
 from bookkeeper.client.facade import BookKeeper
 from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import recv_frame
+from bookkeeper.testing.raw import frame, recv_frame
 from bookkeeper.tls import TlsConfig, TlsError
 
 SECRET = b"a shared secret of more than 16 bytes"
 KEY = bytes([0x44]) * 20
 LEDGER = 9_100_000_001
-
-
-def frame(body: bytes) -> bytes:
-    return len(body).to_bytes(4, "big") + body
 
 
 class Pki:

@@ -7,15 +7,11 @@ import socket
 import threading
 
 from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import recv_frame
+from bookkeeper.testing.raw import frame, recv_frame
 from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
 
 KEY = bytes([0x55]) * 20
 LEDGER = 9_200_000_001
-
-
-def frame(body: bytes) -> bytes:
-    return len(body).to_bytes(4, "big") + body
 
 
 def entry(ledger_id: int, entry_id: int, payload: bytes) -> bytes:

@@ -118,37 +118,28 @@ def _cmd_simpletest(args: argparse.Namespace) -> None:
 def _cmd_listbookies(args: argparse.Namespace) -> None:
     from bookkeeper.metadata.manager import MetadataClient
 
-    metadata = MetadataClient.connect(_metadata_uri(args))
-    try:
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
         if not args.readonly:
             for bookie in metadata.writable_bookies():
                 print(bookie)
         if not args.readwrite:
             for bookie in metadata.readonly_bookies():
                 print(f"{bookie} (read-only)")
-    finally:
-        metadata.close()
 
 
 def _cmd_listledgers(args: argparse.Namespace) -> None:
     from bookkeeper.metadata.manager import MetadataClient
 
-    metadata = MetadataClient.connect(_metadata_uri(args))
-    try:
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
         for ledger_id in metadata.list_ledgers():
             print(ledger_id)
-    finally:
-        metadata.close()
 
 
 def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
     from bookkeeper.metadata.manager import MetadataClient
 
-    metadata = MetadataClient.connect(_metadata_uri(args))
-    try:
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
         ledger, version = metadata.read_ledger_metadata(args.ledgerid)
-    finally:
-        metadata.close()
     print(
         f"ledger {ledger.ledger_id} (metadata version {version}, format v{ledger.format_version})"
     )

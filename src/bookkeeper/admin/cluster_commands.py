@@ -23,8 +23,7 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
         return MetadataClient.connect(uri_of(args), create=create)
 
     def initnewcluster(args: argparse.Namespace) -> None:
-        metadata = connect(args, create=True)
-        try:
+        with connect(args, create=True) as metadata:
             existing = metadata.instance_id()
             if existing is not None:
                 sys.exit(
@@ -33,12 +32,9 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
                 )
             metadata.init_cluster()
             print(f"new cluster at {metadata.root}, instance id {metadata.instance_id()}")
-        finally:
-            metadata.close()
 
     def metaformat(args: argparse.Namespace) -> None:
-        metadata = connect(args, create=True)
-        try:
+        with connect(args, create=True) as metadata:
             existing = metadata.instance_id()
             if existing is not None and not args.force:
                 sys.exit(
@@ -51,39 +47,28 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
                 f"formatted {metadata.root}: {deleted} nodes deleted, "
                 f"new instance id {metadata.instance_id()}"
             )
-        finally:
-            metadata.close()
 
     def nukeexistingcluster(args: argparse.Namespace) -> None:
         if not args.force and not args.instanceid:
             sys.exit("name the cluster to delete with -i INSTANCEID (see whatisinstanceid), or -f")
-        metadata = connect(args)
-        try:
+        with connect(args) as metadata:
             if args.zkledgersrootpath and args.zkledgersrootpath != metadata.root:
                 sys.exit(
                     f"-p {args.zkledgersrootpath} is not the metadata URI's root {metadata.root}"
                 )
             deleted = metadata.delete_cluster(None if args.force else args.instanceid)
             print(f"deleted the cluster at {metadata.root}: {deleted} nodes")
-        finally:
-            metadata.close()
 
     def whatisinstanceid(args: argparse.Namespace) -> None:
-        metadata = connect(args)
-        try:
+        with connect(args) as metadata:
             instance_id = metadata.instance_id()
-        finally:
-            metadata.close()
         if instance_id is None:
             sys.exit(f"no cluster at {metadata.root}: run initnewcluster")
         print(instance_id)
 
     def cookie_get(args: argparse.Namespace) -> None:
-        metadata = connect(args)
-        try:
+        with connect(args) as metadata:
             found = metadata.read_cookie(args.bookie_id)
-        finally:
-            metadata.close()
         if found is None:
             sys.exit(f"no cookie for bookie {args.bookie_id}")
         data, version = found
@@ -103,36 +88,30 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
 
     def store_cookie(args: argparse.Namespace, *, update: bool) -> None:
         data = _read_cookie_file(args.cookie_file, args.bookie_id)
-        metadata = connect(args)
-        try:
-            if update:
-                version = metadata.update_cookie(args.bookie_id, data)
-            else:
-                metadata.create_cookie(args.bookie_id, data)
-                version = 0
-        except (NodeExistsError, NoNodeError):
-            sys.exit(
-                f"bookie {args.bookie_id} "
-                + (
+        with connect(args) as metadata:
+            try:
+                if update:
+                    version = metadata.update_cookie(args.bookie_id, data)
+                else:
+                    metadata.create_cookie(args.bookie_id, data)
+                    version = 0
+            except (NodeExistsError, NoNodeError):
+                advice = (
                     "has no cookie; use cookie_create"
                     if update
                     else "already has a cookie; use cookie_update"
                 )
-            )
-        finally:
-            metadata.close()
+                sys.exit(f"bookie {args.bookie_id} {advice}")
         print(
             f"cookie of {args.bookie_id} {'updated' if update else 'created'} (version {version})"
         )
 
     def cookie_delete(args: argparse.Namespace) -> None:
-        metadata = connect(args)
-        try:
-            metadata.delete_cookie(args.bookie_id)
-        except NoNodeError:
-            sys.exit(f"no cookie for bookie {args.bookie_id}")
-        finally:
-            metadata.close()
+        with connect(args) as metadata:
+            try:
+                metadata.delete_cookie(args.bookie_id)
+            except NoNodeError:
+                sys.exit(f"no cookie for bookie {args.bookie_id}")
         print(f"cookie of {args.bookie_id} deleted")
 
     shell_command("initnewcluster", "create a new cluster's metadata", initnewcluster)

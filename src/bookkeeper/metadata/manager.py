@@ -82,6 +82,12 @@ class MetadataClient:
     def close(self) -> None:
         self.store.close()
 
+    def __enter__(self) -> MetadataClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # -- cluster -------------------------------------------------------------------------------
 
     def init_cluster(self) -> bool:

@@ -120,6 +120,9 @@ class SqliteStore(MetadataStore):
             raise MetadataUnavailableError(
                 f"cannot open SQLite metadata store {path}: {error}"
             ) from error
+        # One unbound datagram socket sends every wake-up (sendto is thread-safe).
+        self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sender.setblocking(False)
         self._session = self._new_session()
         self._session_listeners: list[SessionCallback] = []
         self._watches: list[_SqliteWatch] = []
@@ -199,14 +202,12 @@ class SqliteStore(MetadataStore):
         return True
 
     def _wake(self, address: str) -> None:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
-            sender.setblocking(False)
-            try:
-                sender.sendto(b"!", "\0" + address)
-            except (ConnectionRefusedError, FileNotFoundError):
-                pass  # its process is gone; the row goes with its session
-            except BlockingIOError:
-                pass  # its queue is full: it has wake-ups enough
+        try:
+            self._sender.sendto(b"!", "\0" + address)
+        except (ConnectionRefusedError, FileNotFoundError):
+            pass  # its process is gone; the row goes with its session
+        except BlockingIOError:
+            pass  # its queue is full: it has wake-ups enough
 
     def _renew_lease(self) -> None:
         interval = self._lease_ms / 3000.0
@@ -509,3 +510,4 @@ class SqliteStore(MetadataStore):
                 self._watch_thread.join(timeout=5)
             with self._lock:
                 self._db.close()
+            self._sender.close()

@@ -21,3 +21,9 @@ def recv_exactly(connection: socket.socket, count: int) -> bytes:
 def recv_frame(connection: socket.socket) -> bytes:
     """One length-prefixed frame (without its 4-byte length)."""
     return recv_exactly(connection, int.from_bytes(recv_exactly(connection, 4), "big"))
+
+
+def frame(body: bytes) -> bytes:
+    """``body`` behind its 4-byte big-endian length (written here, not with the project's
+    encoder, for tests that build frames by hand)."""
+    return len(body).to_bytes(4, "big") + body
