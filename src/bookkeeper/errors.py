@@ -106,5 +106,10 @@ class MetadataUnavailableError(MetadataStoreError):
     """The metadata store could not be reached in time; check that it runs and the URI is right."""
 
 
+class LedgerIdOverflowError(MetadataStoreError):
+    """Every 31-bit ledger id of a flat layout is used; a hierarchical layout goes on with
+    63-bit ids (``zk+hierarchical://``)."""
+
+
 class ClientClosedError(BKError):
     """The client (or handle) was closed; create a new one."""

@@ -181,6 +181,35 @@ def test_wrong_password_is_refused_and_changes_nothing(cluster: LocalCluster) ->
         writer.close()
 
 
+def test_a_legacy_v1_ledger_is_read_recovered_and_written_back_as_v1(
+    zk_cluster: LocalCluster,
+) -> None:
+    """Metadata in format v1 (no password, no digest type stored): the opener names both,
+    recovery closes it, and the metadata stays v1 for the legacy clients that wrote it."""
+    with BookKeeper(zk_cluster.metadata_uri) as client:
+        writer = client.create_ledger(3, 2, 2, DigestType.CRC32, b"legacy")
+        for i in range(20):
+            writer.add_entry(b"old entry %d" % i)
+        ensemble = writer.metadata.ensembles[0][1]
+        legacy = "BookieMetadataFormatVersion\t1\n2\n3\n0\n0\t" + "\t".join(ensemble) + "\n"
+        with MetadataClient.connect(zk_cluster.metadata_uri) as metadata:
+            path = metadata._path(writer.ledger_id)
+            metadata.store.set(path, legacy.encode())
+            assert client.get_ledger_metadata(writer.ledger_id).stores_password is False
+            with pytest.raises(UnauthorizedAccessError):
+                client.open_ledger(writer.ledger_id, b"not-the-password", DigestType.CRC32)
+            reader = client.open_ledger(writer.ledger_id, b"legacy", DigestType.CRC32)
+            assert reader.last_add_confirmed == 19
+            assert [entry.data for entry in reader.read_entries(0, 19)] == [
+                b"old entry %d" % i for i in range(20)
+            ]
+            stored, _ = metadata.store.get(path)
+        length = sum(len(b"old entry %d" % i) for i in range(20))
+        assert stored == (legacy.replace("\n0\n0\t", f"\n{length}\n0\t", 1) + "19\tCLOSED").encode()
+        with pytest.raises(LedgerFencedError):
+            writer.add_entry(b"too late")
+
+
 @pytest.mark.parametrize(("e", "qw", "qa"), [(2, 3, 2), (3, 2, 3), (3, 3, 0)])
 def test_bad_quorums_are_refused_at_create(cluster: LocalCluster, e: int, qw: int, qa: int) -> None:
     with BookKeeper(cluster.metadata_uri) as client, pytest.raises(IncorrectParameterError):

@@ -4,28 +4,16 @@ again, writes resume, and no ledger metadata is lost or corrupted (issue 5)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
 from bookkeeper import BookKeeper, DigestType
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.testing import LocalCluster
+from bookkeeper.testing.waiting import wait_for
 from bookkeeper.testing.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except Exception:  # the store may still be reconnecting
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
 
 
 def write_ledger(uri: str, entries: int) -> tuple[int, list[bytes]]:

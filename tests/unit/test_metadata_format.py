@@ -52,15 +52,13 @@ def test_open_ledger_v3_bytes() -> None:
     assert metadata_format.deserialize(1, expected) == metadata()
 
 
+CLOSED_WITH_EXTRAS: dict[str, object] = dict(
+    state=LedgerState.CLOSED, last_entry_id=9, length=300, ctime_ms=5, custom_metadata={"k": b"v"}
+)
+
+
 def test_closed_ledger_v3_bytes_with_custom_metadata_ctime_and_token() -> None:
-    md = metadata(
-        state=LedgerState.CLOSED,
-        last_entry_id=9,
-        length=300,
-        ctime_ms=5,
-        custom_metadata={"k": b"v"},
-        c_token=7,
-    )
+    md = metadata(**CLOSED_WITH_EXTRAS, c_token=7)
     body = (
         bytes.fromhex("0802100318ac02200928033211")
         + SEGMENT
@@ -77,19 +75,78 @@ def test_closed_ledger_v3_bytes_with_custom_metadata_ctime_and_token() -> None:
     assert metadata_format.deserialize(1, expected) == md
 
 
+V2_OPEN = (
+    b"BookieMetadataFormatVersion\t2\n"
+    b"quorumSize: 2\nensembleSize: 3\nlength: 0\nstate: OPEN\n"
+    b'segment { ensembleMember: "a:1" ensembleMember: "b:2" ensembleMember: "c:3" firstEntryId: 0 }\n'
+)
+
+
 def test_v2_text_format_is_readable() -> None:
-    text = (
-        b"BookieMetadataFormatVersion\t2\n"
-        b"quorumSize: 2\nensembleSize: 3\nlength: 0\nstate: OPEN\n"
-        b'segment { ensembleMember: "a:1" ensembleMember: "b:2" ensembleMember: "c:3" firstEntryId: 0 }\n'
-        b'digestType: CRC32C\npassword: "pw"\nackQuorumSize: 2\n'
-    )
+    text = V2_OPEN + b'digestType: CRC32C\npassword: "pw"\nackQuorumSize: 2\n'
     parsed = metadata_format.deserialize(1, text)
     assert parsed.ensembles == metadata().ensembles
     assert parsed.format_version == 2
 
 
-@pytest.mark.parametrize("data", [b"", b"garbage", HEADER + b"\x40" + b"\x08\x02"])
+V1_CLOSED = (
+    b"BookieMetadataFormatVersion\t1\n2\n3\n300\n0\ta:1\tb:2\tc:3\n5\ta:1\tb:2\td:4\n9\tCLOSED"
+)
+
+
+def test_v1_closed_ledger_is_read_and_written_back_byte_for_byte() -> None:
+    parsed = metadata_format.deserialize(7, V1_CLOSED)
+    assert (parsed.write_quorum_size, parsed.ack_quorum_size, parsed.ensemble_size) == (2, 2, 3)
+    assert parsed.ensembles == ((0, ("a:1", "b:2", "c:3")), (5, ("a:1", "b:2", "d:4")))
+    assert (parsed.state, parsed.last_entry_id, parsed.length) == (LedgerState.CLOSED, 9, 300)
+    assert (parsed.format_version, parsed.stores_password) == (1, False)
+    assert metadata_format.serialize(parsed) == V1_CLOSED
+
+
+def test_v1_open_in_recovery_and_headerless() -> None:
+    open_v1 = b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\ta:1\tb:2\tc:3\n"
+    parsed = metadata_format.deserialize(7, open_v1)
+    assert (parsed.state, parsed.last_entry_id) == (LedgerState.OPEN, -1)
+    assert metadata_format.serialize(parsed) == open_v1
+    recovering = metadata_format.serialize(parsed.with_state(LedgerState.IN_RECOVERY))
+    assert recovering == open_v1 + b"-102\tCLOSED"
+    assert metadata_format.deserialize(7, recovering).state == LedgerState.IN_RECOVERY
+    # The very first clients wrote no header line at all.
+    headerless = metadata_format.deserialize(7, b"2\r\n3\r\n0\r\n0\ta:1\tb:2\tc:3\r\n")
+    assert headerless.ensembles == parsed.ensembles and headerless.format_version == 1
+
+
+def test_v2_is_written_back_as_v2_and_keeps_every_field() -> None:
+    md = metadata(**CLOSED_WITH_EXTRAS, format_version=2)
+    data = metadata_format.serialize(md)
+    assert data.startswith(b"BookieMetadataFormatVersion\t2\nquorumSize: 2\n")
+    assert b'password: "pw"' in data and b"lastEntryId: 9" in data
+    assert metadata_format.deserialize(1, data) == md
+
+
+def test_metadata_without_a_password_keeps_none() -> None:
+    text = V2_OPEN + b"digestType: HMAC\n"
+    parsed = metadata_format.deserialize(1, text)
+    # As BookKeeper: a digest type without a password is ignored; the opener names both.
+    assert (parsed.stores_password, parsed.digest_type) == (False, DigestType.CRC32)
+    again = metadata_format.deserialize(1, metadata_format.serialize(parsed))
+    assert again.stores_password is False
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"garbage",
+        HEADER + b"\x40" + b"\x08\x02",
+        b"BookieMetadataFormatVersion\t4\n",
+        b"BookieMetadataFormatVersion\tx\n",
+        b"BookieMetadataFormatVersion\t1\n2\n3\n",
+        b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0 a:1 b:2 c:3\n",
+        b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\ta:1\n",
+        b"BookieMetadataFormatVersion\t1\n2\n3\n0\n\xff\ta:1\n",
+    ],
+)
 def test_corrupt_metadata_is_a_clear_error(data: bytes) -> None:
     with pytest.raises(MetadataStoreError, match="ledger 1"):
         metadata_format.deserialize(1, data)

@@ -1,6 +1,7 @@
 """Shell commands that administer a cluster's metadata, on any driver (BookKeeper's names):
-``initnewcluster``, ``metaformat``, ``nukeexistingcluster``, ``whatisinstanceid`` and the
-cookie commands ``cookie_get``, ``cookie_create``, ``cookie_update``, ``cookie_delete``."""
+``initnewcluster``, ``metaformat``, ``nukeexistingcluster``, ``whatisinstanceid``, the
+cookie commands ``cookie_get``, ``cookie_create``, ``cookie_update``, ``cookie_delete``, and the
+AutoRecovery switches ``listunderreplicated``, ``autorecovery``, ``lostbookierecoverydelay``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from bookkeeper.metadata.driver import NodeExistsError, NoNodeError
 from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper.metadata.underreplication import UnderReplicationManager
 from bookkeeper.storage.cookie import Cookie
 
 Register = Callable[[str, str, Callable[[argparse.Namespace], None]], argparse.ArgumentParser]
@@ -114,7 +116,66 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
                 sys.exit(f"no cookie for bookie {args.bookie_id}")
         print(f"cookie of {args.bookie_id} deleted")
 
+    def listunderreplicated(args: argparse.Namespace) -> None:
+        with connect(args) as metadata:
+            manager = UnderReplicationManager(metadata)
+            for ledger_id in manager.underreplicated_ledgers():
+                missing = manager.missing_replicas(ledger_id)
+                if missing is None:
+                    continue  # re-replicated while we listed
+                if args.missingreplica and args.missingreplica not in missing:
+                    continue
+                if args.excludingmissingreplica and args.excludingmissingreplica in missing:
+                    continue
+                print(ledger_id)
+                if args.printmissingreplica:
+                    print("\tmissing replicas: " + ", ".join(missing))
+                if args.printreplicationworkerid:
+                    holder = manager.lock_holder(ledger_id)
+                    print(f"\treplication worker: {holder or '-'}")
+
+    def autorecovery(args: argparse.Namespace) -> None:
+        with connect(args) as metadata:
+            manager = UnderReplicationManager(metadata)
+            if args.enable:
+                manager.enable()
+            elif args.disable:
+                manager.disable()
+            print(f"autorecovery is {'enabled' if manager.is_enabled() else 'disabled'}")
+
+    def lostbookierecoverydelay(args: argparse.Namespace) -> None:
+        with connect(args) as metadata:
+            manager = UnderReplicationManager(metadata)
+            if args.set is not None:
+                if args.set < 0:
+                    sys.exit(f"-set takes seconds, 0 or more: {args.set}")
+                manager.set_lost_bookie_recovery_delay(args.set)
+                print(f"lostBookieRecoveryDelay set to {args.set} s")
+            else:
+                print(f"lostBookieRecoveryDelay: {manager.lost_bookie_recovery_delay()} s")
+
     shell_command("initnewcluster", "create a new cluster's metadata", initnewcluster)
+    listing = shell_command(
+        "listunderreplicated", "list the ledgers marked under-replicated", listunderreplicated
+    )
+    listing.add_argument("-mr", "--missingreplica", help="only ledgers missing this bookie")
+    listing.add_argument(
+        "-emr", "--excludingmissingreplica", help="only ledgers not missing this bookie"
+    )
+    listing.add_argument("-pmr", "--printmissingreplica", action="store_true")
+    listing.add_argument("-prw", "--printreplicationworkerid", action="store_true")
+    switch = shell_command("autorecovery", "pause or resume AutoRecovery", autorecovery)
+    choice = switch.add_mutually_exclusive_group()
+    choice.add_argument("-e", "--enable", action="store_true")
+    choice.add_argument("-d", "--disable", action="store_true")
+    delay = shell_command(
+        "lostbookierecoverydelay",
+        "show or set how long the auditor waits after losing a bookie",
+        lostbookierecoverydelay,
+    )
+    delay_choice = delay.add_mutually_exclusive_group()
+    delay_choice.add_argument("-g", "--get", action="store_true", help="(the default)")
+    delay_choice.add_argument("-s", "--set", type=int, metavar="SECONDS")
     formatting = shell_command(
         "metaformat", "delete all metadata and start a new cluster", metaformat
     )

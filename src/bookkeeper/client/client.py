@@ -8,9 +8,11 @@ import logging
 import random
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from bookkeeper import errors
 from bookkeeper.auth import ClientAuthProvider
+from bookkeeper.client.bookies import BookieWatcher
 from bookkeeper.client.connection import BookiePool
 from bookkeeper.client.ledger import LedgerHandle, ReadHandle
 from bookkeeper.client.recovery import recover
@@ -47,6 +49,7 @@ class BookKeeper:
             tls=tls,
             auth=auth,
         )
+        self.bookies = BookieWatcher(metadata)
         self._random = random.Random()
         self._closed = False
 
@@ -97,7 +100,7 @@ class BookKeeper:
         """Creates a ledger on a random ensemble of writable bookies and returns its writer."""
         self._check_open()
         check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
-        bookies = await asyncio.to_thread(self.metadata.writable_bookies)
+        bookies = await asyncio.to_thread(self.bookies.writable)
         if len(bookies) < ensemble_size:
             raise errors.NotEnoughBookiesError(
                 f"need {ensemble_size} writable bookies for the ensemble, {len(bookies)} registered: {bookies}"
@@ -120,27 +123,45 @@ class BookKeeper:
         log.debug("created ledger %d on %s", ledger_id, ensemble)
         return LedgerHandle(self, metadata, bytes(password))
 
-    async def _open(self, ledger_id: int, password: bytes) -> LedgerMetadata:
+    async def _open(
+        self, ledger_id: int, password: bytes, digest_type: DigestType | None
+    ) -> LedgerMetadata:
         self._check_open()
         metadata, _ = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
+        if not metadata.stores_password:
+            # Legacy metadata (format v1) keeps neither: the opener's are used, and the bookies
+            # check the password when fencing.
+            return replace(
+                metadata,
+                password=bytes(password),
+                digest_type=DigestType(digest_type or DigestType.CRC32),
+            )
         if not hmac.compare_digest(metadata.password, bytes(password)):
-            raise errors.UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
+            raise errors.UnauthorizedAccessError(
+                f"wrong password for ledger {ledger_id}: open it with the password it was "
+                "created with"
+            )
         return metadata
 
-    async def open_ledger(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
+    async def open_ledger(
+        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+    ) -> ReadHandle:
         """Opens a ledger for reading; if it is not closed, fences it and recovers it first.
 
-        The digest type stored in the metadata is used (BookKeeper's digest autodetection).
+        The digest type stored in the metadata is used (BookKeeper's digest autodetection);
+        ``digest_type`` (default CRC32) only for legacy ledgers whose metadata stores none.
         """
-        metadata = await self._open(ledger_id, password)
+        metadata = await self._open(ledger_id, password, digest_type)
         handle = ReadHandle(self, metadata, bytes(password))
         if not metadata.is_closed:
             await recover(handle)
         return handle
 
-    async def open_ledger_no_recovery(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
+    async def open_ledger_no_recovery(
+        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+    ) -> ReadHandle:
         """Opens a ledger for reading without fencing it: a live writer keeps writing."""
-        metadata = await self._open(ledger_id, password)
+        metadata = await self._open(ledger_id, password, digest_type)
         return ReadHandle(self, metadata, bytes(password))
 
     async def delete_ledger(self, ledger_id: int) -> None:
@@ -161,5 +182,6 @@ class BookKeeper:
         if self._closed:
             return
         self._closed = True
+        self.bookies.close()
         self.pool.close()
         await asyncio.to_thread(self.metadata.close)

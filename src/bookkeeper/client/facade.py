@@ -193,15 +193,22 @@ class BookKeeper:
         )
         return LedgerHandle(self._runner, handle)
 
-    def open_ledger(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
-        return ReadHandle(
-            self._runner, self._runner.run(self._client.open_ledger(ledger_id, password))
-        )
-
-    def open_ledger_no_recovery(self, ledger_id: int, password: bytes = b"") -> ReadHandle:
+    def open_ledger(
+        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+    ) -> ReadHandle:
         return ReadHandle(
             self._runner,
-            self._runner.run(self._client.open_ledger_no_recovery(ledger_id, password)),
+            self._runner.run(self._client.open_ledger(ledger_id, password, digest_type)),
+        )
+
+    def open_ledger_no_recovery(
+        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+    ) -> ReadHandle:
+        return ReadHandle(
+            self._runner,
+            self._runner.run(
+                self._client.open_ledger_no_recovery(ledger_id, password, digest_type)
+            ),
         )
 
     def delete_ledger(self, ledger_id: int) -> None:

@@ -43,6 +43,9 @@ class LedgerMetadata:
     custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
     c_token: int = 0
     format_version: int = 3
+    # False for metadata written without a password and digest type (format v1, or v2 from
+    # early clients): the opener supplies both, as BookKeeper's openLedger(id, digest, password).
+    stores_password: bool = True
 
     def __post_init__(self) -> None:
         if not self.ensembles:

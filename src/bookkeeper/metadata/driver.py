@@ -182,10 +182,12 @@ def parse_uri(uri: str) -> StoreAddress:
     """Parses a metadata service URI; raises ``IncorrectParameterError`` for anything else."""
     parts = urllib.parse.urlsplit(uri)
     scheme, _, layout = parts.scheme.partition("+")
+    layout = layout or "hierarchical"
+    if layout not in ("hierarchical", "flat", "longhierarchical"):
+        raise IncorrectParameterError(
+            f"unknown ledger layout {layout!r} in {uri!r} (hierarchical, flat or longhierarchical)"
+        )
     if scheme == "zk":
-        layout = layout or "hierarchical"
-        if layout not in ("hierarchical", "flat", "longhierarchical"):
-            raise IncorrectParameterError(f"unknown ledger layout {layout!r} in {uri!r}")
         if not parts.netloc:
             raise IncorrectParameterError(
                 f"no ZooKeeper servers in {uri!r} (zk://host:2181/ledgers)"
@@ -204,12 +206,12 @@ def parse_uri(uri: str) -> StoreAddress:
             raise IncorrectParameterError(
                 f"SQLite URIs take an absolute path: sqlite:///abs/path.db, got {uri!r}"
             )
-        return StoreAddress("sqlite", layout or "hierarchical", parts.path, "/ledgers")
+        return StoreAddress("sqlite", layout, parts.path, "/ledgers")
     if scheme == "memory":
         name = parts.netloc + parts.path
         if not name:
             raise IncorrectParameterError(f"memory URIs need a name: memory://name, got {uri!r}")
-        return StoreAddress("memory", layout or "hierarchical", name, "/ledgers")
+        return StoreAddress("memory", layout, name, "/ledgers")
     raise IncorrectParameterError(
         f"unsupported metadata service URI {uri!r}; use zk+hierarchical://host:port/ledgers, "
         "sqlite:///abs/path.db or memory://name"
@@ -250,6 +252,14 @@ def parent_of(path: str) -> str:
     """The parent path ("/" for top-level paths)."""
     head, _, _ = path.rstrip("/").rpartition("/")
     return head or "/"
+
+
+def sequence_suffix(counter: int) -> str:
+    """The name suffix of the ``counter``-th sequential child: ZooKeeper's ``%010d`` of a signed
+    32-bit counter, which wraps to ``-2147483648`` after ``2147483647``. Every driver names
+    sequential nodes so, and the ledger id generators rely on the wrap to detect overflow."""
+    wrapped = (counter + 2**31) % 2**32 - 2**31
+    return f"{wrapped:010d}"
 
 
 def check_path(path: str) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.errors import (
     LedgerExistsError,
+    LedgerIdOverflowError,
     MetadataStoreError,
     MetadataVersionError,
     NoSuchLedgerError,
@@ -31,7 +32,7 @@ from bookkeeper.metadata.driver import (
     open_store,
     parent_of,
 )
-from bookkeeper.metadata.layout import iter_ledger_ids, ledger_path
+from bookkeeper.metadata.layout import SHORT_ID_LIMIT, iter_ledger_ids, ledger_path
 from bookkeeper.wire.proto import data_formats_pb2 as formats
 
 log = logging.getLogger(__name__)
@@ -143,13 +144,61 @@ class MetadataClient:
     # -- ledgers -------------------------------------------------------------------------------
 
     def generate_ledger_id(self) -> int:
-        """A cluster-unique ledger id from the sequential ``idgen/ID-`` node, as ZkLedgerIdGenerator does."""
-        path = self.store.create(f"{self.root}/idgen/ID-", ephemeral=True, sequential=True)
+        """A cluster-unique ledger id, as BookKeeper's generators make them.
+
+        31-bit ids come from the sequence of an ephemeral sequential ``idgen/ID-`` node
+        (ZkLedgerIdGenerator). Once that sequence overflows, the hierarchical layouts go on with
+        63-bit ids (LongZkLedgerIdGenerator): ``idgen-long/HOB-<high 32 bits>`` holds a
+        sequence of its own for the low bits, and a full one is followed by the next HOB node.
+        The ``idgen-long`` node, once made, tells every client to stay on long ids."""
+        long_root = f"{self.root}/idgen-long"
+        if self.layout != "flat" and self.store.exists(long_root) is not None:
+            return self._long_ledger_id(long_root)
+        short = self._sequence_id(f"{self.root}/idgen")
+        if short is not None:
+            return short
+        if self.layout == "flat":
+            raise LedgerIdOverflowError(
+                f"{self.root}: every 31-bit ledger id is used and the flat layout has no others; "
+                "move the ledgers to a hierarchical layout"
+            )
+        log.warning("%s: 31-bit ledger ids are used up; switching to 63-bit ids", self.root)
+        try:
+            self.store.create(long_root, make_parents=True)
+        except NodeExistsError:
+            pass
+        return self._long_ledger_id(long_root)
+
+    def _sequence_id(self, parent: str) -> int | None:
+        """The sequence number of a new ``<parent>/ID-`` node (deleted at once), or None when
+        the 31-bit sequence is used up."""
+        path = self.store.create(
+            f"{parent}/ID-", ephemeral=True, sequential=True, make_parents=True
+        )
         try:
             self.store.delete(path)
         except NoNodeError:
             pass
-        return int(path.rsplit("ID-", 1)[1])
+        number = int(path.rsplit("ID-", 1)[1])
+        return number if 0 <= number < SHORT_ID_LIMIT else None
+
+    def _long_ledger_id(self, long_root: str) -> int:
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            highs = [
+                int(name[4:])
+                for name in self.store.children(long_root)
+                if name.startswith("HOB-") and name[4:].lstrip("-").isdigit()
+            ]
+            high = max(highs, default=0)
+            if high > 0:
+                low = self._sequence_id(f"{long_root}/HOB-{high:010d}")
+                if low is not None:
+                    return (high << 32) | low
+            try:  # the first HOB node, or the next one after a full sequence
+                self.store.create(f"{long_root}/HOB-{high + 1:010d}")
+            except NodeExistsError:
+                pass  # another client made it first
+        raise MetadataStoreError(f"{long_root}: could not generate a ledger id; retry")
 
     def _path(self, ledger_id: int) -> str:
         return ledger_path(self.root, self.layout, ledger_id)

@@ -34,6 +34,7 @@ from bookkeeper.metadata.driver import (
     Watch,
     check_path,
     parent_of,
+    sequence_suffix,
 )
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class _Tree:
         if parent_node.owner is not None:
             raise NoNodeError(f"{parent} is ephemeral and cannot have children")
         if sequential:
-            path = f"{path}{parent_node.child_counter:010d}"
+            path = path + sequence_suffix(parent_node.child_counter)
             parent_node.child_counter += 1
         if path in self.nodes:
             raise NodeExistsError(f"node {path} already exists")

@@ -51,6 +51,7 @@ from bookkeeper.metadata.driver import (
     Watch,
     check_path,
     parent_of,
+    sequence_suffix,
 )
 
 log = logging.getLogger(__name__)
@@ -321,7 +322,7 @@ class SqliteStore(MetadataStore):
         if sequential:
             counter = int(parent_row[1])
             db.execute("UPDATE nodes SET child_counter = ? WHERE path = ?", (counter + 1, parent))
-            path = f"{path}{counter:010d}"
+            path = path + sequence_suffix(counter)
         try:
             db.execute(
                 "INSERT INTO nodes(path, parent, data, version, session) VALUES (?, ?, ?, 0, ?)",

@@ -120,3 +120,16 @@ class ZooKeeperServer:
         self.stop()
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def expire_session(store: object) -> None:
+    """Expires the ZooKeeper session of a ``ZooKeeperStore`` from the server's side, as a long
+    pause or partition would: a second connection takes over the session id and closes it."""
+    from kazoo.client import KazooClient
+
+    client = store._client  # type: ignore[attr-defined]
+    session_id, password = client.client_id
+    twin = KazooClient(hosts=store._hosts, client_id=(session_id, password))  # type: ignore[attr-defined]
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
