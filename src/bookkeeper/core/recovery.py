@@ -1,0 +1,396 @@
+"""Open with recovery as a sans-IO state machine (reference section 3.2).
+
+The rules, in the order the machine applies them:
+
+1. **Mark.** The metadata goes OPEN -> IN_RECOVERY by CAS (``MarkInRecovery``); from then on a
+   live writer's next metadata change fails. Metadata already CLOSED ends the recovery: that
+   close stands.
+2. **Fence and read the LAC** (``ReadRequest`` of entry -1 with the fence flag) from every bookie
+   of the last ensemble. OK, "no such entry" and "no such ledger" make a bookie *known*; once
+   every write set has Qw-Qa+1 known members (the ensemble is covered) no write set can gather
+   Qa acks any more without one of them, so the old writer is stopped. The LAC is the largest
+   one piggybacked on the last entries returned. ``EUA`` ends the recovery; if every bookie has
+   answered and the ensemble is still not covered, recovery fails and the ledger stays
+   IN_RECOVERY for a later attempt.
+3. **Start** after max(LAC, first entry of the last fragment - 1): earlier fragments are
+   immutable, and an empty last fragment is not read at all (the #2615 fix).
+4. **Read forward**, a window of entries at a time, each from its whole write set, every read
+   fencing (the #2614 fix). An entry is *found* from the first OK answer; it is *absent* only
+   when Qw-Qa+1 members of its write set said "no such entry / ledger" explicitly. An error or a
+   timeout is not absence (the #2908 fix): when every member answered and the entry is neither
+   found nor absent, recovery fails rather than truncate the ledger.
+5. **Write back** each found entry, in order, with RECOVERY_ADD to its whole write set; each
+   must reach Qa acks.
+6. **Close** (``CloseInRecovery``) at the last entry before the first absent one, once every
+   write-back is acked, with a CAS that applies only while the ledger is IN_RECOVERY; if someone
+   else closed it, their close stands.
+
+Events in (``on_*`` methods), instructions out (lists of frozen dataclasses). Nothing here
+reads a clock or does I/O: timeouts reach the machine as failed answers.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from bookkeeper import errors
+from bookkeeper.core.metadata import LedgerMetadata
+from bookkeeper.core.quorum import AckSet, CoverageSet, negative_threshold, write_set
+from bookkeeper.wire.digest import Entry
+from bookkeeper.wire.status import StatusCode
+
+LAC_ENTRY = -1  # a read of entry -1 returns the bookie's last entry
+DEFAULT_READ_WINDOW = 64
+_NEGATIVE = frozenset({StatusCode.ENOENTRY, StatusCode.ENOLEDGER})
+
+
+# -- instructions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MarkInRecovery:
+    """CAS the metadata from OPEN to IN_RECOVERY (no change if it is already in recovery or
+    closed); answer with ``on_metadata``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Read ``entry_id`` (-1: the last entry) from the bookie at ``bookie_index`` of the
+    fragment holding it; answer with ``on_read``."""
+
+    bookie_index: int
+    bookie: str
+    entry_id: int
+    fence: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryAdd:
+    """Write the packaged entry ``payload`` back with the RECOVERY_ADD flag; answer with
+    ``on_add``."""
+
+    bookie_index: int
+    bookie: str
+    entry_id: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseInRecovery:
+    """CAS the metadata to CLOSED at (``last_entry_id``, ``length``) only while it is
+    IN_RECOVERY (keep a close made by someone else); answer with ``on_metadata``."""
+
+    last_entry_id: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryDone:
+    """The ledger is closed; ``metadata`` is its final metadata."""
+
+    metadata: LedgerMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryFailed:
+    error: errors.BKError
+
+
+Instruction = (
+    MarkInRecovery | ReadRequest | RecoveryAdd | CloseInRecovery | RecoveryDone | RecoveryFailed
+)
+
+
+# -- state -------------------------------------------------------------------------------------
+
+
+class Phase(enum.Enum):
+    MARKING = "marking"
+    FENCING = "fencing"
+    READING = "reading"
+    CLOSING = "closing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class _EntryRead:
+    """The answers one entry's recovery read has collected."""
+
+    answered: set[int] = field(default_factory=set)
+    negatives: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class LedgerRecovery:
+    """Recovers one ledger. Feed it events until it returns ``RecoveryDone`` or
+    ``RecoveryFailed``; answers that come after that are ignored."""
+
+    def __init__(self, ledger_id: int, read_window: int = DEFAULT_READ_WINDOW) -> None:
+        if read_window < 1:
+            raise ValueError(f"the recovery read window holds at least one entry: {read_window}")
+        self.ledger_id = ledger_id
+        self.read_window = read_window
+        self.phase = Phase.MARKING
+        self.metadata: LedgerMetadata | None = None
+        self._coverage: CoverageSet | None = None
+        self._fence_answered: set[int] = set()
+        self._fence_problems: list[str] = []
+        self.max_lac = -1
+        self._lengths: dict[int, int] = {}  # entry id -> ledger length, from the fence answers
+        self.last_entry_id = -1  # the last entry found and consumed, in order
+        self.length = 0
+        self._length_known = True
+        self._next_to_read = 0
+        self._reads: dict[int, _EntryRead] = {}
+        self._found: dict[int, tuple[Entry, bytes]] = {}
+        self._first_absent: int | None = None
+        self._writes: dict[int, tuple[AckSet, list[str]]] = {}
+
+    # -- events --------------------------------------------------------------------------------
+
+    def start(self) -> list[Instruction]:
+        return [MarkInRecovery()]
+
+    def on_metadata(self, metadata: LedgerMetadata) -> list[Instruction]:
+        """The metadata after ``MarkInRecovery`` or ``CloseInRecovery``."""
+        if self.phase == Phase.MARKING:
+            if metadata.is_closed:
+                return self._finish(metadata)
+            self.metadata = metadata
+            self.phase = Phase.FENCING
+            self._coverage = CoverageSet(
+                metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
+            )
+            _, ensemble = metadata.last_ensemble
+            return [
+                ReadRequest(index, bookie, LAC_ENTRY, fence=True)
+                for index, bookie in enumerate(ensemble)
+            ]
+        if self.phase == Phase.CLOSING:
+            return self._finish(metadata)
+        return []
+
+    def on_read(
+        self,
+        bookie_index: int,
+        entry_id: int,
+        status: StatusCode | None,
+        entry: Entry | None = None,
+        payload: bytes = b"",
+        problem: str = "",
+    ) -> list[Instruction]:
+        """A read's answer: ``status`` None for a transport error or timeout; for EOK, the
+        verified ``entry`` and its packaged ``payload``. A digest failure is an error (None)."""
+        if self.phase == Phase.FENCING and entry_id == LAC_ENTRY:
+            return self._on_fence_answer(bookie_index, status, entry, problem)
+        if self.phase == Phase.READING and entry_id != LAC_ENTRY:
+            return self._on_entry_answer(bookie_index, entry_id, status, entry, payload, problem)
+        return []
+
+    def on_add(
+        self, bookie_index: int, entry_id: int, status: StatusCode | None, problem: str = ""
+    ) -> list[Instruction]:
+        """A recovery add's answer."""
+        if self.phase not in (Phase.READING,) or entry_id not in self._writes:
+            return []
+        acks, problems = self._writes[entry_id]
+        if status == StatusCode.EOK:
+            acks.ack(bookie_index)
+        elif status == StatusCode.EUA:
+            return self._refused("write")
+        else:
+            acks.fail(bookie_index)
+            problems.append(f"bookie #{bookie_index}: {problem or status}")
+            if not acks.still_possible:
+                return self._stuck(
+                    f"the recovery write of entry {entry_id} cannot reach its ack quorum "
+                    f"({'; '.join(problems)})"
+                )
+        if acks.complete:
+            del self._writes[entry_id]
+        return self._maybe_close()
+
+    # -- fencing -------------------------------------------------------------------------------
+
+    def _on_fence_answer(
+        self, index: int, status: StatusCode | None, entry: Entry | None, problem: str
+    ) -> list[Instruction]:
+        assert self._coverage is not None and self.metadata is not None
+        if index in self._fence_answered:
+            return []  # a duplicate
+        self._fence_answered.add(index)
+        if status == StatusCode.EOK and entry is not None:
+            self._lengths[entry.entry_id] = entry.length
+            self.max_lac = max(self.max_lac, entry.last_add_confirmed)
+            self._coverage.add_known(index)
+        elif status in _NEGATIVE:
+            self._coverage.add_known(index)
+        elif status == StatusCode.EUA:
+            return self._refused("fence")
+        else:
+            self._fence_problems.append(f"bookie #{index}: {problem or status}")
+        if self._coverage.covered:
+            return self._begin_reading()
+        if len(self._fence_answered) == self.metadata.ensemble_size:
+            return self._stuck(
+                "could not fence enough bookies of the last ensemble to stop the writer "
+                f"({'; '.join(self._fence_problems)})"
+            )
+        return []
+
+    def _begin_reading(self) -> list[Instruction]:
+        assert self.metadata is not None
+        first_of_last, _ = self.metadata.last_ensemble
+        start = max(self.max_lac, first_of_last - 1)
+        self.last_entry_id = start
+        self._next_to_read = start + 1
+        if start < 0:
+            self.length = 0
+        elif start in self._lengths:
+            self.length = self._lengths[start]
+        else:
+            self._length_known = False  # read with the first entry after it (or entry start)
+        self.phase = Phase.READING
+        instructions = self._schedule_reads()
+        if not self._length_known:
+            # The length at ``start`` comes from that entry itself: read it (not written back).
+            instructions += self._reads_for(start)
+        return instructions
+
+    # -- reading forward -------------------------------------------------------------------------
+
+    def _reads_for(self, entry_id: int) -> list[Instruction]:
+        assert self.metadata is not None
+        self._reads[entry_id] = _EntryRead()
+        ensemble = self.metadata.ensemble_at(entry_id)
+        members = write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size)
+        return [ReadRequest(index, ensemble[index], entry_id, fence=True) for index in members]
+
+    def _schedule_reads(self) -> list[Instruction]:
+        instructions: list[Instruction] = []
+        limit = self.last_entry_id + self.read_window
+        if self._first_absent is not None:
+            limit = min(limit, self._first_absent - 1)
+        while self._next_to_read <= limit:
+            instructions += self._reads_for(self._next_to_read)
+            self._next_to_read += 1
+        return instructions
+
+    def _on_entry_answer(
+        self,
+        index: int,
+        entry_id: int,
+        status: StatusCode | None,
+        entry: Entry | None,
+        payload: bytes,
+        problem: str,
+    ) -> list[Instruction]:
+        assert self.metadata is not None
+        read = self._reads.get(entry_id)
+        if read is None or index in read.answered:
+            return []  # settled already, or a duplicate
+        read.answered.add(index)
+        if status == StatusCode.EOK and entry is not None:
+            if entry.entry_id != entry_id:
+                read.problems.append(f"bookie #{index}: answered entry {entry.entry_id}")
+            else:
+                del self._reads[entry_id]
+                if entry_id == self.last_entry_id and not self._length_known:
+                    self.length, self._length_known = entry.length, True
+                    return self._advance()
+                self._found[entry_id] = (entry, payload)
+                return self._advance()
+        elif status in _NEGATIVE:
+            read.negatives += 1
+            threshold = negative_threshold(
+                self.metadata.write_quorum_size, self.metadata.ack_quorum_size
+            )
+            if read.negatives >= threshold:
+                del self._reads[entry_id]
+                if entry_id <= self.last_entry_id:
+                    # The entry at the LAC is acknowledged: its absence is corruption, not an end.
+                    return self._fail(
+                        errors.LedgerRecoveryError(
+                            f"ledger {self.ledger_id}: entry {entry_id} is confirmed but "
+                            f"{read.negatives} bookies say they do not have it"
+                        )
+                    )
+                if self._first_absent is None or entry_id < self._first_absent:
+                    self._first_absent = entry_id
+                return self._advance()
+        elif status == StatusCode.EUA:
+            return self._refused("read")
+        else:
+            read.problems.append(f"bookie #{index}: {problem or status}")
+        if len(read.answered) == self.metadata.write_quorum_size:
+            return self._stuck(
+                f"cannot tell whether entry {entry_id} exists: {read.negatives} bookies said it "
+                f"is absent, the others failed ({'; '.join(read.problems)}); an error is not an "
+                "absence"
+            )
+        return []
+
+    def _advance(self) -> list[Instruction]:
+        """Consumes found entries in order, writing each back; schedules more reads."""
+        assert self.metadata is not None
+        instructions: list[Instruction] = []
+        if not self._length_known:
+            return instructions
+        while self.last_entry_id + 1 in self._found:
+            entry_id = self.last_entry_id + 1
+            entry, payload = self._found.pop(entry_id)
+            self.last_entry_id, self.length = entry_id, entry.length
+            ensemble = self.metadata.ensemble_at(entry_id)
+            members = write_set(
+                entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size
+            )
+            self._writes[entry_id] = (
+                AckSet(self.metadata.write_quorum_size, self.metadata.ack_quorum_size),
+                [],
+            )
+            instructions += [
+                RecoveryAdd(index, ensemble[index], entry_id, payload) for index in members
+            ]
+        instructions += self._schedule_reads()
+        return instructions + self._maybe_close()
+
+    def _reading_done(self) -> bool:
+        return self._length_known and self._first_absent == self.last_entry_id + 1
+
+    def _maybe_close(self) -> list[Instruction]:
+        if self.phase != Phase.READING or not self._reading_done() or self._writes:
+            return []
+        self.phase = Phase.CLOSING
+        self._reads.clear()
+        self._found.clear()
+        return [CloseInRecovery(self.last_entry_id, self.length)]
+
+    # -- endings -------------------------------------------------------------------------------
+
+    def _finish(self, metadata: LedgerMetadata) -> list[Instruction]:
+        self.phase = Phase.DONE
+        self.metadata = metadata
+        return [RecoveryDone(metadata)]
+
+    def _fail(self, error: errors.BKError) -> list[Instruction]:
+        self.phase = Phase.FAILED
+        return [RecoveryFailed(error)]
+
+    def _stuck(self, what: str) -> list[Instruction]:
+        """Fails so that a later attempt can finish: the ledger stays IN_RECOVERY."""
+        return self._fail(
+            errors.LedgerRecoveryError(
+                f"ledger {self.ledger_id}: {what}; the ledger stays IN_RECOVERY, retry the "
+                "recovery when the bookies are back"
+            )
+        )
+
+    def _refused(self, what: str) -> list[Instruction]:
+        return self._fail(
+            errors.UnauthorizedAccessError(
+                f"a bookie refused the recovery {what} of ledger {self.ledger_id}: the password "
+                "does not match the one the ledger was created with"
+            )
+        )
