@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from bookkeeper import errors
+from bookkeeper.core.lac import LastConfirmedRead
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.core.quorum import write_set
 from bookkeeper.core.recovery import (
@@ -287,3 +288,22 @@ def test_a_failed_write_back_that_cannot_reach_qa_fails_recovery() -> None:
     final, stored = run(md, bookies)
     assert isinstance(final, RecoveryFailed) and "cannot reach its ack quorum" in str(final.error)
     assert stored.state == LedgerState.IN_RECOVERY
+
+
+def test_the_lac_read_takes_the_largest_lac_once_every_write_set_is_covered() -> None:
+    md = metadata(5, 3, 2)
+    read = LastConfirmedRead(md, fence=False)
+    assert [(r.entry_id, r.fence) for r in read.start()] == [(-1, False)] * 5
+    assert read.on_answer(0, StatusCode.EOK, entry(9, 7)) is None
+    assert read.on_answer(0, StatusCode.EOK, entry(9, 8)) is None  # a duplicate: ignored
+    assert read.on_answer(1, None, None, "timed out") is None  # an error is not known
+    assert read.on_answer(2, StatusCode.ENOENTRY, None) is None
+    assert read.on_answer(3, StatusCode.EOK, entry(8, 6)) is None
+    outcome = read.on_answer(4, StatusCode.EOK, entry(7, 5))  # {0, 2, 3, 4} cover every set
+    assert outcome is not None and outcome.lac == 7
+    assert outcome.lengths == {9: 100, 8: 90, 7: 80}
+    failing = LastConfirmedRead(md, fence=False)
+    for index in range(4):
+        assert failing.on_answer(index, None, None, f"down {index}") is None
+    with pytest.raises(errors.LedgerRecoveryError, match=r"down 0; .*down 3"):
+        failing.on_answer(4, StatusCode.EOK, entry(7, 5))

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from bookkeeper import errors
 from bookkeeper.client.connection import BookieConnection, Callback, describe, status_error
+from bookkeeper.core.lac import LastConfirmedRead, ReadRequest
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.core.quorum import CoverageSet, write_set
+from bookkeeper.core.quorum import write_set
 from bookkeeper.core.writer import PendingAdds
 from bookkeeper.wire.digest import DigestManager, Entry, master_key, peek_header
 from bookkeeper.wire.status import StatusCode
@@ -179,61 +180,40 @@ class ReadHandle:
 
     async def _last_confirmed(self, fence: bool) -> tuple[int, dict[int, int]]:
         """(largest piggybacked LAC, {entry id: ledger length} of the last entries seen), read from
-        the last ensemble until it is covered. With ``fence`` every bookie reached is fenced."""
-        first_entry, ensemble = self.metadata.last_ensemble
-        coverage = CoverageSet(
-            self.metadata.ensemble_size,
-            self.metadata.write_quorum_size,
-            self.metadata.ack_quorum_size,
-        )
-        best_lac = -1
-        lengths: dict[int, int] = {}
-        problems: list[str] = []
+        the last ensemble until it is covered (``core.lac``). With ``fence`` every bookie reached
+        is fenced."""
+        read = LastConfirmedRead(self.metadata, fence=fence)
 
-        async def ask(
-            index: int, bookie: str
-        ) -> tuple[int, str, StatusCode | None, bytes | Exception]:
+        async def ask(request: ReadRequest) -> tuple[int, StatusCode | None, Entry | None, str]:
             try:
-                status, body = await self._read_from(bookie, -1, fence)
-                return index, bookie, status, body
+                status, body = await self._read_from(request.bookie, request.entry_id, fence)
             except errors.BKError as error:
-                return index, bookie, None, error
+                return request.bookie_index, None, None, f"{request.bookie}: {error}"
+            if status != StatusCode.EOK:
+                return (
+                    request.bookie_index,
+                    status,
+                    None,
+                    f"{request.bookie}: {describe(status, body)}",
+                )
+            try:
+                entry = self._digest.verify(body, peek_header(body)[1])
+            except (ValueError, errors.DigestMismatchError) as error:
+                return request.bookie_index, None, None, f"{request.bookie}: {error}"
+            return request.bookie_index, status, entry, ""
 
-        pending = {asyncio.ensure_future(ask(i, b)) for i, b in enumerate(ensemble)}
+        pending = {asyncio.ensure_future(ask(request)) for request in read.start()}
         try:
-            while pending and not coverage.covered:
+            while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    index, bookie, status, body = task.result()
-                    if status == StatusCode.EOK:
-                        assert isinstance(body, bytes)
-                        try:
-                            _, entry_id, _, _ = peek_header(body)
-                            entry = self._digest.verify(body, entry_id)
-                        except (ValueError, errors.DigestMismatchError) as error:
-                            problems.append(f"{bookie}: {error}")
-                            continue
-                        lengths[entry.entry_id] = entry.length
-                        if entry.last_add_confirmed > best_lac:
-                            best_lac = entry.last_add_confirmed
-                        coverage.add_known(index)
-                    elif status in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
-                        coverage.add_known(index)
-                    elif status == StatusCode.EUA:
-                        raise errors.UnauthorizedAccessError(
-                            f"bookie {bookie} refused ledger {self.ledger_id}: the password does not match"
-                        )
-                    else:
-                        problems.append(f"{bookie}: {describe(status, body)}")
+                    outcome = read.on_answer(*task.result())
+                    if outcome is not None:
+                        return outcome.lac, outcome.lengths
         finally:
             for task in pending:
                 task.cancel()
-        if not coverage.covered:
-            raise errors.LedgerRecoveryError(
-                f"ledger {self.ledger_id}: could not reach enough bookies of ensemble {list(ensemble)} "
-                f"(first entry {first_entry}) to learn the last add confirmed: {'; '.join(problems)}"
-            )
-        return best_lac, lengths
+        raise errors.LedgerRecoveryError(f"ledger {self.ledger_id}: the LAC read did not end")
 
     def _check_open(self) -> None:
         if self._closed:

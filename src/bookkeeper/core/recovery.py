@@ -35,14 +35,31 @@ import enum
 from dataclasses import dataclass, field
 
 from bookkeeper import errors
+from bookkeeper.core.lac import (
+    LAC_ENTRY,
+    NEGATIVE_ANSWERS,
+    LastConfirmed,
+    LastConfirmedRead,
+    ReadRequest,
+)
 from bookkeeper.core.metadata import LedgerMetadata
-from bookkeeper.core.quorum import AckSet, CoverageSet, negative_threshold, write_set
+from bookkeeper.core.quorum import AckSet, negative_threshold, write_set
 from bookkeeper.wire.digest import Entry
 from bookkeeper.wire.status import StatusCode
 
-LAC_ENTRY = -1  # a read of entry -1 returns the bookie's last entry
+__all__ = [
+    "LAC_ENTRY",
+    "CloseInRecovery",
+    "Instruction",
+    "LedgerRecovery",
+    "MarkInRecovery",
+    "ReadRequest",
+    "RecoveryAdd",
+    "RecoveryDone",
+    "RecoveryFailed",
+]
+
 DEFAULT_READ_WINDOW = 64
-_NEGATIVE = frozenset({StatusCode.ENOENTRY, StatusCode.ENOLEDGER})
 
 
 # -- instructions ------------------------------------------------------------------------------
@@ -52,17 +69,6 @@ _NEGATIVE = frozenset({StatusCode.ENOENTRY, StatusCode.ENOLEDGER})
 class MarkInRecovery:
     """CAS the metadata from OPEN to IN_RECOVERY (no change if it is already in recovery or
     closed); answer with ``on_metadata``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRequest:
-    """Read ``entry_id`` (-1: the last entry) from the bookie at ``bookie_index`` of the
-    fragment holding it; answer with ``on_read``."""
-
-    bookie_index: int
-    bookie: str
-    entry_id: int
-    fence: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +140,7 @@ class LedgerRecovery:
         self.read_window = read_window
         self.phase = Phase.MARKING
         self.metadata: LedgerMetadata | None = None
-        self._coverage: CoverageSet | None = None
-        self._fence_answered: set[int] = set()
-        self._fence_problems: list[str] = []
+        self._fencing: LastConfirmedRead | None = None
         self.max_lac = -1
         self._lengths: dict[int, int] = {}  # entry id -> ledger length, from the fence answers
         self.last_entry_id = -1  # the last entry found and consumed, in order
@@ -160,14 +164,8 @@ class LedgerRecovery:
                 return self._finish(metadata)
             self.metadata = metadata
             self.phase = Phase.FENCING
-            self._coverage = CoverageSet(
-                metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
-            )
-            _, ensemble = metadata.last_ensemble
-            return [
-                ReadRequest(index, bookie, LAC_ENTRY, fence=True)
-                for index, bookie in enumerate(ensemble)
-            ]
+            self._fencing = LastConfirmedRead(metadata, fence=True)
+            return list(self._fencing.start())
         if self.phase == Phase.CLOSING:
             return self._finish(metadata)
         return []
@@ -217,31 +215,23 @@ class LedgerRecovery:
     def _on_fence_answer(
         self, index: int, status: StatusCode | None, entry: Entry | None, problem: str
     ) -> list[Instruction]:
-        assert self._coverage is not None and self.metadata is not None
-        if index in self._fence_answered:
-            return []  # a duplicate
-        self._fence_answered.add(index)
-        if status == StatusCode.EOK and entry is not None:
-            self._lengths[entry.entry_id] = entry.length
-            self.max_lac = max(self.max_lac, entry.last_add_confirmed)
-            self._coverage.add_known(index)
-        elif status in _NEGATIVE:
-            self._coverage.add_known(index)
-        elif status == StatusCode.EUA:
+        assert self._fencing is not None
+        try:
+            outcome = self._fencing.on_answer(index, status, entry, problem)
+        except errors.UnauthorizedAccessError:
             return self._refused("fence")
-        else:
-            self._fence_problems.append(f"bookie #{index}: {problem or status}")
-        if self._coverage.covered:
-            return self._begin_reading()
-        if len(self._fence_answered) == self.metadata.ensemble_size:
+        except errors.LedgerRecoveryError:
             return self._stuck(
                 "could not fence enough bookies of the last ensemble to stop the writer "
-                f"({'; '.join(self._fence_problems)})"
+                f"({'; '.join(self._fencing.problems)})"
             )
-        return []
+        if outcome is None:
+            return []
+        return self._begin_reading(outcome)
 
-    def _begin_reading(self) -> list[Instruction]:
+    def _begin_reading(self, fenced: LastConfirmed) -> list[Instruction]:
         assert self.metadata is not None
+        self.max_lac, self._lengths = fenced.lac, fenced.lengths
         first_of_last, _ = self.metadata.last_ensemble
         start = max(self.max_lac, first_of_last - 1)
         self.last_entry_id = start
@@ -302,7 +292,7 @@ class LedgerRecovery:
                     return self._advance()
                 self._found[entry_id] = (entry, payload)
                 return self._advance()
-        elif status in _NEGATIVE:
+        elif status in NEGATIVE_ANSWERS:
             read.negatives += 1
             threshold = negative_threshold(
                 self.metadata.write_quorum_size, self.metadata.ack_quorum_size
