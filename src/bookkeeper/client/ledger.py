@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_WINDOW = 128  # entries read concurrently by a range read
-RECOVERY_READ_WINDOW = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,20 +172,21 @@ class ReadHandle:
         covered (no fencing); also advances this handle's LAC."""
         if self.metadata.is_closed:
             return self.last_add_confirmed
-        lac, _ = await self._last_confirmed(fence=False)
+        lac = await self._last_confirmed()
         if lac > self.last_add_confirmed:
             self.last_add_confirmed = lac
         return self.last_add_confirmed
 
-    async def _last_confirmed(self, fence: bool) -> tuple[int, dict[int, int]]:
-        """(largest piggybacked LAC, {entry id: ledger length} of the last entries seen), read from
-        the last ensemble until it is covered (``core.lac``). With ``fence`` every bookie reached
-        is fenced."""
-        read = LastConfirmedRead(self.metadata, fence=fence)
+    async def _last_confirmed(self) -> int:
+        """The largest LAC piggybacked on the last entries of the last ensemble's bookies, read
+        until the ensemble is covered (``core.lac``), without fencing."""
+        read = LastConfirmedRead(self.metadata, fence=False)
 
         async def ask(request: ReadRequest) -> tuple[int, StatusCode | None, Entry | None, str]:
             try:
-                status, body = await self._read_from(request.bookie, request.entry_id, fence)
+                status, body = await self._read_from(
+                    request.bookie, request.entry_id, request.fence
+                )
             except errors.BKError as error:
                 return request.bookie_index, None, None, f"{request.bookie}: {error}"
             if status != StatusCode.EOK:
@@ -209,7 +209,7 @@ class ReadHandle:
                 for task in done:
                     outcome = read.on_answer(*task.result())
                     if outcome is not None:
-                        return outcome.lac, outcome.lengths
+                        return outcome.lac
         finally:
             for task in pending:
                 task.cancel()

@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine
 
 from bookkeeper import errors
 from bookkeeper.client.connection import describe
-from bookkeeper.client.ledger import RECOVERY_READ_WINDOW, ReadHandle
+from bookkeeper.client.ledger import ReadHandle
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.core.recovery import (
     LAC_ENTRY,
@@ -34,7 +34,7 @@ Event = Callable[[LedgerRecovery], list[Instruction]]
 async def recover(handle: ReadHandle) -> None:
     """Recovers and closes the ledger of ``handle`` (whose metadata is OPEN or IN_RECOVERY);
     raises the machine's error when it cannot, leaving the ledger IN_RECOVERY."""
-    machine = LedgerRecovery(handle.ledger_id, read_window=RECOVERY_READ_WINDOW)
+    machine = LedgerRecovery(handle.ledger_id)
     events: asyncio.Queue[Event] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
 

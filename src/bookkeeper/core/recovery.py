@@ -59,7 +59,7 @@ __all__ = [
     "RecoveryFailed",
 ]
 
-DEFAULT_READ_WINDOW = 64
+DEFAULT_READ_WINDOW = 16  # entries read ahead during recovery
 
 
 # -- instructions ------------------------------------------------------------------------------
@@ -141,8 +141,6 @@ class LedgerRecovery:
         self.phase = Phase.MARKING
         self.metadata: LedgerMetadata | None = None
         self._fencing: LastConfirmedRead | None = None
-        self.max_lac = -1
-        self._lengths: dict[int, int] = {}  # entry id -> ledger length, from the fence answers
         self.last_entry_id = -1  # the last entry found and consumed, in order
         self.length = 0
         self._length_known = True
@@ -191,7 +189,7 @@ class LedgerRecovery:
         self, bookie_index: int, entry_id: int, status: StatusCode | None, problem: str = ""
     ) -> list[Instruction]:
         """A recovery add's answer."""
-        if self.phase not in (Phase.READING,) or entry_id not in self._writes:
+        if self.phase != Phase.READING or entry_id not in self._writes:
             return []
         acks, problems = self._writes[entry_id]
         if status == StatusCode.EOK:
@@ -231,17 +229,16 @@ class LedgerRecovery:
 
     def _begin_reading(self, fenced: LastConfirmed) -> list[Instruction]:
         assert self.metadata is not None
-        self.max_lac, self._lengths = fenced.lac, fenced.lengths
         first_of_last, _ = self.metadata.last_ensemble
-        start = max(self.max_lac, first_of_last - 1)
+        start = max(fenced.lac, first_of_last - 1)
         self.last_entry_id = start
         self._next_to_read = start + 1
         if start < 0:
             self.length = 0
-        elif start in self._lengths:
-            self.length = self._lengths[start]
+        elif start in fenced.lengths:  # some bookie's last entry was the one at ``start``
+            self.length = fenced.lengths[start]
         else:
-            self._length_known = False  # read with the first entry after it (or entry start)
+            self._length_known = False  # read below, with the entries after it
         self.phase = Phase.READING
         instructions = self._schedule_reads()
         if not self._length_known:

@@ -72,6 +72,7 @@ class MetadataClient:
         self.address = address
         self.root = address.root
         self.layout = address.layout
+        self._long_ids = False  # idgen-long seen: only metaformat or a nuke removes it
 
     @classmethod
     def connect(
@@ -152,7 +153,8 @@ class MetadataClient:
         sequence of its own for the low bits, and a full one is followed by the next HOB node.
         The ``idgen-long`` node, once made, tells every client to stay on long ids."""
         long_root = f"{self.root}/idgen-long"
-        if self.layout != "flat" and self.store.exists(long_root) is not None:
+        if self.layout != "flat" and (self._long_ids or self.store.exists(long_root) is not None):
+            self._long_ids = True
             return self._long_ledger_id(long_root)
         short = self._sequence_id(f"{self.root}/idgen")
         if short is not None:
@@ -167,6 +169,7 @@ class MetadataClient:
             self.store.create(long_root, make_parents=True)
         except NodeExistsError:
             pass
+        self._long_ids = True
         return self._long_ledger_id(long_root)
 
     def _sequence_id(self, parent: str) -> int | None:
