@@ -4,15 +4,18 @@ and a failed or partial metadata listing never deletes anything."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bookkeeper.errors import MetadataStoreError
+from bookkeeper.storage import entry_log, journal
 from bookkeeper.storage.engine import StorageEngine
 from bookkeeper.storage.gc import GarbageCollector, GcConfig
-from bookkeeper.storage.ledger_storage import NoLedgerError
+from bookkeeper.storage.ledger_storage import LedgerStorage, NoLedgerError
 
 from .test_engine import KEY, entry, open_engine
 
@@ -60,15 +63,20 @@ def filled(tmp_path: Path) -> StorageEngine:
     durable.wait_for(LEDGERS * ENTRIES)
     engine.checkpoint()
     engine.storage.entry_logger.roll()
+    engine.checkpoint()  # settles the log just closed: GC may judge it
     return engine
 
 
 def collector(engine: StorageEngine, metadata: FakeMetadata, **config: float) -> GarbageCollector:
+    return collector_for(engine.storage, metadata, **config)
+
+
+def collector_for(
+    storage: LedgerStorage, metadata: FakeMetadata, **config: float
+) -> GarbageCollector:
     settings: dict[str, float] = {"compaction_rate_bytes": 0}
     settings.update(config)
-    return GarbageCollector(
-        engine.storage, metadata.list_ledgers, metadata.exists, GcConfig(**settings)
-    )  # type: ignore[arg-type]
+    return GarbageCollector(storage, metadata.list_ledgers, metadata.exists, GcConfig(**settings))  # type: ignore[arg-type]
 
 
 def test_deleting_half_the_ledgers_reclaims_space_and_keeps_the_rest(tmp_path: Path) -> None:
@@ -159,13 +167,145 @@ def test_a_read_that_races_compaction_follows_the_moved_entry(tmp_path: Path) ->
     assert stale is not None
     collector(engine, metadata).run_round(force_major=True)
     assert engine.storage.index.location(1, 0) != stale  # moved, old log deleted
+    # the first lookup answers as it would have before the move
+    assert read_with_stale_lookups(engine, [stale]) == entry(1, 0)
+    engine.close()
+
+
+def read_with_stale_lookups(engine: StorageEngine, stale: list[int | None]) -> bytes:
+    """Reads ledger 1 entry 0 while the index's first lookups answer ``stale``, as they did for
+    a slow reader before compaction moved the entry."""
     real_location = engine.storage.index.location
-    calls = iter([stale])  # the first lookup answers as it would have before the move
+    answers = iter(stale)
 
     def lookup(ledger_id: int, entry_id: int) -> int | None:
-        return next(calls, None) or real_location(ledger_id, entry_id)
+        return next(answers, None) or real_location(ledger_id, entry_id)
 
     engine.storage.index.location = lookup  # type: ignore[method-assign]
-    assert engine.read(1, 0) == entry(1, 0)
-    engine.storage.index.location = real_location  # type: ignore[method-assign]
+    try:
+        return engine.read(1, 0)
+    finally:
+        engine.storage.index.location = real_location  # type: ignore[method-assign]
+
+
+class GcDuringCheckpoint:
+    """Runs one GC round in its own thread from inside a running checkpoint (at a hook), and lets
+    the checkpoint go on once the round finished or blocks on the storage's exclusive lock (which
+    the checkpoint holds), as the bookie's GC thread would interleave on a busy machine."""
+
+    def __init__(self, storage: LedgerStorage, gc: GarbageCollector) -> None:
+        self.storage = storage
+        self.gc = gc
+        self.thread: threading.Thread | None = None
+        self.waiting_for_lock = threading.Event()
+        real = storage.exclusive
+
+        outer = self
+
+        class Watched:
+            def __enter__(self) -> None:
+                if threading.current_thread() is outer.thread:
+                    outer.waiting_for_lock.set()
+                real().acquire()
+
+            def __exit__(self, *exc: object) -> None:
+                real().release()
+
+        storage.exclusive = Watched  # type: ignore[assignment,method-assign]
+
+    def fire(self) -> None:
+        if self.thread is not None:
+            return  # once
+        self.thread = threading.Thread(target=self.gc.run_round, kwargs={"force_major": True})
+        self.thread.start()
+        for _ in range(1000):  # at most 10 s
+            if self.waiting_for_lock.wait(0.01) or not self.thread.is_alive():
+                return
+
+    def join(self) -> None:
+        assert self.thread is not None, "the hook never ran"
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def read_all(storage: LedgerStorage, ledger_id: int, entries: int) -> None:
+    for entry_id in range(entries):
+        assert storage.read(ledger_id, entry_id) == entry(ledger_id, entry_id), entry_id
+
+
+def test_a_log_created_during_a_checkpoint_is_not_deleted_as_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new log's file exists a moment before it becomes the active one. A GC round listing the
+    logs then must not take it for a closed log holding nothing (and delete it once the checkpoint
+    that goes on writing into it released the lock): its entries would be indexed in a deleted
+    file. Seen in CI as EIO on every replica of entries written while GC ran."""
+    storage = LedgerStorage(str(tmp_path), log_size_limit=16 * 1024)
+    storage.add_ledger(1, KEY)
+    for entry_id in range(300):  # ~40 KiB: the checkpoint rolls into new logs twice
+        storage.add_entry(1, entry_id, entry(1, entry_id))
+    race = GcDuringCheckpoint(storage, collector_for(storage, FakeMetadata({1})))
+    real_sync = journal.fsync_directory
+
+    def sync_then_gc(directory: str) -> None:
+        real_sync(directory)
+        if storage.entry_logger.active_log_id >= 0:  # a second log is being started
+            race.fire()
+
+    monkeypatch.setattr(entry_log, "fsync_directory", sync_then_gc)
+    storage.checkpoint()
+    race.join()
+    read_all(storage, 1, 300)
+    storage.close()
+
+
+def test_a_log_rolled_by_a_running_checkpoint_is_not_compacted_before_its_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log the checkpoint rolled holds entries the index does not know yet. A ledger deleted in
+    metadata whose writer still adds makes that log look mostly dead; compacting it before the
+    commit would skip the unindexed entries and delete the log under them."""
+    storage = LedgerStorage(str(tmp_path), log_size_limit=16 * 1024)
+    metadata = FakeMetadata({1, 2})
+    gc = collector_for(storage, metadata)
+    for ledger_id in (1, 2):
+        storage.add_ledger(ledger_id, KEY)
+        storage.add_entry(ledger_id, 0, entry(ledger_id, 0))
+    storage.checkpoint()
+    metadata.ledgers.discard(1)
+    assert gc.run_round().ledgers_deleted == 1
+    storage.add_ledger(1, KEY)  # its writer goes on adding
+    for entry_id in range(1, 90):  # ~13 KiB: the first log rolls during ledger 2's entries
+        storage.add_entry(1, entry_id, entry(1, entry_id))
+    for entry_id in range(1, 40):
+        storage.add_entry(2, entry_id, entry(2, entry_id))
+    race = GcDuringCheckpoint(storage, gc)
+    real_commit = storage.index.commit
+
+    def gc_then_commit(*args: Any) -> None:
+        race.fire()
+        real_commit(*args)
+
+    monkeypatch.setattr(storage.index, "commit", gc_then_commit)
+    storage.checkpoint()
+    race.join()
+    rolled = storage.entry_logger.active_log_id - 1
+    assert set(storage.entry_logger.ledgers_map(rolled)) == {1, 2}
+    read_all(storage, 2, 40)
+    storage.close()
+
+
+def test_a_read_follows_an_entry_compaction_moved_twice(tmp_path: Path) -> None:
+    engine = filled(tmp_path)
+    stale = engine.storage.index.location(1, 0)
+    metadata = FakeMetadata(set(range(1, LEDGERS)))
+    gc = collector(engine, metadata)
+    gc.run_round(force_major=True)
+    middle = engine.storage.index.location(1, 0)
+    engine.storage.entry_logger.roll()
+    engine.checkpoint()  # settles the log just closed
+    metadata.ledgers -= set(range(2, LEDGERS))  # now ledger 1 is nearly alone: compact again
+    gc.run_round(force_major=True)
+    assert len({stale, middle, engine.storage.index.location(1, 0)}) == 3
+    assert read_with_stale_lookups(engine, [stale, middle]) == entry(1, 0)
     engine.close()

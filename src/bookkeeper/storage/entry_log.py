@@ -90,6 +90,8 @@ class EntryLogger:
         self._fd_lock = threading.Lock()
         self._active_fd = -1
         self._active_id = -1
+        existing = self.log_ids()
+        self._next_id = existing[-1] + 1 if existing else 0  # logs from earlier runs stay below
         self._size = 0
         self._synced_size = 0
         self._buffer = bytearray()
@@ -113,9 +115,16 @@ class EntryLogger:
     def active_log_id(self) -> int:
         return self._active_id
 
+    @property
+    def writable_floor(self) -> int:
+        """Every log below this id is closed: never appended to again. Logs at or above it are
+        active or about to be created (a new log's file exists before it becomes the active one)."""
+        return self._active_id if self._active_id >= 0 else self._next_id
+
     def _start_log(self) -> None:
         existing = self.log_ids()
-        log_id = max(existing[-1] + 1 if existing else 0, self._active_id + 1)
+        log_id = max(existing[-1] + 1 if existing else 0, self._next_id)
+        self._next_id = log_id + 1
         fd = os.open(self.path(log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         os.write(fd, _header(log_id, 0, 0))
         os.fsync(fd)
@@ -340,7 +349,7 @@ class EntryLogger:
             yield ledger_id, entry_id, offset, body
 
     def delete(self, log_id: int) -> None:
-        if log_id == self._active_id:
+        if log_id >= self.writable_floor:
             raise EntryLogError(f"cannot delete the active entry log {log_id}")
         with self._fd_lock:
             fd = self._read_fds.pop(log_id, None)

@@ -7,8 +7,11 @@ One round:
    removed because a listing was incomplete. Each local ledger missing from the listing is then
    checked again with a direct metadata read, and removed (index state, locations) only if that
    read says "no such ledger" — so a ledger created after the listing began is never touched.
-2. **Entry logs.** For every entry log but the active one, the bytes of each ledger come from the
-   log's ledgers map (or a scan). A log whose ledgers are all gone is deleted.
+2. **Entry logs.** For every *settled* entry log (closed, and every record in it indexed or dead
+   for good: below ``LedgerStorage.settled_log_floor``, so neither the active log, nor a log
+   whose file is being created, nor a log a running checkpoint rolled before committing), the
+   bytes of each ledger come from the log's ledgers map (or a scan). A log whose ledgers are all
+   gone is deleted.
 3. **Compaction.** A log whose live fraction is below the threshold has its live entries copied to
    the active log; an entry is copied only if the index still points at this log's record, and its
    new location is committed only under the same condition; then the old log is deleted. Minor
@@ -197,8 +200,9 @@ class GarbageCollector:
         """Live fraction of every inactive entry log; deletes the ones with nothing live."""
         logger = self.storage.entry_logger
         usage: dict[int, float] = {}
+        settled = self.storage.settled_log_floor  # read before listing: new logs are above it
         for log_id in logger.log_ids():
-            if log_id == logger.active_log_id:
+            if log_id >= settled:
                 continue
             try:
                 total = logger.file_size(log_id)
@@ -264,6 +268,7 @@ class GarbageCollector:
                 moved = [(lid, eid, old, logger.add(lid, entry)) for lid, eid, old, entry in batch]
                 logger.flush()
                 self.storage.index.move_locations(moved)
+                self.storage.settle()
             except BaseException:
                 logger.abandon_active()  # keep offsets right for the next writer; nothing moved
                 raise

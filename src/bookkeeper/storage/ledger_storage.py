@@ -29,6 +29,9 @@ from bookkeeper.wire.proto import data_formats_pb2 as formats
 log = logging.getLogger(__name__)
 
 
+_READ_ATTEMPTS = 4  # reads of one entry that compaction may move away under the reader
+
+
 class StorageIOError(Exception):
     """Reading stored data failed; the answer is unknown, not absent."""
 
@@ -114,6 +117,7 @@ class LedgerStorage:
         self._current = _Generation()
         self._flushing: _Generation | None = None
         self._flush_lock = threading.Lock()  # one checkpoint at a time
+        self._settled_floor = self.entry_logger.writable_floor
 
     # -- ledger state --------------------------------------------------------------------------
 
@@ -249,17 +253,19 @@ class LedgerStorage:
         location = self.index.location(ledger_id, entry_id)
         if location is None:
             raise NoEntryError(ledger_id, entry_id)
-        try:
-            return self.entry_logger.read(location, ledger_id, entry_id)
-        except EntryLogError as error:
-            # Compaction may have moved the entry and deleted its old log after we looked it up.
-            moved = self.index.location(ledger_id, entry_id)
-            if moved is None or moved == location:
-                raise StorageIOError(str(error)) from error
-        try:
-            return self.entry_logger.read(moved, ledger_id, entry_id)
-        except EntryLogError as error:
-            raise StorageIOError(str(error)) from error
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                return self.entry_logger.read(location, ledger_id, entry_id)
+            except EntryLogError as error:
+                # Compaction may have moved the entry (maybe more than once) and deleted its old
+                # log after we looked it up: read again only where the index now points.
+                moved = self.index.location(ledger_id, entry_id)
+                if moved is None or moved == location:
+                    raise StorageIOError(str(error)) from error
+                location = moved
+        raise StorageIOError(
+            f"ledger {ledger_id} entry {entry_id} moved {_READ_ATTEMPTS} times while being read"
+        )
 
     # -- checkpoint ----------------------------------------------------------------------------
 
@@ -307,7 +313,21 @@ class LedgerStorage:
                 raise
             with self._lock:
                 self._flushing = None
+            self.settle()
             return CheckpointResult(len(locations), flushing.size_bytes, len(states))
+
+    def settle(self) -> None:
+        """Called with ``exclusive()`` held right after the index committed every location written
+        so far: the logs closed by now hold no record the index will ever learn about later."""
+        self._settled_floor = self.entry_logger.writable_floor
+
+    @property
+    def settled_log_floor(self) -> int:
+        """Entry logs below this id are closed and settled: each of their records is either in
+        the index already or never will be, so garbage collection may judge them by the index.
+        A log rolled in the middle of a checkpoint is not settled until that checkpoint committed
+        (its entries are not indexed yet), nor is a log whose file was just created."""
+        return self._settled_floor
 
     def exclusive(self) -> threading.Lock:
         """The lock held while writing entry logs (checkpoints, compaction): one writer at a time."""
