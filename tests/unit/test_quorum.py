@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +13,6 @@ from bookkeeper.core.quorum import (
     negative_threshold,
     write_set,
 )
-from bookkeeper.core.writer import PendingAdds
 from bookkeeper.errors import IncorrectParameterError
 
 
@@ -78,36 +75,3 @@ def test_coverage_when_qw_above_qa_and_e_above_qw() -> None:
     assert not coverage.covered
     assert coverage.add_known(3)
     assert negative_threshold(3, 2) == 2
-
-
-def test_pending_adds_complete_in_order() -> None:
-    window = PendingAdds(3, 2, 2)
-    adds = [window.push(10) for _ in range(3)]
-    assert [a.entry_id for a in adds] == [0, 1, 2]
-    assert adds[1].write_set == [1, 2]
-    # entry 1 reaches Qa first: nothing completes until entry 0 does
-    assert window.on_ack(1, 1) == [] and window.on_ack(1, 2) == []
-    assert window.on_ack(0, 0) == []
-    completed = window.on_ack(0, 1)
-    assert [a.entry_id for a in completed] == [0, 1]
-    assert window.last_add_confirmed == 1
-    assert window.on_ack(2, 0) == []
-    assert window.on_ack(2, 0) == []  # duplicate ack counts once
-    assert [a.entry_id for a in window.on_ack(2, 2)] == [2]
-    assert window.on_ack(2, 1) == []  # late ack after completion
-    assert len(window) == 0
-
-
-@given(st.permutations(list(itertools.product(range(6), range(2)))))
-def test_pending_adds_any_ack_order_yields_sequential_completions(
-    order: list[tuple[int, int]],
-) -> None:
-    window = PendingAdds(2, 2, 2)
-    for _ in range(6):
-        window.push(1)
-    completed: list[int] = []
-    for entry_id, member in order:
-        bookie = write_set(entry_id, 2, 2)[member]
-        completed.extend(a.entry_id for a in window.on_ack(entry_id, bookie))
-        assert completed == list(range(len(completed)))
-    assert completed == list(range(6))

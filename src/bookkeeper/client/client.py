@@ -17,6 +17,7 @@ from bookkeeper.client.connection import BookiePool
 from bookkeeper.client.ledger import LedgerHandle, ReadHandle
 from bookkeeper.client.recovery import recover
 from bookkeeper.core.metadata import LedgerMetadata
+from bookkeeper.core.placement import Quarantine, RandomPlacement
 from bookkeeper.core.quorum import check_quorum_sizes
 from bookkeeper.metadata.manager import MetadataClient
 from bookkeeper.tls import TlsConfig
@@ -38,9 +39,15 @@ class BookKeeper:
         throttle: int = 5000,
         tls: TlsConfig | None = None,
         auth: ClientAuthProvider | None = None,
+        delay_ensemble_change: bool = False,
+        explicit_lac_interval_s: float = 0.0,
     ) -> None:
         self.metadata = metadata
         self.throttle = throttle  # adds in flight per ledger handle (BookKeeper's "throttle")
+        # BookKeeper's delayEnsembleChange: replace a failed bookie only once an entry cannot
+        # reach Qa without it; explicitLacInterval: an idle writer writes its LAC (0: never).
+        self.delay_ensemble_change = delay_ensemble_change
+        self.explicit_lac_interval_s = explicit_lac_interval_s
         self.pool = BookiePool(
             self._resolve,
             use_v3=use_v3,
@@ -51,6 +58,8 @@ class BookKeeper:
         )
         self.bookies = BookieWatcher(metadata)
         self._random = random.Random()
+        self.placement = RandomPlacement(self._random)
+        self.quarantine = Quarantine()
         self._closed = False
 
     @classmethod
@@ -64,6 +73,8 @@ class BookKeeper:
         throttle: int = 5000,
         tls: TlsConfig | None = None,
         auth: ClientAuthProvider | None = None,
+        delay_ensemble_change: bool = False,
+        explicit_lac_interval_s: float = 0.0,
     ) -> BookKeeper:
         """Connects to the metadata store; raises ``MetadataUnavailableError`` within
         ``metadata_timeout_s``. With ``tls``, every bookie connection is upgraded to TLS (and
@@ -78,6 +89,8 @@ class BookKeeper:
             throttle=throttle,
             tls=tls,
             auth=auth,
+            delay_ensemble_change=delay_ensemble_change,
+            explicit_lac_interval_s=explicit_lac_interval_s,
         )
 
     def _resolve(self, bookie_id: str) -> tuple[str, int]:
@@ -105,7 +118,9 @@ class BookKeeper:
             raise errors.NotEnoughBookiesError(
                 f"need {ensemble_size} writable bookies for the ensemble, {len(bookies)} registered: {bookies}"
             )
-        ensemble = tuple(self._random.sample(bookies, ensemble_size))
+        ensemble = self.placement.new_ensemble(
+            ensemble_size, bookies, self.quarantine.quarantined(int(time.monotonic() * 1000))
+        )
         ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
         metadata = LedgerMetadata(
             ledger_id=ledger_id,

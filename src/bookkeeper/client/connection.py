@@ -375,6 +375,20 @@ class BookieConnection(asyncio.Protocol):
                 v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None)
             )
 
+    def write_lac(
+        self, ledger_id: int, lac: int, master_key: bytes, body: bytes, callback: Callback
+    ) -> None:
+        """Writes an explicit LAC (``body``: the digest-packaged LAC); ``callback(status, b"")``.
+        Protocol v3 only, as in BookKeeper: a v2 connection answers EBADVERSION."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
+        request = pb.Request()
+        request.header.CopyFrom(v3.header(pb.WRITE_LAC, next(self._txn_ids), 0))
+        write = request.writeLacRequest
+        write.ledgerId, write.lac, write.masterKey, write.body = ledger_id, lac, master_key, body
+        self._send_v3(request, callback)
+
     # -- responses -----------------------------------------------------------------------------
 
     def _decrypt(self, data: bytes) -> bytes:
@@ -441,6 +455,8 @@ class BookieConnection(asyncio.Protocol):
             body = response.readResponse.body
         elif response.HasField("addResponse"):
             status = StatusCode(response.addResponse.status)
+        elif response.HasField("writeLacResponse"):
+            status = StatusCode(response.writeLacResponse.status)
         self._finish(request, status, body)
 
 

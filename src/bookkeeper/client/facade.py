@@ -108,6 +108,11 @@ class LedgerHandle(ReadHandle):
     def last_add_pushed(self) -> int:
         return self._handle.last_add_pushed
 
+    @property
+    def ensemble_changes(self) -> int:
+        """Ensemble changes this writer made (a failed or slow bookie replaced)."""
+        return self._handle.ensemble_changes
+
     def add_entry(self, data: bytes) -> int:
         """Adds ``data``; returns its entry id once Qa bookies made it durable."""
         return self.add_entry_async(data).result()
@@ -154,6 +159,8 @@ class BookKeeper:
         throttle: int = 5000,
         tls: TlsConfig | None = None,
         auth: ClientAuthProvider | None = None,
+        delay_ensemble_change: bool = False,
+        explicit_lac_interval_s: float = 0.0,
     ) -> None:
         self._runner = _LoopThread()
         try:
@@ -166,6 +173,8 @@ class BookKeeper:
                     throttle=throttle,
                     tls=tls,
                     auth=auth,
+                    delay_ensemble_change=delay_ensemble_change,
+                    explicit_lac_interval_s=explicit_lac_interval_s,
                 )
             )
         except BaseException:

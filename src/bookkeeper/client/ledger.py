@@ -7,9 +7,8 @@ rule); this module sends the requests and feeds the answers back.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,16 @@ from bookkeeper.client.connection import BookieConnection, Callback, describe, s
 from bookkeeper.core.lac import LastConfirmedRead, ReadRequest
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.core.quorum import write_set
-from bookkeeper.core.writer import PendingAdds
+from bookkeeper.core.writer import (
+    ChangeEnsemble,
+    Completed,
+    Failed,
+    Instruction,
+    LedgerWriter,
+    SendAdd,
+    WriteLac,
+    change_ensemble,
+)
 from bookkeeper.wire.digest import DigestManager, Entry, master_key, peek_header
 from bookkeeper.wire.status import StatusCode
 
@@ -28,6 +36,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_WINDOW = 128  # entries read concurrently by a range read
+TICK_S = 0.05  # how often a writer with adds pending checks timeouts and the explicit LAC
+
+
+def _changed(
+    current: LedgerMetadata,
+    first_entry: int,
+    based_on: tuple[int, tuple[str, ...]],
+    ensemble: tuple[str, ...],
+) -> LedgerMetadata:
+    updated = change_ensemble(current, first_entry, based_on, ensemble)
+    assert updated is not None, "only called when the change is still to be made"
+    return updated
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,65 +245,118 @@ class ReadHandle:
 
 
 class LedgerHandle(ReadHandle):
-    """The single writer of a ledger: adds are acknowledged in entry-id order after Qa acks."""
+    """The single writer of a ledger: executes ``core.writer.LedgerWriter``'s instructions.
+
+    Adds are acknowledged in entry-id order after Qa acks; a failed bookie is replaced by an
+    ensemble change (placement policy, CAS of a new fragment) and the unacknowledged entries are
+    sent again to its replacement. Add timeouts are the connections' request timeouts: a request
+    not answered in time comes back as a failed answer."""
 
     def __init__(self, client: BookKeeper, metadata: LedgerMetadata, password: bytes) -> None:
         super().__init__(client, metadata, password)
         self.last_add_confirmed = -1
         self.length = 0  # bytes of the confirmed entries
-        self._pushed_length = 0  # bytes of every entry sent, confirmed or not
-        self._pending = PendingAdds(
-            metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
+        self._writer = LedgerWriter(
+            metadata,
+            max_in_flight=client.throttle,
+            delay_ensemble_change=client.delay_ensemble_change,
+            explicit_lac_interval_ms=int(client.explicit_lac_interval_s * 1000),
         )
+        self._loop = asyncio.get_running_loop()
         self._futures: dict[int, asyncio.Future[int]] = {}
-        self._connecting: set[asyncio.Future[None]] = set()
-        self._error: errors.BKError | None = None
-        # BookKeeper's client throttle: at most this many adds sent and not yet acknowledged; the
-        # rest wait here (already numbered and packaged) and go out as acks free permits.
-        self._throttle = client.throttle
-        self._in_flight = 0
-        self._waiting: collections.deque[tuple[int, bytes, list[int]]] = collections.deque()
+        self._entries: dict[int, bytes] = {}  # packaged once, sent to every bookie (and resent)
+        self._tasks: set[asyncio.Future[None]] = set()  # connects and ensemble changes running
+        self._ticker: asyncio.TimerHandle | None = None
 
     @property
     def last_add_pushed(self) -> int:
-        return self._pending.last_add_pushed
+        return self._writer.last_add_pushed
+
+    @property
+    def ensemble_changes(self) -> int:
+        """Ensemble changes this writer made (a failed or slow bookie replaced)."""
+        return self._writer.ensemble_changes
+
+    def _now(self) -> int:
+        return int(self._loop.time() * 1000)
 
     def add_entry_async(self, data: bytes) -> asyncio.Future[int]:
         """Sends ``data`` as the next entry; the future gives its entry id once acknowledged."""
         if self._closed:
             raise errors.LedgerClosedError(f"ledger {self.ledger_id} is closed by this writer")
-        if self._error is not None:
-            raise self._error
         data = bytes(data)
-        add = self._pending.push(len(data))
-        self._pushed_length += len(data)
-        entry_id = add.entry_id
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._futures[entry_id] = future
-        entry = self._digest.package(
-            entry_id, self._pending.last_add_confirmed, self._pushed_length, data
+        accepted = self._writer.add(len(data), self._now())  # raises once the writer failed
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._futures[accepted.entry_id] = future
+        self._entries[accepted.entry_id] = self._digest.package(
+            accepted.entry_id, accepted.last_add_confirmed, accepted.length, data
         )
-        if self._in_flight < self._throttle:
-            self._send_entry(entry_id, entry, add.write_set)
-        else:
-            self._waiting.append((entry_id, entry, add.write_set))
+        self._execute(accepted.instructions)
         return future
-
-    def _send_entry(self, entry_id: int, entry: bytes, write_set: list[int]) -> None:
-        self._in_flight += 1
-        ensemble = self.metadata.ensemble_at(entry_id)
-        for index in write_set:
-            self._send_add(ensemble[index], index, entry_id, entry, recovery=False)
 
     async def add_entry(self, data: bytes) -> int:
         """Adds ``data`` and returns its entry id once Qa bookies made it durable."""
         return await self.add_entry_async(data)
 
+    # -- executing the writer's instructions -----------------------------------------------------
+
+    def _execute(self, instructions: list[Instruction]) -> None:
+        for instruction in instructions:
+            if isinstance(instruction, SendAdd):
+                entry = self._entries[instruction.entry_id]
+                for index, bookie in instruction.targets:
+                    self._send_add(bookie, index, instruction.entry_id, entry, recovery=False)
+            elif isinstance(instruction, Completed):
+                self.last_add_confirmed, self.length = instruction.last, instruction.length
+                for entry_id in range(instruction.first, instruction.last + 1):
+                    self._entries.pop(entry_id, None)
+                    future = self._futures.pop(entry_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(entry_id)
+            elif isinstance(instruction, Failed):
+                log.warning("ledger %d writer failed: %s", self.ledger_id, instruction.error)
+                for entry_id in instruction.entry_ids:
+                    self._entries.pop(entry_id, None)
+                    future = self._futures.pop(entry_id, None)
+                    if future is not None and not future.done():
+                        future.set_exception(instruction.error)
+            elif isinstance(instruction, ChangeEnsemble):
+                self._spawn(self._change_ensemble(instruction))
+            elif isinstance(instruction, WriteLac):
+                self._write_lac(instruction)
+        self._schedule_tick()
+
+    def _spawn(self, coroutine: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)  # keep a reference until it ran (asyncio holds tasks weakly)
+        task.add_done_callback(self._tasks.discard)
+
+    def _schedule_tick(self) -> None:
+        if self._ticker is not None or self._closed:
+            return
+        if self._writer.pending or self._writer.explicit_lac_due:
+            self._ticker = self._loop.call_later(TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        self._ticker = None
+        self._execute(self._writer.tick(self._now()))
+
     def _send_add(
         self, bookie_id: str, index: int, entry_id: int, entry: bytes, recovery: bool
     ) -> None:
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
-            self._on_add_answer(bookie_id, index, entry_id, status, body)
+            problem = ""
+            if status != StatusCode.EOK:
+                problem = str(
+                    body
+                    if status is None
+                    else status_error(status, bookie_id, f"add of entry {entry_id}")
+                )
+                log.info("ledger %d: %s", self.ledger_id, problem)
+                self._client.quarantine.record_failure(bookie_id, self._now())
+            self._execute(
+                self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
+            )
 
         connection = self._client.pool.ready(bookie_id)
         if connection is not None:
@@ -298,74 +371,66 @@ class LedgerHandle(ReadHandle):
                 return
             connection.add(self.ledger_id, entry_id, self._master_key, entry, recovery, answered)
 
-        task = asyncio.ensure_future(connect_then_send())
-        self._connecting.add(task)  # keep a reference until it ran (asyncio holds tasks weakly)
-        task.add_done_callback(self._connecting.discard)
+        self._spawn(connect_then_send())
 
-    def _on_add_answer(
-        self,
-        bookie_id: str,
-        index: int,
-        entry_id: int,
-        status: StatusCode | None,
-        body: bytes | errors.BKError,
-    ) -> None:
-        if self._error is not None:
-            return
-        if status == StatusCode.EOK:
-            for add in self._pending.on_ack(entry_id, index):
-                self.last_add_confirmed = add.entry_id
-                self.length += add.payload_length
-                self._in_flight -= 1
-                future = self._futures.pop(add.entry_id, None)
-                if future is not None and not future.done():
-                    future.set_result(add.entry_id)
-            while self._waiting and self._in_flight < self._throttle:
-                self._send_entry(*self._waiting.popleft())
-            return
-        if status is None:
-            assert isinstance(body, errors.BKError)
-            error = body
-        else:
-            error = status_error(
-                status, bookie_id, f"add of ledger {self.ledger_id} entry {entry_id}"
+    async def _change_ensemble(self, change: ChangeEnsemble) -> None:
+        based_on = (change.based_on_start, change.ensemble)
+        try:
+            writable = await asyncio.to_thread(self._client.bookies.writable)
+            ensemble = self._client.placement.replace(
+                change.ensemble,
+                change.failed,
+                writable,
+                quarantined=self._client.quarantine.quarantined(self._now()),
             )
-        if isinstance(error, errors.LedgerFencedError | errors.UnauthorizedAccessError):
-            self._fail(error)
-            return
-        if not self._pending.on_failure(entry_id, index):
-            # No ensemble change yet (issue 6): an entry that cannot reach Qa fails the writer.
-            self._fail(
-                errors.WriteError(
-                    f"ledger {self.ledger_id} entry {entry_id} cannot reach its ack quorum "
-                    f"(Qa={self.metadata.ack_quorum_size}): {error}"
-                )
+            log.info(
+                "ledger %d: replacing %s from entry %d: new ensemble %s",
+                self.ledger_id,
+                sorted(change.failed.values()),
+                change.first_entry,
+                list(ensemble),
             )
+            metadata, _ = await asyncio.to_thread(
+                self._client.metadata.update_ledger_metadata,
+                self.ledger_id,
+                lambda current: (
+                    change_ensemble(current, change.first_entry, based_on, ensemble) is not None
+                ),
+                lambda current: _changed(current, change.first_entry, based_on, ensemble),
+            )
+        except errors.BKError as error:
+            self._execute(self._writer.on_ensemble_change_failed(error, self._now()))
+            return
+        self.metadata = metadata
+        self._execute(self._writer.on_ensemble_changed(metadata, self._now()))
 
-    def _fail(self, error: errors.BKError) -> None:
-        """Fails every pending add (sent or waiting for a permit); the handle takes no more adds."""
-        self._waiting.clear()
-        if self._error is None:
-            self._error = error
-            log.warning("ledger %d writer failed: %s", self.ledger_id, error)
-        for add in self._pending.drain():
-            future = self._futures.pop(add.entry_id, None)
-            if future is not None and not future.done():
-                future.set_exception(error)
+    def _write_lac(self, write: WriteLac) -> None:
+        body = self._digest.package_lac(write.lac)
+
+        def answered(status: StatusCode | None, _body: bytes | errors.BKError) -> None:
+            if status != StatusCode.EOK:
+                log.debug("ledger %d: explicit LAC write failed: %s", self.ledger_id, status)
+
+        async def send(bookie_id: str) -> None:
+            try:
+                connection = await self._client.pool.get(bookie_id)
+            except errors.BKError:
+                return
+            connection.write_lac(self.ledger_id, write.lac, self._master_key, body, answered)
+
+        for _, bookie_id in write.targets:
+            self._spawn(send(bookie_id))
 
     async def close(self) -> None:
         """Closes the ledger: pending adds fail, then the metadata is CAS-ed to CLOSED at the LAC."""
         if self._closed:
             return
         self._closed = True
-        if len(self._pending):
-            self._fail(
-                errors.LedgerClosedError(
-                    f"ledger {self.ledger_id} was closed with this add pending"
-                )
-            )
-        last_entry = self.last_add_confirmed
-        length = self.length
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        last_entry, length, failures = self._writer.close()
+        self._execute(failures)
 
         def needs_change(current: LedgerMetadata) -> bool:
             if current.state == LedgerState.CLOSED:

@@ -56,6 +56,14 @@ class AckSet:
         if bookie_index not in self._acked:
             self._failed.add(bookie_index)
 
+    def forget(self, bookie_index: int) -> None:
+        """Drops what one member answered (it was replaced: its copy belongs to an old fragment)."""
+        self._acked.discard(bookie_index)
+        self._failed.discard(bookie_index)
+
+    def acked(self, bookie_index: int) -> bool:
+        return bookie_index in self._acked
+
     @property
     def complete(self) -> bool:
         return len(self._acked) >= self._ack_quorum_size

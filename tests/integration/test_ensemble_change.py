@@ -1,0 +1,125 @@
+"""Issue 6 over real processes: a writer keeps going through an ensemble change when a bookie of
+its ensemble is killed with 1,000 adds in flight, and a writer frozen by SIGSTOP while a reader
+recovers its ledger is fenced when it wakes, with every entry it saw acknowledged kept."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from bookkeeper import BookKeeper, DigestType, LedgerState
+from bookkeeper.testing import LocalCluster
+
+from .workloads import payload
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENTRIES = 20_000
+IN_FLIGHT = 1000
+
+
+def test_a_bookie_killed_under_1000_adds_in_flight_is_replaced_without_a_failed_add() -> None:
+    with (
+        LocalCluster(4) as cluster,
+        BookKeeper(cluster.metadata_uri, throttle=IN_FLIGHT) as client,
+    ):
+        handle = client.create_ledger(3, 2, 2, DigestType.CRC32C, b"ec")
+        ((_, first_ensemble),) = client.get_ledger_metadata(handle.ledger_id).ensembles
+        victim = first_ensemble[1]
+        futures = [handle.add_entry_async(payload(i, 256)) for i in range(ENTRIES)]
+        futures[IN_FLIGHT].result(60)  # the pipeline is full: up to 1,000 adds in flight now
+        cluster.kill_bookie(cluster.bookie_ids.index(victim))
+        unanswered = sum(not future.done() for future in futures)
+        assert unanswered >= IN_FLIGHT  # the kill really came with the pipeline full
+        assert [future.result(120) for future in futures] == list(range(ENTRIES))
+        assert handle.ensemble_changes >= 1
+        handle.close()
+        metadata = client.get_ledger_metadata(handle.ledger_id)
+        assert metadata.state == LedgerState.CLOSED and metadata.last_entry_id == ENTRIES - 1
+        assert len(metadata.ensembles) >= 2
+        start, last_ensemble = metadata.last_ensemble
+        assert victim not in last_ensemble and 0 < start < ENTRIES
+        # Every entry readable with the killed bookie still down.
+        reader = client.open_ledger(handle.ledger_id, b"ec")
+        entries = reader.read_entries(0, ENTRIES - 1)
+        assert [e.data for e in entries] == [payload(i, 256) for i in range(ENTRIES)]
+
+
+class Lines:
+    """Collects a child's stdout lines in a thread (reads never block the test)."""
+
+    def __init__(self, stream: object) -> None:
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: object) -> None:
+        for raw in iter(stream.readline, b""):  # type: ignore[attr-defined]
+            with self._lock:
+                self.lines.append(raw.decode().strip())
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self.lines)
+
+    def wait_for(self, predicate, seconds: float) -> list[str]:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            lines = self.snapshot()
+            if predicate(lines):
+                return lines
+            time.sleep(0.05)
+        raise AssertionError(f"gave up after {seconds} s; last lines: {self.snapshot()[-5:]}")
+
+
+def acked(lines: list[str]) -> list[int]:
+    return [int(line.split()[1]) for line in lines if line.startswith("acked")]
+
+
+def test_a_writer_paused_while_a_reader_recovers_is_fenced_and_loses_nothing_it_saw() -> None:
+    password = "pause-me"
+    with LocalCluster(3) as cluster:
+        writer = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(HERE, "writer_process.py"),
+                cluster.metadata_uri,
+                password,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            output = Lines(writer.stdout)
+            lines = output.wait_for(lambda ls: len(acked(ls)) >= 2000, 120)
+            ledger_id = int(lines[0].split()[1])
+            os.kill(writer.pid, signal.SIGSTOP)
+            seen_before = acked(output.snapshot())
+            with BookKeeper(cluster.metadata_uri) as client:
+                reader = client.open_ledger(ledger_id, password.encode())  # fences and closes
+                last = reader.last_add_confirmed
+                metadata = client.get_ledger_metadata(ledger_id)
+                assert metadata.state == LedgerState.CLOSED and metadata.last_entry_id == last
+                os.kill(writer.pid, signal.SIGCONT)
+                lines = output.wait_for(lambda ls: any(x.startswith("failed") for x in ls), 60)
+                assert writer.wait(30) == 0
+                failure = next(x for x in lines if x.startswith("failed"))
+                assert failure.startswith("failed LedgerFencedError"), failure
+                seen = acked(lines)
+                assert seen == list(range(len(seen))) and len(seen) >= len(seen_before)
+                assert seen[-1] <= last  # no ack after the fence beyond what recovery kept
+                entries = reader.read_entries(0, last)
+                assert [e.data for e in entries] == [
+                    payload(i, 100 + i % 900) for i in range(last + 1)
+                ]
+        finally:
+            if writer.poll() is None:
+                os.kill(writer.pid, signal.SIGCONT)
+                writer.kill()
+                writer.wait()
+            if writer.stdout is not None:
+                writer.stdout.close()

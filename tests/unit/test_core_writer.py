@@ -1,0 +1,233 @@
+"""The writer state machine (``bookkeeper.core.writer``): ordered acks, the in-flight bound,
+ensemble change (no completion during it, unacknowledged entries re-sent to the replacement,
+stale answers of replaced bookies ignored), timeouts, fencing and the explicit LAC. No I/O: the
+test plays the bookies and the metadata store."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bookkeeper import errors
+from bookkeeper.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper.core.quorum import write_set
+from bookkeeper.core.writer import (
+    ChangeEnsemble,
+    Completed,
+    Failed,
+    Instruction,
+    LedgerWriter,
+    SendAdd,
+    WriteLac,
+    change_ensemble,
+)
+from bookkeeper.wire.digest import DigestType
+from bookkeeper.wire.status import StatusCode
+
+OK = StatusCode.EOK
+
+
+def metadata(e: int, qw: int, qa: int) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=1,
+        ensemble_size=e,
+        write_quorum_size=qw,
+        ack_quorum_size=qa,
+        digest_type=DigestType.CRC32C,
+        password=b"",
+        ensembles=((0, tuple(f"b{i}" for i in range(e))),),
+    )
+
+
+def of(instructions: list[Instruction], kind: type) -> list:  # type: ignore[type-arg]
+    return [i for i in instructions if isinstance(i, kind)]
+
+
+def completed(instructions: list[Instruction]) -> list[int]:
+    return [e for c in of(instructions, Completed) for e in range(c.first, c.last + 1)]
+
+
+def test_adds_complete_in_order_after_qa_acks() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2))
+    sends = [of(writer.add(10, 0).instructions, SendAdd)[0] for _ in range(3)]
+    assert [s.targets for s in sends] == [
+        ((0, "b0"), (1, "b1")),
+        ((1, "b1"), (2, "b2")),
+        ((2, "b2"), (0, "b0")),
+    ]
+    # entry 1 reaches Qa first: nothing completes until entry 0 does
+    assert completed(writer.on_add_answer(1, 1, "b1", OK, 1)) == []
+    assert completed(writer.on_add_answer(1, 2, "b2", OK, 1)) == []
+    assert completed(writer.on_add_answer(0, 0, "b0", OK, 1)) == []
+    out = writer.on_add_answer(0, 1, "b1", OK, 1)
+    assert completed(out) == [0, 1] and of(out, Completed)[0].length == 20
+    assert writer.on_add_answer(2, 2, "b2", OK, 1) == []
+    assert writer.on_add_answer(2, 2, "b2", OK, 1) == []  # a duplicate ack counts once
+    assert completed(writer.on_add_answer(2, 0, "b0", OK, 1)) == [2]
+    assert writer.on_add_answer(2, 1, "b1", OK, 1) == []  # late, and not of its write set
+    assert writer.pending == 0 and writer.last_add_confirmed == 2 and writer.length == 30
+
+
+@given(st.permutations(list(itertools.product(range(6), range(2)))))
+def test_any_ack_order_yields_sequential_completions(order: list[tuple[int, int]]) -> None:
+    writer = LedgerWriter(metadata(2, 2, 2))
+    for _ in range(6):
+        writer.add(1, 0)
+    done: list[int] = []
+    for entry_id, member in order:
+        index = write_set(entry_id, 2, 2)[member]
+        done += completed(writer.on_add_answer(entry_id, index, f"b{index}", OK, 0))
+        assert done == list(range(len(done)))
+    assert done == list(range(6))
+
+
+def test_at_most_max_in_flight_are_sent_and_the_rest_follow_acks() -> None:
+    writer = LedgerWriter(metadata(1, 1, 1), max_in_flight=2)
+    accepted = [writer.add(1, 0) for _ in range(5)]
+    assert [len(of(a.instructions, SendAdd)) for a in accepted] == [1, 1, 0, 0, 0]
+    assert [a.last_add_confirmed for a in accepted] == [-1] * 5
+    out = writer.on_add_answer(0, 0, "b0", OK, 1)
+    assert completed(out) == [0] and [s.entry_id for s in of(out, SendAdd)] == [2]
+    assert writer.add(1, 2).last_add_confirmed == 0  # the LAC rides on the next entry
+
+
+def ack_all(writer: LedgerWriter, entry_id: int, now: int = 0) -> list[Instruction]:
+    out: list[Instruction] = []
+    for index, bookie in writer._targets(entry_id):
+        out += writer.on_add_answer(entry_id, index, bookie, OK, now)
+    return out
+
+
+def test_a_failed_bookie_is_replaced_from_lac_plus_one_and_unacked_entries_resent() -> None:
+    writer = LedgerWriter(metadata(3, 3, 2))
+    for _ in range(4):
+        writer.add(1, 0)
+    ack_all(writer, 0)  # LAC 0
+    # entry 1: b0 and b2 ack... but b1 fails: entry 1 could still complete, yet b1 is replaced
+    assert completed(writer.on_add_answer(1, 0, "b0", OK, 1)) == []
+    out = writer.on_add_answer(1, 1, "b1", StatusCode.EIO, 1)
+    (change,) = of(out, ChangeEnsemble)
+    assert change.first_entry == 1 and dict(change.failed) == {1: "b1"}
+    assert writer.changing
+    # no completion while the ensemble changes, even though entry 1 reaches Qa now
+    assert writer.on_add_answer(1, 2, "b2", OK, 2) == []
+    assert writer.add(1, 2).instructions == []  # new adds wait for the change
+    stored = change_ensemble(writer.metadata, 1, (0, ("b0", "b1", "b2")), ("b0", "b9", "b2"))
+    assert stored is not None and stored.ensembles == (
+        (0, ("b0", "b1", "b2")),
+        (1, ("b0", "b9", "b2")),
+    )
+    out = writer.on_ensemble_changed(stored, 3)
+    resent = {s.entry_id: s.targets for s in of(out, SendAdd)}
+    # entries 1-3 re-sent to b9 only; entry 4 (never sent) goes to its whole write set
+    assert resent == {
+        1: ((1, "b9"),),
+        2: ((1, "b9"),),
+        3: ((1, "b9"),),
+        4: ((1, "b9"), (2, "b2"), (0, "b0")),
+    }
+    assert completed(out) == [1]  # b0 + b2 acked it: released once the change is done
+    # a late ack of the replaced bookie counts for nothing
+    assert writer.on_add_answer(2, 1, "b1", OK, 4) == []
+    assert completed(writer.on_add_answer(2, 1, "b9", OK, 4)) == []
+    assert completed(writer.on_add_answer(2, 2, "b2", OK, 4)) == [2]
+
+
+def test_failures_during_a_change_start_another_change_afterwards() -> None:
+    writer = LedgerWriter(metadata(3, 3, 3))
+    writer.add(1, 0)
+    (first,) = of(writer.on_add_answer(0, 0, "b0", None, 1), ChangeEnsemble)
+    assert dict(first.failed) == {0: "b0"}
+    assert of(writer.on_add_answer(0, 1, "b1", StatusCode.EIO, 1), ChangeEnsemble) == []
+    stored = change_ensemble(writer.metadata, 0, (0, ("b0", "b1", "b2")), ("b5", "b1", "b2"))
+    assert stored is not None and stored.ensembles == ((0, ("b5", "b1", "b2")),)  # same start
+    out = writer.on_ensemble_changed(stored, 2)
+    (second,) = of(out, ChangeEnsemble)
+    assert dict(second.failed) == {1: "b1"} and second.ensemble == ("b5", "b1", "b2")
+
+
+def test_an_ensemble_change_refused_by_the_metadata_fails_every_add() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2))
+    for _ in range(3):
+        writer.add(1, 0)
+    writer.on_add_answer(0, 0, "b0", StatusCode.EIO, 1)
+    fenced = writer.metadata.with_state(LedgerState.IN_RECOVERY)
+    with pytest.raises(errors.LedgerFencedError):
+        change_ensemble(fenced, 0, (0, ("b0", "b1", "b2")), ("b7", "b1", "b2"))
+    with pytest.raises(errors.LedgerClosedError):
+        change_ensemble(fenced.closed_at(5, 5), 0, (0, ("b0", "b1", "b2")), ("b7", "b1", "b2"))
+    out = writer.on_ensemble_change_failed(errors.LedgerFencedError("fenced"), 2)
+    (failed,) = of(out, Failed)
+    assert failed.entry_ids == (0, 1, 2)
+    with pytest.raises(errors.LedgerFencedError):
+        writer.add(1, 3)
+
+
+def test_a_change_that_landed_but_whose_answer_was_lost_is_not_made_twice() -> None:
+    before = metadata(3, 2, 2)
+    based_on = before.last_ensemble
+    landed = change_ensemble(before, 4, based_on, ("b0", "b8", "b2"))
+    assert landed is not None
+    assert change_ensemble(landed, 4, based_on, ("b0", "b8", "b2")) is None
+    with pytest.raises(errors.MetadataVersionError):
+        change_ensemble(landed, 4, based_on, ("b0", "b9", "b2"))
+
+
+def test_no_spare_bookie_carries_on_while_qa_is_reachable_and_fails_when_not() -> None:
+    writer = LedgerWriter(metadata(3, 3, 2))
+    writer.add(1, 0)
+    writer.on_add_answer(0, 0, "b0", StatusCode.EIO, 1)
+    out = writer.on_ensemble_change_failed(errors.NotEnoughBookiesError("none"), 2)
+    assert of(out, Failed) == [] and not writer.changing
+    assert completed(writer.on_add_answer(0, 1, "b1", OK, 3)) == []
+    assert completed(writer.on_add_answer(0, 2, "b2", OK, 3)) == [0]
+    writer.add(1, 4)
+    writer.on_add_answer(1, 1, "b1", StatusCode.EIO, 5)
+    writer.on_add_answer(1, 2, "b2", StatusCode.EIO, 5)
+    (failed,) = of(writer.on_ensemble_change_failed(errors.NotEnoughBookiesError("x"), 6), Failed)
+    assert failed.entry_ids == (1,)
+
+
+def test_fenced_answer_fails_the_writer() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2))
+    writer.add(1, 0)
+    writer.add(1, 0)
+    (failed,) = of(writer.on_add_answer(1, 1, "b1", StatusCode.EFENCED, 1), Failed)
+    assert failed.entry_ids == (0, 1) and isinstance(failed.error, errors.LedgerFencedError)
+    assert writer.on_add_answer(0, 0, "b0", OK, 2) == []  # nothing completes after that
+
+
+def test_a_bookie_that_does_not_answer_in_time_is_replaced() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2), add_timeout_ms=100)
+    writer.add(1, 0)
+    writer.on_add_answer(0, 0, "b0", OK, 10)
+    assert writer.tick(99) == []
+    (change,) = of(writer.tick(100), ChangeEnsemble)
+    assert dict(change.failed) == {1: "b1"}
+
+
+def test_delayed_ensemble_change_waits_until_an_entry_needs_it() -> None:
+    writer = LedgerWriter(metadata(3, 3, 2), delay_ensemble_change=True)
+    writer.add(1, 0)
+    assert writer.on_add_answer(0, 0, "b0", StatusCode.EIO, 1) == []
+    assert completed(writer.on_add_answer(0, 1, "b1", OK, 1)) == []
+    assert completed(writer.on_add_answer(0, 2, "b2", OK, 1)) == [0]
+    writer.add(1, 2)
+    writer.on_add_answer(1, 1, "b1", OK, 3)
+    assert writer.on_add_answer(1, 2, "b2", StatusCode.EIO, 3) == []  # b0 may still ack
+    (change,) = of(writer.on_add_answer(1, 0, "b0", StatusCode.EIO, 3), ChangeEnsemble)
+    assert dict(change.failed) == {0: "b0", 2: "b2"}  # both suspects go at once
+
+
+def test_an_idle_writer_writes_its_lac_explicitly() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2), explicit_lac_interval_ms=50)
+    writer.add(1, 0)
+    ack_all(writer, 0, 5)
+    assert writer.explicit_lac_due
+    assert writer.tick(20) == []  # not idle long enough
+    (lac,) = of(writer.tick(50), WriteLac)
+    assert lac.lac == 0 and len(lac.targets) == 3
+    assert writer.tick(200) == []  # written once, until the LAC moves again
