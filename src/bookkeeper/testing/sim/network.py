@@ -31,6 +31,7 @@ class Network:
         self.faults = faults or NetworkFaults()
         self._receivers: dict[str, Deliver] = {}
         self._cut: set[frozenset[str]] = set()
+        self._slow: dict[tuple[str, str], float] = {}  # (source, destination) -> extra delay
         self.sent = self.delivered = self.dropped = self.duplicated = 0
 
     def register(self, node: str, receiver: Deliver) -> None:
@@ -50,6 +51,13 @@ class Network:
     def heal(self) -> None:
         self._cut.clear()
 
+    def slow_down(self, source: str, destination: str, extra_ms: float) -> None:
+        """Messages from ``source`` to ``destination`` take ``extra_ms`` longer (0: back to normal)."""
+        if extra_ms > 0:
+            self._slow[(source, destination)] = extra_ms
+        else:
+            self._slow.pop((source, destination), None)
+
     def connected(self, a: str, b: str) -> bool:
         return frozenset((a, b)) not in self._cut
 
@@ -64,6 +72,7 @@ class Network:
         self.duplicated += copies - 1
         for _ in range(copies):
             delay = random.uniform(faults.min_delay_ms, faults.max_delay_ms)
+            delay += self._slow.get((source, destination), 0.0)
             self.simulation.call_later(delay, lambda: self._arrive(source, destination, message))
 
     def _arrive(self, source: str, destination: str, message: object) -> None:
