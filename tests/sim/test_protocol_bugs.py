@@ -8,10 +8,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from bookkeeper.core.lac import LastConfirmed, ReadRequest
-from bookkeeper.core.metadata import LedgerMetadata
-from bookkeeper.core.quorum import CoverageSet, write_set
-from bookkeeper.core.recovery import Instruction, LedgerRecovery, Phase
+from bookkeeper.core.lac import ReadRequest
+from bookkeeper.core.recovery import Instruction, LedgerRecovery
 from bookkeeper.testing.sim.actors import BookieFaults
 from bookkeeper.testing.sim.network import NetworkFaults
 from bookkeeper.testing.sim.run import LEDGER_ID, RunResult, Scenario, run_scenario
@@ -29,60 +27,6 @@ class UnfencedRecoveryReads(LedgerRecovery):
             for r in super()._reads_for(entry_id)
             if isinstance(r, ReadRequest)
         ]
-
-
-class NoLacFloor(LedgerRecovery):
-    """Recovery as before the #2615 fix: it starts at the LAC the bookies returned even when
-    that lies in an earlier fragment, and re-reads and re-writes that immutable fragment."""
-
-    def _begin_reading(self, fenced: LastConfirmed) -> list[Instruction]:
-        assert self.metadata is not None
-        first, bookies = self.metadata.last_ensemble
-        real = self.metadata
-        if fenced.lac < first - 1:
-            # Pretend the last fragment begins right after the LAC: the LAC floor is then a no-op.
-            self.metadata = (
-                LedgerMetadata(
-                    **{
-                        **{f: getattr(real, f) for f in real.__dataclass_fields__},
-                        "ensembles": (*real.ensembles[:-1], (fenced.lac + 1, bookies))
-                        if fenced.lac + 1 > real.ensembles[-2][0]
-                        else real.ensembles,
-                    }
-                )
-                if len(real.ensembles) > 1
-                else real
-            )
-        instructions = super()._begin_reading(fenced)
-        self.metadata = real
-        return instructions
-
-
-class OneKnownPerWriteSet(CoverageSet):
-    """Coverage as if Qw-Qa+1 were always 1: right only when Qw = Qa."""
-
-    @property
-    def covered(self) -> bool:
-        return all(
-            any(
-                m in self._known
-                for m in write_set(first, self._ensemble_size, self._write_quorum_size)
-            )
-            for first in range(self._ensemble_size)
-        )
-
-
-def wrong_coverage(base: type[LedgerRecovery]) -> type[LedgerRecovery]:
-    class WrongCoverage(base):  # type: ignore[valid-type,misc]
-        def on_metadata(self, metadata: LedgerMetadata) -> list[Instruction]:
-            instructions = super().on_metadata(metadata)
-            if self.phase == Phase.FENCING and self._fencing is not None:
-                self._fencing._coverage = OneKnownPerWriteSet(
-                    metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
-                )
-            return instructions
-
-    return WrongCoverage
 
 
 def sweep(

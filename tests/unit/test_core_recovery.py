@@ -22,6 +22,7 @@ from bookkeeper.core.recovery import (
     RecoveryAdd,
     RecoveryDone,
     RecoveryFailed,
+    ReplaceInRecovery,
 )
 from bookkeeper.wire.digest import DigestType, Entry
 from bookkeeper.wire.status import StatusCode
@@ -117,8 +118,21 @@ def run(
             queue.extend(machine.on_metadata(stored))
         elif isinstance(instruction, CloseInRecovery):
             if stored.state == LedgerState.IN_RECOVERY:
-                stored = stored.closed_at(instruction.last_entry_id, instruction.length)
+                stored = instruction.closed(stored)
             queue.extend(machine.on_metadata(stored))
+        elif isinstance(instruction, ReplaceInRecovery):
+            spares = [
+                name
+                for name, b in (others or {}).items()
+                if not b.down and name not in instruction.ensemble
+            ]
+            if len(spares) < len(instruction.failed):
+                queue.extend(machine.on_replacement_failed(errors.NotEnoughBookiesError("none")))
+            else:
+                members = list(instruction.ensemble)
+                for index, spare in zip(sorted(instruction.failed), spares, strict=False):
+                    members[index] = spare
+                queue.extend(machine.on_replacement(tuple(members)))
         elif isinstance(instruction, ReadRequest):
             bookie = by_name[instruction.bookie]
             status, found = bookie.read(instruction.entry_id, instruction.fence)
@@ -132,12 +146,24 @@ def run(
             bookie.writes += 1
             if bookie.down:
                 queue.extend(
-                    machine.on_add(instruction.bookie_index, instruction.entry_id, None, "down")
+                    machine.on_add(
+                        instruction.bookie_index,
+                        instruction.entry_id,
+                        None,
+                        "down",
+                        instruction.bookie,
+                    )
                 )
             else:
                 bookie.entries[instruction.entry_id] = entry(instruction.entry_id, -1)
                 queue.extend(
-                    machine.on_add(instruction.bookie_index, instruction.entry_id, StatusCode.EOK)
+                    machine.on_add(
+                        instruction.bookie_index,
+                        instruction.entry_id,
+                        StatusCode.EOK,
+                        "",
+                        instruction.bookie,
+                    )
                 )
     raise AssertionError("recovery did not end within 100,000 instructions")
 
@@ -307,3 +333,26 @@ def test_the_lac_read_takes_the_largest_lac_once_every_write_set_is_covered() ->
         assert failing.on_answer(index, None, None, f"down {index}") is None
     with pytest.raises(errors.LedgerRecoveryError, match=r"down 0; .*down 3"):
         failing.on_answer(4, StatusCode.EOK, entry(7, 5))
+
+
+def test_a_dead_bookie_is_replaced_in_memory_and_the_close_stores_the_new_fragment() -> None:
+    md = metadata(3, 3, 3)
+    bookies = written(md, 5, lac_lag=2)
+    read = bookies[2].read
+
+    def read_then_go_away(entry_id: int, fence: bool) -> tuple[StatusCode | None, Entry | None]:
+        answer = read(entry_id, fence)
+        if entry_id >= 0:
+            bookies[2].down = True
+        return answer
+
+    bookies[2].read = read_then_go_away  # type: ignore[method-assign]
+    spare = ScriptedBookie()
+    final, stored = run(md, bookies, others={"spare": spare})
+    assert isinstance(final, RecoveryDone) and stored.state == LedgerState.CLOSED
+    assert stored.last_entry_id == 5  # entries 0..5 were written
+    first, last_ensemble = stored.last_ensemble
+    assert last_ensemble == (md.last_ensemble[1][0], md.last_ensemble[1][1], "spare")
+    assert first == 4  # recovery started after the LAC, 3: its first write-back opens it
+    # Every entry of the new fragment is on all three of its bookies (Qa = 3).
+    assert all(e in spare.entries for e in range(first, 6))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 
 from bookkeeper import errors
@@ -22,6 +23,7 @@ from bookkeeper.core.recovery import (
     RecoveryAdd,
     RecoveryDone,
     RecoveryFailed,
+    ReplaceInRecovery,
 )
 from bookkeeper.wire.digest import peek_header
 from bookkeeper.wire.status import StatusCode
@@ -94,9 +96,11 @@ async def _execute(handle: ReadHandle, instruction: Instruction) -> Event:
             metadata_client.update_ledger_metadata,
             handle.ledger_id,
             lambda current: current.state == LedgerState.IN_RECOVERY,
-            lambda current: current.closed_at(instruction.last_entry_id, instruction.length),
+            instruction.closed,
         )
         return lambda machine: machine.on_metadata(closed)
+    if isinstance(instruction, ReplaceInRecovery):
+        return await _replace(handle, instruction)
     if isinstance(instruction, ReadRequest):
         return await _read(handle, instruction)
     assert isinstance(instruction, RecoveryAdd), instruction
@@ -123,6 +127,28 @@ async def _read(handle: ReadHandle, request: ReadRequest) -> Event:
     return lambda machine: machine.on_read(index, entry_id, StatusCode.EOK, entry, body)
 
 
+async def _replace(handle: ReadHandle, request: ReplaceInRecovery) -> Event:
+    client = handle._client
+    try:
+        writable = await asyncio.to_thread(client.bookies.writable)
+        ensemble = client.placement.replace(
+            request.ensemble,
+            request.failed,
+            writable,
+            quarantined=client.quarantine.quarantined(int(time.monotonic() * 1000)),
+        )
+    except errors.BKError as error:
+        failure = error
+        return lambda machine: machine.on_replacement_failed(failure)
+    log.info(
+        "ledger %d: recovery replaces %s with %s (in memory until the close)",
+        handle.ledger_id,
+        sorted(request.failed.values()),
+        list(ensemble),
+    )
+    return lambda machine: machine.on_replacement(ensemble)
+
+
 async def _write_back(handle: ReadHandle, add: RecoveryAdd) -> Event:
     index, entry_id = add.bookie_index, add.entry_id
     try:
@@ -134,6 +160,6 @@ async def _write_back(handle: ReadHandle, add: RecoveryAdd) -> Event:
         )
     except errors.BKError as error:
         problem = f"{add.bookie}: {error}"
-        return lambda machine: machine.on_add(index, entry_id, None, problem)
+        return lambda machine: machine.on_add(index, entry_id, None, problem, add.bookie)
     problem = "" if status == StatusCode.EOK else f"{add.bookie}: {describe(status, body)}"
-    return lambda machine: machine.on_add(index, entry_id, status, problem)
+    return lambda machine: machine.on_add(index, entry_id, status, problem, add.bookie)

@@ -21,9 +21,14 @@ The rules, in the order the machine applies them:
    found nor absent, recovery fails rather than truncate the ledger.
 5. **Write back** each found entry, in order, with RECOVERY_ADD to its whole write set; each
    must reach Qa acks.
-6. **Close** (``CloseInRecovery``) at the last entry before the first absent one, once every
-   write-back is acked, with a CAS that applies only while the ledger is IN_RECOVERY; if someone
-   else closed it, their close stands.
+6. **Replace failed bookies in memory.** A write-back that fails (an error, a lost connection, a
+   timeout) asks for a replacement (``ReplaceInRecovery``, answered by ``on_replacement``): a
+   new fragment from the lowest entry still being written back, kept in memory only, to which
+   the unacknowledged write-backs are re-sent and later ones go. Reads keep using the stored
+   ensembles (that is where the entries are).
+7. **Close** (``CloseInRecovery``) at the last entry before the first absent one, once every
+   write-back is acked, with a CAS that applies only while the ledger is IN_RECOVERY and adds
+   the in-memory fragments that hold entries; if someone else closed it, their close stands.
 
 Events in (``on_*`` methods), instructions out (lists of frozen dataclasses). Nothing here
 reads a clock or does I/O: timeouts reach the machine as failed answers.
@@ -32,7 +37,8 @@ reads a clock or does I/O: timeouts reach the machine as failed answers.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from bookkeeper import errors
 from bookkeeper.core.lac import (
@@ -57,6 +63,7 @@ __all__ = [
     "RecoveryAdd",
     "RecoveryDone",
     "RecoveryFailed",
+    "ReplaceInRecovery",
 ]
 
 DEFAULT_READ_WINDOW = 16  # entries read ahead during recovery
@@ -84,11 +91,39 @@ class RecoveryAdd:
 
 @dataclass(frozen=True, slots=True)
 class CloseInRecovery:
-    """CAS the metadata to CLOSED at (``last_entry_id``, ``length``) only while it is
-    IN_RECOVERY (keep a close made by someone else); answer with ``on_metadata``."""
+    """CAS the metadata to CLOSED at (``last_entry_id``, ``length``) with ``fragments`` (first
+    entry, bookies) added, only while it is IN_RECOVERY (keep a close made by someone else);
+    answer with ``on_metadata``. ``closed(current)`` makes the new metadata."""
 
     last_entry_id: int
     length: int
+    fragments: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+    def closed(self, current: LedgerMetadata) -> LedgerMetadata:
+        ensembles = list(current.ensembles)
+        for first, bookies in self.fragments:
+            if ensembles[-1][0] == first:
+                ensembles[-1] = (first, bookies)
+            elif first > ensembles[-1][0]:
+                ensembles.append((first, bookies))
+            else:  # what BookKeeper's #2615 wrote; the LAC floor keeps it from happening
+                raise errors.LedgerRecoveryError(
+                    f"ledger {current.ledger_id}: a recovery fragment at entry {first} would "
+                    f"start before the last fragment ({ensembles[-1][0]}): earlier fragments "
+                    "are immutable"
+                )
+        return replace(
+            current.closed_at(self.last_entry_id, self.length), ensembles=tuple(ensembles)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceInRecovery:
+    """Pick bookies outside ``ensemble`` for its ``failed`` indices (index -> bookie); answer
+    with ``on_replacement(new ensemble)`` or ``on_replacement_failed(error)``."""
+
+    ensemble: tuple[str, ...]
+    failed: Mapping[int, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +139,13 @@ class RecoveryFailed:
 
 
 Instruction = (
-    MarkInRecovery | ReadRequest | RecoveryAdd | CloseInRecovery | RecoveryDone | RecoveryFailed
+    MarkInRecovery
+    | ReadRequest
+    | RecoveryAdd
+    | CloseInRecovery
+    | ReplaceInRecovery
+    | RecoveryDone
+    | RecoveryFailed
 )
 
 
@@ -148,7 +189,13 @@ class LedgerRecovery:
         self._reads: dict[int, _EntryRead] = {}
         self._found: dict[int, tuple[Entry, bytes]] = {}
         self._first_absent: int | None = None
-        self._writes: dict[int, tuple[AckSet, list[str]]] = {}
+        self._writes: dict[int, tuple[AckSet, list[str], bytes]] = {}
+        self._fragments: list[tuple[int, tuple[str, ...]]] = []  # in memory until the close
+        # Write-backs completed above the lowest one still pending (they complete out of
+        # order): a replacement fragment from that lowest entry covers them too.
+        self._written: dict[int, bytes] = {}
+        self._failed: dict[int, str] = {}  # write-back failures to replace
+        self._replacing = False
 
     # -- events --------------------------------------------------------------------------------
 
@@ -186,27 +233,112 @@ class LedgerRecovery:
         return []
 
     def on_add(
-        self, bookie_index: int, entry_id: int, status: StatusCode | None, problem: str = ""
+        self,
+        bookie_index: int,
+        entry_id: int,
+        status: StatusCode | None,
+        problem: str = "",
+        bookie: str | None = None,
     ) -> list[Instruction]:
-        """A recovery add's answer."""
+        """A recovery add's answer (from ``bookie``, when the caller knows it: an answer of a
+        bookie replaced since is ignored)."""
         if self.phase != Phase.READING or entry_id not in self._writes:
             return []
-        acks, problems = self._writes[entry_id]
+        ensemble = self._write_ensemble(entry_id)
+        if bookie is not None and ensemble[bookie_index] != bookie:
+            return []
+        acks, problems, _ = self._writes[entry_id]
         if status == StatusCode.EOK:
             acks.ack(bookie_index)
         elif status == StatusCode.EUA:
             return self._refused("write")
-        else:
+        elif not acks.acked(bookie_index):
             acks.fail(bookie_index)
-            problems.append(f"bookie #{bookie_index}: {problem or status}")
+            problems.append(f"{ensemble[bookie_index]}: {problem or status}")
+            self._failed[bookie_index] = ensemble[bookie_index]
+            return self._replace()
+        if acks.complete:
+            _, _, payload = self._writes.pop(entry_id)
+            self._written[entry_id] = payload
+            lowest = min(self._writes) if self._writes else self.last_entry_id + 1
+            for done in [e for e in self._written if e < lowest]:
+                del self._written[done]
+        return self._maybe_close()
+
+    def on_replacement(self, ensemble: tuple[str, ...]) -> list[Instruction]:
+        """Bookies for the failed ones: a new in-memory fragment from the lowest entry still
+        being written back; its unacknowledged write-backs go to the new bookies."""
+        if self.phase != Phase.READING or not self._replacing:
+            return []
+        self._replacing = False
+        assert self.metadata is not None
+        first = min(self._writes) if self._writes else self.last_entry_id + 1
+        old = self._write_ensemble(first)
+        replaced = [i for i in range(len(ensemble)) if ensemble[i] != old[i]]
+        for index in replaced:
+            self._failed.pop(index, None)
+        if self._fragments and self._fragments[-1][0] == first:
+            self._fragments[-1] = (first, ensemble)
+        else:
+            self._fragments.append((first, ensemble))
+        instructions: list[Instruction] = []
+        members_of = self._members
+        for entry_id, payload in sorted(self._written.items()):
+            if entry_id >= first and set(members_of(entry_id)) & set(replaced):
+                # Complete on bookies that are no longer its write set: write it again.
+                del self._written[entry_id]
+                self._writes[entry_id] = (
+                    AckSet(self.metadata.write_quorum_size, self.metadata.ack_quorum_size),
+                    [],
+                    payload,
+                )
+                instructions += [
+                    RecoveryAdd(index, ensemble[index], entry_id, payload)
+                    for index in members_of(entry_id)
+                ]
+        for entry_id, (acks, _, payload) in sorted(self._writes.items()):
+            if any(isinstance(i, RecoveryAdd) and i.entry_id == entry_id for i in instructions):
+                continue
+            members = write_set(
+                entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size
+            )
+            for index in replaced:
+                if index in members:
+                    acks.forget(index)
+                    instructions.append(RecoveryAdd(index, ensemble[index], entry_id, payload))
+        return instructions + self._replace() + self._maybe_close()
+
+    def on_replacement_failed(self, error: errors.BKError) -> list[Instruction]:
+        if self.phase != Phase.READING or not self._replacing:
+            return []
+        self._replacing = False
+        for entry_id, (acks, problems, _) in self._writes.items():
             if not acks.still_possible:
                 return self._stuck(
                     f"the recovery write of entry {entry_id} cannot reach its ack quorum "
-                    f"({'; '.join(problems)})"
+                    f"({'; '.join(problems)}) and no bookie can replace the failed ones: {error}"
                 )
-        if acks.complete:
-            del self._writes[entry_id]
+        self._failed.clear()  # carry on with fewer copies
         return self._maybe_close()
+
+    def _replace(self) -> list[Instruction]:
+        if self._replacing or not self._failed:
+            return []
+        self._replacing = True
+        first = min(self._writes) if self._writes else self.last_entry_id + 1
+        return [ReplaceInRecovery(self._write_ensemble(first), dict(self._failed))]
+
+    def _members(self, entry_id: int) -> list[int]:
+        assert self.metadata is not None
+        return write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size)
+
+    def _write_ensemble(self, entry_id: int) -> tuple[str, ...]:
+        """Where entry ``entry_id`` is written back: the in-memory fragments, else the stored."""
+        for first, bookies in reversed(self._fragments):
+            if entry_id >= first:
+                return bookies
+        assert self.metadata is not None
+        return self.metadata.ensemble_at(entry_id)
 
     # -- fencing -------------------------------------------------------------------------------
 
@@ -229,8 +361,7 @@ class LedgerRecovery:
 
     def _begin_reading(self, fenced: LastConfirmed) -> list[Instruction]:
         assert self.metadata is not None
-        first_of_last, _ = self.metadata.last_ensemble
-        start = max(fenced.lac, first_of_last - 1)
+        start = self._start_after(fenced.lac)
         self.last_entry_id = start
         self._next_to_read = start + 1
         if start < 0:
@@ -245,6 +376,13 @@ class LedgerRecovery:
             # The length at ``start`` comes from that entry itself: read it (not written back).
             instructions += self._reads_for(start)
         return instructions
+
+    def _start_after(self, lac: int) -> int:
+        """The entry recovery starts after: the LAC, floored at the entry before the last
+        fragment (earlier fragments are immutable; the #2615 fix)."""
+        assert self.metadata is not None
+        first_of_last, _ = self.metadata.last_ensemble
+        return max(lac, first_of_last - 1)
 
     # -- reading forward -------------------------------------------------------------------------
 
@@ -329,13 +467,14 @@ class LedgerRecovery:
             entry_id = self.last_entry_id + 1
             entry, payload = self._found.pop(entry_id)
             self.last_entry_id, self.length = entry_id, entry.length
-            ensemble = self.metadata.ensemble_at(entry_id)
+            ensemble = self._write_ensemble(entry_id)
             members = write_set(
                 entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size
             )
             self._writes[entry_id] = (
                 AckSet(self.metadata.write_quorum_size, self.metadata.ack_quorum_size),
                 [],
+                payload,
             )
             instructions += [
                 RecoveryAdd(index, ensemble[index], entry_id, payload) for index in members
@@ -347,12 +486,18 @@ class LedgerRecovery:
         return self._length_known and self._first_absent == self.last_entry_id + 1
 
     def _maybe_close(self) -> list[Instruction]:
-        if self.phase != Phase.READING or not self._reading_done() or self._writes:
+        if (
+            self.phase != Phase.READING
+            or not self._reading_done()
+            or self._writes
+            or self._replacing
+        ):
             return []
         self.phase = Phase.CLOSING
         self._reads.clear()
         self._found.clear()
-        return [CloseInRecovery(self.last_entry_id, self.length)]
+        fragments = tuple(f for f in self._fragments if f[0] <= self.last_entry_id)
+        return [CloseInRecovery(self.last_entry_id, self.length, fragments)]
 
     # -- endings -------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from bookkeeper.core.recovery import (
     RecoveryAdd,
     RecoveryDone,
     RecoveryFailed,
+    ReplaceInRecovery,
 )
 from bookkeeper.core.writer import (
     ChangeEnsemble,
@@ -313,7 +314,7 @@ def _close_in_recovery(
 ) -> Callable[[LedgerMetadata], LedgerMetadata | None]:
     def transform(current: LedgerMetadata) -> LedgerMetadata | None:
         if current.state == LedgerState.IN_RECOVERY:
-            return current.closed_at(close.last_entry_id, close.length)
+            return close.closed(current)
         return None  # closed by someone else: theirs stands
 
     return transform
@@ -441,6 +442,7 @@ class SimWriter:
             return
         if metadata is not None:
             self._execute(self.writer.on_ensemble_changed(metadata, self._now()))
+
         else:
             assert error is not None
             self._execute(self.writer.on_ensemble_change_failed(error, self._now()))
@@ -469,6 +471,7 @@ class SimRecovery:
         store: SimMetadataStore,
         digest: DigestManager,
         make_recovery: Callable[[], LedgerRecovery],
+        bookies: dict[str, SimBookie],
         timeout_ms: float = 100.0,
         max_attempts: int = 40,
     ) -> None:
@@ -480,6 +483,8 @@ class SimRecovery:
             digest,
         )
         self.make_recovery = make_recovery
+        self.bookies = bookies
+        self.placement = RandomPlacement(sim.random)
         self.timeout_ms = timeout_ms
         self.attempts_left = max_attempts
         self.done = False
@@ -517,6 +522,8 @@ class SimRecovery:
                     _close_in_recovery(instruction),
                     lambda m, e: self._on_metadata(machine, m, e),
                 )
+            elif isinstance(instruction, ReplaceInRecovery):
+                self._replace(machine, instruction)
             elif isinstance(instruction, RecoveryDone):
                 self.done = True
             elif isinstance(instruction, RecoveryFailed):
@@ -536,6 +543,18 @@ class SimRecovery:
                 self.sim.call_later(50, self.start)
             return
         self._execute(machine, machine.on_metadata(metadata))
+
+    def _replace(self, machine: LedgerRecovery, request: ReplaceInRecovery) -> None:
+        writable = [name for name, bookie in self.bookies.items() if bookie.up]
+        try:
+            ensemble = self.placement.replace(request.ensemble, request.failed, writable)
+        except errors.NotEnoughBookiesError as error:
+            failure: errors.BKError = error
+            self.sim.call_later(
+                1, lambda: self._execute(machine, machine.on_replacement_failed(failure))
+            )
+            return
+        self.sim.call_later(1, lambda: self._execute(machine, machine.on_replacement(ensemble)))
 
     def _send_read(self, machine: LedgerRecovery, request: ReadRequest) -> None:
         request_id = next(self._requests)
@@ -565,7 +584,8 @@ class SimRecovery:
         def timed_out() -> None:
             if self._adds.pop(key, None) is not None:
                 self._execute(
-                    machine, machine.on_add(add.bookie_index, add.entry_id, None, "timeout")
+                    machine,
+                    machine.on_add(add.bookie_index, add.entry_id, None, "timeout", add.bookie),
                 )
 
         previous = self._adds.pop(key, None)
@@ -608,7 +628,10 @@ class SimRecovery:
                 return
             machine, index, timer = pending_add
             timer.cancel()
-            self._execute(machine, machine.on_add(index, message.entry_id, message.status))
+            self._execute(
+                machine,
+                machine.on_add(index, message.entry_id, message.status, "", message.bookie),
+            )
 
 
 @dataclass

@@ -179,6 +179,7 @@ class Run:
             self.store,
             digest,
             make_recovery or (lambda: LedgerRecovery(LEDGER_ID, read_window=4)),
+            self.bookies,
         )
         self.readers = [
             SimReader(f"reader-{i}", sim, self.network, self.store, digest) for i in range(2)
