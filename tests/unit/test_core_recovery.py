@@ -297,11 +297,10 @@ def test_duplicate_answers_change_nothing() -> None:
     assert close == CloseInRecovery(-1, 0)
 
 
-def test_a_failed_write_back_that_cannot_reach_qa_fails_recovery() -> None:
-    md = metadata(3, 3, 3)
+def last_bookie_leaves_after_its_first_read(md: LedgerMetadata) -> list[ScriptedBookie]:
+    """Bookies holding entries 0..5 (LAC 3); bookie 2 answers reads, then goes away before the
+    write-backs reach it."""
     bookies = written(md, 5, lac_lag=2)
-    # Bookie 2 answers reads, then goes away before the write-backs reach it: Qa=3 is out of
-    # reach, and the ledger stays IN_RECOVERY rather than being closed on two copies.
     read = bookies[2].read
 
     def read_then_go_away(entry_id: int, fence: bool) -> tuple[StatusCode | None, Entry | None]:
@@ -311,7 +310,14 @@ def test_a_failed_write_back_that_cannot_reach_qa_fails_recovery() -> None:
         return answer
 
     bookies[2].read = read_then_go_away  # type: ignore[method-assign]
-    final, stored = run(md, bookies)
+    return bookies
+
+
+def test_a_failed_write_back_that_cannot_reach_qa_fails_recovery() -> None:
+    md = metadata(3, 3, 3)
+    # Without a spare bookie, Qa=3 is out of reach: the ledger stays IN_RECOVERY rather than
+    # being closed on two copies.
+    final, stored = run(md, last_bookie_leaves_after_its_first_read(md))
     assert isinstance(final, RecoveryFailed) and "cannot reach its ack quorum" in str(final.error)
     assert stored.state == LedgerState.IN_RECOVERY
 
@@ -337,18 +343,8 @@ def test_the_lac_read_takes_the_largest_lac_once_every_write_set_is_covered() ->
 
 def test_a_dead_bookie_is_replaced_in_memory_and_the_close_stores_the_new_fragment() -> None:
     md = metadata(3, 3, 3)
-    bookies = written(md, 5, lac_lag=2)
-    read = bookies[2].read
-
-    def read_then_go_away(entry_id: int, fence: bool) -> tuple[StatusCode | None, Entry | None]:
-        answer = read(entry_id, fence)
-        if entry_id >= 0:
-            bookies[2].down = True
-        return answer
-
-    bookies[2].read = read_then_go_away  # type: ignore[method-assign]
     spare = ScriptedBookie()
-    final, stored = run(md, bookies, others={"spare": spare})
+    final, stored = run(md, last_bookie_leaves_after_its_first_read(md), others={"spare": spare})
     assert isinstance(final, RecoveryDone) and stored.state == LedgerState.CLOSED
     assert stored.last_entry_id == 5  # entries 0..5 were written
     first, last_ensemble = stored.last_ensemble
