@@ -9,10 +9,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+from collections.abc import Callable
 
 from bookkeeper import BookKeeper, DigestType, LedgerState
 from bookkeeper.testing import LocalCluster
+from bookkeeper.testing.waiting import wait_for
 
 from .workloads import payload
 
@@ -66,14 +67,13 @@ class Lines:
         with self._lock:
             return list(self.lines)
 
-    def wait_for(self, predicate, seconds: float) -> list[str]:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            lines = self.snapshot()
-            if predicate(lines):
-                return lines
-            time.sleep(0.05)
-        raise AssertionError(f"gave up after {seconds} s; last lines: {self.snapshot()[-5:]}")
+    def wait_for(self, predicate: Callable[[list[str]], bool], seconds: float) -> list[str]:
+        wait_for(
+            lambda: predicate(self.snapshot()),
+            seconds,
+            "the writer process to print the awaited lines",
+        )
+        return self.snapshot()
 
 
 def acked(lines: list[str]) -> list[int]:

@@ -226,7 +226,7 @@ def test_an_idle_writer_writes_its_lac_explicitly() -> None:
     writer = LedgerWriter(metadata(3, 2, 2), explicit_lac_interval_ms=50)
     writer.add(1, 0)
     ack_all(writer, 0, 5)
-    assert writer.explicit_lac_due
+    assert writer.wants_tick
     assert writer.tick(20) == []  # not idle long enough
     (lac,) = of(writer.tick(50), WriteLac)
     assert lac.lac == 0 and len(lac.targets) == 3

@@ -27,7 +27,7 @@ from bookkeeper.core.writer import (
     WriteLac,
     change_ensemble,
 )
-from bookkeeper.wire.digest import DigestManager, Entry, master_key, peek_header
+from bookkeeper.wire.digest import DigestManager, Entry, master_key
 from bookkeeper.wire.status import StatusCode
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ class ReadHandle:
                     f"{request.bookie}: {describe(status, body)}",
                 )
             try:
-                entry = self._digest.verify(body, peek_header(body)[1])
+                entry = self._digest.verify_read(body, request.entry_id)
             except (ValueError, errors.DigestMismatchError) as error:
                 return request.bookie_index, None, None, f"{request.bookie}: {error}"
             return request.bookie_index, status, entry, ""
@@ -334,7 +334,7 @@ class LedgerHandle(ReadHandle):
     def _schedule_tick(self) -> None:
         if self._ticker is not None or self._closed:
             return
-        if self._writer.pending or self._writer.explicit_lac_due:
+        if self._writer.wants_tick:
             self._ticker = self._loop.call_later(TICK_S, self._tick)
 
     def _tick(self) -> None:

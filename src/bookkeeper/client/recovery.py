@@ -14,7 +14,6 @@ from bookkeeper.client.connection import describe
 from bookkeeper.client.ledger import ReadHandle
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.core.recovery import (
-    LAC_ENTRY,
     CloseInRecovery,
     Instruction,
     LedgerRecovery,
@@ -25,7 +24,6 @@ from bookkeeper.core.recovery import (
     RecoveryFailed,
     ReplaceInRecovery,
 )
-from bookkeeper.wire.digest import peek_header
 from bookkeeper.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
@@ -118,8 +116,7 @@ async def _read(handle: ReadHandle, request: ReadRequest) -> Event:
         problem = f"{request.bookie}: {describe(status, body)}"
         return lambda machine: machine.on_read(index, entry_id, status, problem=problem)
     try:
-        expected = peek_header(body)[1] if entry_id == LAC_ENTRY else entry_id
-        entry = handle._digest.verify(body, expected)
+        entry = handle._digest.verify_read(body, entry_id)
     except (ValueError, errors.DigestMismatchError) as error:
         # Corrupt data is an error, never an absence.
         problem = f"{request.bookie}: {error}"

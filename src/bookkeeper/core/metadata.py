@@ -73,6 +73,9 @@ class LedgerMetadata:
 
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """The bookies of the fragment that holds ``entry_id``."""
+        last_start, last = self.ensembles[-1]
+        if entry_id >= last_start:
+            return last  # the writer's case: every entry it sends is in the last fragment
         starts = [first for first, _ in self.ensembles]
         index = max(0, bisect.bisect_right(starts, entry_id) - 1)
         return self.ensembles[index][1]
@@ -83,6 +86,19 @@ class LedgerMetadata:
 
     def with_state(self, state: LedgerState) -> LedgerMetadata:
         return replace(self, state=state)
+
+    def with_fragment(self, first_entry: int, bookies: tuple[str, ...]) -> LedgerMetadata:
+        """This metadata with a fragment from ``first_entry``: it replaces the last fragment if
+        that starts there too, else it is appended. Raises ``ValueError`` for a fragment that
+        would start before the last one (earlier fragments are immutable)."""
+        last_start = self.ensembles[-1][0]
+        if first_entry < last_start:
+            raise ValueError(
+                f"ledger {self.ledger_id}: a fragment at entry {first_entry} would start before "
+                f"the last fragment ({last_start}): earlier fragments are immutable"
+            )
+        kept = self.ensembles[:-1] if first_entry == last_start else self.ensembles
+        return replace(self, ensembles=(*kept, (first_entry, bookies)))
 
     def closed_at(self, last_entry_id: int, length: int) -> LedgerMetadata:
         """This metadata, closed with the given last entry and length."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from bookkeeper import errors
 from bookkeeper.core.lac import (
@@ -100,21 +100,13 @@ class CloseInRecovery:
     fragments: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def closed(self, current: LedgerMetadata) -> LedgerMetadata:
-        ensembles = list(current.ensembles)
+        closed = current.closed_at(self.last_entry_id, self.length)
         for first, bookies in self.fragments:
-            if ensembles[-1][0] == first:
-                ensembles[-1] = (first, bookies)
-            elif first > ensembles[-1][0]:
-                ensembles.append((first, bookies))
-            else:  # what BookKeeper's #2615 wrote; the LAC floor keeps it from happening
-                raise errors.LedgerRecoveryError(
-                    f"ledger {current.ledger_id}: a recovery fragment at entry {first} would "
-                    f"start before the last fragment ({ensembles[-1][0]}): earlier fragments "
-                    "are immutable"
-                )
-        return replace(
-            current.closed_at(self.last_entry_id, self.length), ensembles=tuple(ensembles)
-        )
+            try:
+                closed = closed.with_fragment(first, bookies)
+            except ValueError as error:  # BookKeeper's #2615; the LAC floor keeps it away
+                raise errors.LedgerRecoveryError(str(error)) from error
+        return closed
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +275,7 @@ class LedgerRecovery:
             self._fragments.append((first, ensemble))
         instructions: list[Instruction] = []
         members_of = self._members
+        reopened: set[int] = set()
         for entry_id, payload in sorted(self._written.items()):
             if entry_id >= first and set(members_of(entry_id)) & set(replaced):
                 # Complete on bookies that are no longer its write set: write it again.
@@ -292,12 +285,13 @@ class LedgerRecovery:
                     [],
                     payload,
                 )
+                reopened.add(entry_id)
                 instructions += [
                     RecoveryAdd(index, ensemble[index], entry_id, payload)
                     for index in members_of(entry_id)
                 ]
         for entry_id, (acks, _, payload) in sorted(self._writes.items()):
-            if any(isinstance(i, RecoveryAdd) and i.entry_id == entry_id for i in instructions):
+            if entry_id in reopened:
                 continue
             members = write_set(
                 entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from bookkeeper import errors
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
@@ -134,13 +134,10 @@ def change_ensemble(
             f"ledger {current.ledger_id}: its last fragment is {last}, not the {based_on} this "
             "writer changed; someone else changed the ensemble"
         )
-    if first_entry < last[0]:
-        raise errors.MetadataVersionError(
-            f"ledger {current.ledger_id}: a new fragment at {first_entry} would start before "
-            f"the last one ({last[0]})"
-        )
-    kept = current.ensembles[:-1] if last[0] == first_entry else current.ensembles
-    return replace(current, ensembles=(*kept, (first_entry, new_ensemble)))
+    try:
+        return current.with_fragment(first_entry, new_ensemble)
+    except ValueError as error:
+        raise errors.MetadataVersionError(str(error)) from error
 
 
 # -- the writer --------------------------------------------------------------------------------
@@ -243,8 +240,12 @@ class LedgerWriter:
         add = self._adds.get(entry_id)
         if self.error is not None or add is None or add.sent_at < 0:
             return []  # failed already, completed already, or not sent yet (a stray answer)
-        if dict(self._targets(entry_id)).get(bookie_index) != bookie:
-            return []  # from a bookie replaced since: its copy is of the old fragment
+        metadata = self.metadata
+        in_write_set = (bookie_index - entry_id) % metadata.ensemble_size < (
+            metadata.write_quorum_size
+        )
+        if not in_write_set or metadata.ensemble_at(entry_id)[bookie_index] != bookie:
+            return []  # not of its write set, or replaced since: a copy of the old fragment
         if status == StatusCode.EOK:
             add.acks.ack(bookie_index)
             return self._complete(now)
@@ -403,8 +404,10 @@ class LedgerWriter:
         return self.last_add_confirmed, self.length, instructions
 
     @property
-    def explicit_lac_due(self) -> bool:
-        """Whether a later ``tick`` may write an explicit LAC."""
+    def wants_tick(self) -> bool:
+        """Whether a later ``tick`` may do anything: time adds out or write an explicit LAC."""
+        if self.add_timeout_ms is not None and self._adds:
+            return True
         return self.explicit_lac_interval_ms > 0 and self.last_add_confirmed > self._lac_carried
 
     @property

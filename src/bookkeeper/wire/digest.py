@@ -148,6 +148,13 @@ class DigestManager:
             )
         return Entry(ledger_id, entry_id, lac, length, bytes(payload))
 
+    def verify_read(self, data: bytes | memoryview, requested_entry_id: int) -> Entry:
+        """``verify`` for the answer to a read of ``requested_entry_id``; -1 asks for the
+        bookie's last entry, whatever its id. Raises ``ValueError`` for bytes too short for a
+        header."""
+        expected = peek_header(data)[1] if requested_entry_id == -1 else requested_entry_id
+        return self.verify(data, expected)
+
     def package_lac(self, lac: int) -> bytes:
         """The body of a WRITE_LAC request."""
         header = LAC_HEADER.pack(self.ledger_id, lac)

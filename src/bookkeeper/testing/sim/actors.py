@@ -39,7 +39,7 @@ from bookkeeper.core.writer import (
 from bookkeeper.testing.sim.disk import Disk
 from bookkeeper.testing.sim.network import Network
 from bookkeeper.testing.sim.scheduler import Simulation, Timer
-from bookkeeper.wire.digest import DigestManager, Entry, peek_header
+from bookkeeper.wire.digest import DigestManager, Entry
 from bookkeeper.wire.status import StatusCode
 
 # -- messages ----------------------------------------------------------------------------------
@@ -610,10 +610,7 @@ class SimRecovery:
             status: StatusCode | None = message.status
             if status == StatusCode.EOK:
                 try:
-                    expected = request.entry_id
-                    if expected == -1:
-                        expected = peek_header(message.body)[1]
-                    entry = self.digest.verify(message.body, expected)
+                    entry = self.digest.verify_read(message.body, request.entry_id)
                 except (errors.DigestMismatchError, ValueError):
                     status = None
             self._execute(

@@ -288,14 +288,13 @@ class Run:
     def run(self) -> RunResult:
         violation = None
         try:
-            done = self.sim.run(
+            self.sim.run(
                 until=self.finished,
                 max_steps=2_000_000,
                 max_time_ms=MAX_TIME_MS,
                 after_step=self.check,
             )
-            del done
-            self.final_check()
+            self.final_check()  # names what did not finish
         except InvariantViolation as error:
             violation = str(error)
         metadata = self.store.metadata
