@@ -4,12 +4,14 @@ The blocking API lives here (:class:`BookKeeper`); :mod:`bookkeeper.aio` has the
 coroutines. See ``shared/DESIGN.md`` section 3 for the public contract.
 """
 
+from bookkeeper.client.config import ClientConfig
 from bookkeeper.client.facade import BookKeeper, LedgerEntry, LedgerHandle, ReadHandle
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.wire.digest import DigestType
 
 __all__ = [
     "BookKeeper",
+    "ClientConfig",
     "DigestType",
     "LedgerEntry",
     "LedgerHandle",

@@ -53,3 +53,9 @@ def test_long_poll_benchmark_runs() -> None:
 def test_metadata_benchmark_runs() -> None:
     out = run("metadata_store.py", "--ledgers", "50", "--runs", "1", "--drivers", "memory,sqlite")
     assert "CAS update" in out and "sqlite" in out
+
+
+@pytest.mark.slow
+def test_tailing_lag_benchmark_runs() -> None:
+    out = run("tailing_lag.py", "--rate", "500", "--seconds", "0.5", "--runs", "1")
+    assert "tailing reader lag" in out and "p99" in out

@@ -140,3 +140,13 @@ def test_a_bookie_runs_from_a_configuration_file(tmp_path: Path) -> None:
         bookie.send_signal(signal.SIGTERM)
         _, stderr = bookie.communicate(timeout=60)
     assert bookie.returncode == 0, stderr.decode()[-2000:]
+
+
+def test_client_options_are_checked_by_name_and_value() -> None:
+    from bookkeeper import ClientConfig, errors
+
+    assert ClientConfig.of({"throttle": 7}).throttle == 7
+    with pytest.raises(errors.IncorrectParameterError, match=r"unknown client option.*thrtotle"):
+        ClientConfig.of({"thrtotle": 7})
+    with pytest.raises(errors.IncorrectParameterError, match="placement policy 'racks'"):
+        ClientConfig(placement="racks")

@@ -9,89 +9,87 @@ import random
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from bookkeeper import errors
-from bookkeeper.auth import ClientAuthProvider
 from bookkeeper.client.bookies import BookieWatcher
+from bookkeeper.client.config import ClientConfig
 from bookkeeper.client.connection import BookiePool
 from bookkeeper.client.ledger import LedgerHandle, ReadHandle
 from bookkeeper.client.recovery import recover
 from bookkeeper.core.metadata import LedgerMetadata
-from bookkeeper.core.placement import Quarantine, RandomPlacement
+from bookkeeper.core.placement import (
+    NetworkTopology,
+    PlacementPolicy,
+    Quarantine,
+    RandomPlacement,
+    TopologyAwarePlacement,
+)
 from bookkeeper.core.quorum import check_quorum_sizes
+from bookkeeper.core.reader import ReplicaHealth
 from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.tls import TlsConfig
 from bookkeeper.wire.digest import DigestType
 
 log = logging.getLogger(__name__)
 
 
+def placement_policy(config: ClientConfig, rng: random.Random) -> PlacementPolicy:
+    """The placement policy ``config.placement`` names."""
+    if config.placement == "random":
+        return RandomPlacement(rng)
+    return TopologyAwarePlacement(
+        NetworkTopology(config.network_topology),
+        rng,
+        min_racks=config.min_racks_per_write_quorum,
+        enforce=config.enforce_min_racks_per_write_quorum,
+        regions=config.placement == "regionaware",
+        local_region=config.local_region,
+    )
+
+
 class BookKeeper:
     """A client of one BookKeeper cluster, named by its metadata service URI."""
 
-    def __init__(
-        self,
-        metadata: MetadataClient,
-        *,
-        use_v3: bool = False,
-        request_timeout_s: float = 5.0,
-        connect_timeout_s: float = 5.0,
-        throttle: int = 5000,
-        tls: TlsConfig | None = None,
-        auth: ClientAuthProvider | None = None,
-        delay_ensemble_change: bool = False,
-        explicit_lac_interval_s: float = 0.0,
-    ) -> None:
+    def __init__(self, metadata: MetadataClient, config: ClientConfig | None = None) -> None:
         self.metadata = metadata
-        self.throttle = throttle  # adds in flight per ledger handle (BookKeeper's "throttle")
-        # BookKeeper's delayEnsembleChange: replace a failed bookie only once an entry cannot
-        # reach Qa without it; explicitLacInterval: an idle writer writes its LAC (0: never).
-        self.delay_ensemble_change = delay_ensemble_change
-        self.explicit_lac_interval_s = explicit_lac_interval_s
+        self.config = config = config or ClientConfig()
         self.pool = BookiePool(
             self._resolve,
-            use_v3=use_v3,
-            connect_timeout_s=connect_timeout_s,
-            request_timeout_s=request_timeout_s,
-            tls=tls,
-            auth=auth,
+            use_v3=config.use_v3,
+            connect_timeout_s=config.connect_timeout_s,
+            request_timeout_s=config.request_timeout_s,
+            tls=config.tls,
+            auth=config.auth,
         )
         self.bookies = BookieWatcher(metadata)
         self._random = random.Random()
-        self.placement = RandomPlacement(self._random)
+        self.placement = placement_policy(config, self._random)
         self.quarantine = Quarantine()
+        self.replica_health = ReplicaHealth(
+            config.bookie_failure_history_ms, config.read_reorder_threshold_pending
+        )
+        self.speculative_reads = 0  # reads sent to a second replica because one was slow
         self._closed = False
 
     @classmethod
     async def connect(
-        cls,
-        metadata_uri: str,
-        *,
-        use_v3: bool = False,
-        metadata_timeout_s: float = 10.0,
-        request_timeout_s: float = 5.0,
-        throttle: int = 5000,
-        tls: TlsConfig | None = None,
-        auth: ClientAuthProvider | None = None,
-        delay_ensemble_change: bool = False,
-        explicit_lac_interval_s: float = 0.0,
+        cls, metadata_uri: str, config: ClientConfig | None = None, **options: Any
     ) -> BookKeeper:
         """Connects to the metadata store; raises ``MetadataUnavailableError`` within
-        ``metadata_timeout_s``. With ``tls``, every bookie connection is upgraded to TLS (and
-        the bookie's certificate checked); with ``auth``, authenticated with that plugin."""
+        ``metadata_timeout_s``. ``options`` are ``ClientConfig`` fields (over ``config``): with
+        ``tls``, every bookie connection is upgraded to TLS (and the bookie's certificate
+        checked); with ``auth``, authenticated with that plugin; see ``ClientConfig``."""
+        config = replace(config, **options) if config and options else config
+        config = config or ClientConfig.of(options)
         metadata = await asyncio.to_thread(
-            MetadataClient.connect, metadata_uri, connect_timeout_s=metadata_timeout_s
+            MetadataClient.connect, metadata_uri, connect_timeout_s=config.metadata_timeout_s
         )
-        return cls(
-            metadata,
-            use_v3=use_v3,
-            request_timeout_s=request_timeout_s,
-            throttle=throttle,
-            tls=tls,
-            auth=auth,
-            delay_ensemble_change=delay_ensemble_change,
-            explicit_lac_interval_s=explicit_lac_interval_s,
-        )
+        return cls(metadata, config)
+
+    @staticmethod
+    def now_ms() -> int:
+        """The clock of every timing decision (quarantine, replica health): the loop's."""
+        return int(asyncio.get_running_loop().time() * 1000)
 
     def _resolve(self, bookie_id: str) -> tuple[str, int]:
         endpoint = self.metadata.bookie_endpoint(bookie_id)
@@ -119,7 +117,7 @@ class BookKeeper:
                 f"need {ensemble_size} writable bookies for the ensemble, {len(bookies)} registered: {bookies}"
             )
         ensemble = self.placement.new_ensemble(
-            ensemble_size, bookies, self.quarantine.quarantined(int(time.monotonic() * 1000))
+            ensemble_size, bookies, self.quarantine.quarantined(self.now_ms()), write_quorum_size
         )
         ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
         metadata = LedgerMetadata(

@@ -30,10 +30,12 @@ log = logging.getLogger(__name__)
 
 # Called with (status, body) on an answer, or (None, error) when the request failed locally.
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
+# A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
+LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
 
 
 class _Pending:
-    __slots__ = ("callback", "deadline", "done", "key")
+    __slots__ = ("callback", "deadline", "done", "key", "max_lac")
 
     def __init__(
         self, key: tuple[int, int, int] | int, callback: Callback, deadline: float
@@ -42,6 +44,7 @@ class _Pending:
         self.callback = callback
         self.deadline = deadline
         self.done = False
+        self.max_lac = -1  # a v3 read answer's maxLAC
 
 
 class BookieConnection(asyncio.Protocol):
@@ -302,19 +305,23 @@ class BookieConnection(asyncio.Protocol):
         self._v2_pending.setdefault(key, collections.deque()).append(request)
         return True
 
-    def _send_v3(self, request: pb.Request, callback: Callback) -> None:
+    def _send_v3(
+        self, request: pb.Request, callback: Callback, extra_wait_s: float = 0.0
+    ) -> _Pending | None:
         if self._transport is None:
             callback(
                 None,
                 self._closed_error
                 or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
             )
-            return
+            return None
         txn_id = request.header.txnId
-        self._v3_pending[txn_id] = _Pending(
-            txn_id, callback, time.monotonic() + self.request_timeout_s
+        pending = _Pending(
+            txn_id, callback, time.monotonic() + self.request_timeout_s + extra_wait_s
         )
+        self._v3_pending[txn_id] = pending
         self._write(v3.encode(request))
+        return pending
 
     def add(
         self,
@@ -374,6 +381,40 @@ class BookieConnection(asyncio.Protocol):
             self._write(
                 v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None)
             )
+
+    def read_long_poll(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        previous_lac: int,
+        timeout_ms: int,
+        callback: LongPollCallback,
+    ) -> None:
+        """A long-poll read (v3 READ_ENTRY with previousLAC, timeOut and ENTRY_PIGGYBACK): the
+        bookie answers once its LAC passes ``previous_lac`` (with entry ``entry_id`` if it has
+        it) or after ``timeout_ms`` (EOK, its LAC, no entry). v3 only: a v2 connection answers
+        EBADVERSION."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"", -1)
+            return
+        request = pb.Request()
+        request.header.CopyFrom(v3.header(pb.READ_ENTRY, next(self._txn_ids), 0))
+        read = request.readRequest
+        read.ledgerId, read.entryId, read.previousLAC, read.timeOut = (
+            ledger_id,
+            entry_id,
+            previous_lac,
+            timeout_ms,
+        )
+        read.flag = pb.ReadRequest.ENTRY_PIGGYBACK
+        sent: list[_Pending] = []
+
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            callback(status, body, sent[0].max_lac if sent and status is not None else -1)
+
+        pending = self._send_v3(request, answered, extra_wait_s=timeout_ms / 1000)
+        if pending is not None:
+            sent.append(pending)
 
     def write_lac(
         self, ledger_id: int, lac: int, master_key: bytes, body: bytes, callback: Callback
@@ -453,6 +494,8 @@ class BookieConnection(asyncio.Protocol):
         if response.HasField("readResponse"):
             status = StatusCode(response.readResponse.status)
             body = response.readResponse.body
+            if response.readResponse.HasField("maxLAC"):
+                request.max_lac = response.readResponse.maxLAC
         elif response.HasField("addResponse"):
             status = StatusCode(response.addResponse.status)
         elif response.HasField("writeLacResponse"):
@@ -521,42 +564,45 @@ class BookiePool:
         self._auth = auth
         self._connect_timeout_s = connect_timeout_s
         self._request_timeout_s = request_timeout_s
-        self._connections: dict[str, BookieConnection] = {}
-        self._connecting: dict[str, asyncio.Future[BookieConnection]] = {}
+        self._connections: dict[tuple[str, bool], BookieConnection] = {}
+        self._connecting: dict[tuple[str, bool], asyncio.Future[BookieConnection]] = {}
 
-    def ready(self, bookie_id: str) -> BookieConnection | None:
-        """An open connection to ``bookie_id``, if there is one (no waiting)."""
-        connection = self._connections.get(bookie_id)
+    def ready(self, bookie_id: str, v3: bool = False) -> BookieConnection | None:
+        """An open connection to ``bookie_id``, if there is one (no waiting); with ``v3`` one
+        speaking protocol v3 (a second connection when the pool speaks v2: long polls and the
+        LAC requests exist only in v3, as in BookKeeper's client)."""
+        connection = self._connections.get((bookie_id, v3 or self._use_v3))
         return connection if connection is not None and connection.is_open else None
 
-    async def get(self, bookie_id: str) -> BookieConnection:
-        connection = self.ready(bookie_id)
+    async def get(self, bookie_id: str, v3: bool = False) -> BookieConnection:
+        connection = self.ready(bookie_id, v3)
         if connection is not None:
             return connection
-        pending = self._connecting.get(bookie_id)
+        key = (bookie_id, v3 or self._use_v3)
+        pending = self._connecting.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(self._connect(bookie_id))
-            self._connecting[bookie_id] = pending
+            pending = asyncio.ensure_future(self._connect(*key))
+            self._connecting[key] = pending
         return await asyncio.shield(pending)
 
-    async def _connect(self, bookie_id: str) -> BookieConnection:
+    async def _connect(self, bookie_id: str, use_v3: bool) -> BookieConnection:
         try:
             host, port = await asyncio.to_thread(self._resolve, bookie_id)
             connection = await BookieConnection.connect(
                 bookie_id,
                 host,
                 port,
-                use_v3=self._use_v3,
+                use_v3=use_v3,
                 connect_timeout_s=self._connect_timeout_s,
                 request_timeout_s=self._request_timeout_s,
                 tls=self._tls,
                 auth=self._auth,
                 tls_context=self._tls_context,
             )
-            self._connections[bookie_id] = connection
+            self._connections[bookie_id, use_v3] = connection
             return connection
         finally:
-            self._connecting.pop(bookie_id, None)
+            self._connecting.pop((bookie_id, use_v3), None)
 
     def close(self) -> None:
         for connection in self._connections.values():

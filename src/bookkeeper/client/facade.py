@@ -9,15 +9,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
-from bookkeeper.auth import ClientAuthProvider
 from bookkeeper.client import client as aio_client
 from bookkeeper.client import ledger as aio_ledger
+from bookkeeper.client.config import ClientConfig
 from bookkeeper.client.ledger import LedgerEntry
 from bookkeeper.core.metadata import LedgerMetadata
-from bookkeeper.tls import TlsConfig
 from bookkeeper.wire.digest import DigestType
 
 T = TypeVar("T")
@@ -86,6 +85,36 @@ class ReadHandle:
     def read_last_add_confirmed(self) -> int:
         return self._runner.run(self._handle.read_last_add_confirmed())
 
+    def read_entry(self, entry_id: int) -> LedgerEntry:
+        return self._runner.run(self._handle.read_entry(entry_id))
+
+    def read_last_add_confirmed_and_entry(
+        self, entry_id: int, timeout_ms: int, parallel: bool = False
+    ) -> tuple[int, LedgerEntry | None]:
+        """Long poll: see :meth:`bookkeeper.aio.ReadHandle.read_last_add_confirmed_and_entry`."""
+        return self._runner.run(
+            self._handle.read_last_add_confirmed_and_entry(entry_id, timeout_ms, parallel)
+        )
+
+    def refresh_metadata(self) -> LedgerMetadata:
+        return self._runner.run(self._handle.refresh_metadata())
+
+    def follow(self, start: int = 0, *, timeout_ms: int = 10_000) -> Iterator[LedgerEntry]:
+        """Every entry from ``start`` on as it is confirmed (long polls); ends after the last
+        entry once the ledger is closed. Never fences."""
+        entries = self._handle.follow(start, timeout_ms=timeout_ms)
+        done = object()
+
+        async def step() -> LedgerEntry | object:
+            return await anext(entries, done)
+
+        try:
+            while (entry := self._runner.run(step())) is not done:
+                assert isinstance(entry, LedgerEntry)
+                yield entry
+        finally:
+            self._runner.run(entries.aclose())
+
     def close(self) -> None:
         self._runner.run(self._handle.close())
 
@@ -149,33 +178,13 @@ class BookKeeper:
     >>> bk = BookKeeper("sqlite:///tmp/bk/metadata.db")   # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        metadata_uri: str,
-        *,
-        use_v3: bool = False,
-        metadata_timeout_s: float = 10.0,
-        request_timeout_s: float = 5.0,
-        throttle: int = 5000,
-        tls: TlsConfig | None = None,
-        auth: ClientAuthProvider | None = None,
-        delay_ensemble_change: bool = False,
-        explicit_lac_interval_s: float = 0.0,
-    ) -> None:
+    def __init__(self, metadata_uri: str, config: ClientConfig | None = None, **options: Any):
+        """``options``: ``bookkeeper.client.config.ClientConfig`` fields (timeouts, throttle,
+        TLS, authentication, speculative reads, placement policy...)."""
         self._runner = _LoopThread()
         try:
             self._client = self._runner.run(
-                aio_client.BookKeeper.connect(
-                    metadata_uri,
-                    use_v3=use_v3,
-                    metadata_timeout_s=metadata_timeout_s,
-                    request_timeout_s=request_timeout_s,
-                    throttle=throttle,
-                    tls=tls,
-                    auth=auth,
-                    delay_ensemble_change=delay_ensemble_change,
-                    explicit_lac_interval_s=explicit_lac_interval_s,
-                )
+                aio_client.BookKeeper.connect(metadata_uri, config, **options)
             )
         except BaseException:
             self._runner.stop()
@@ -228,6 +237,11 @@ class BookKeeper:
 
     def get_ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         return self._runner.run(self._client.get_ledger_metadata(ledger_id))
+
+    @property
+    def client(self) -> aio_client.BookKeeper:
+        """The asyncio client underneath (its counters, placement policy and configuration)."""
+        return self._client
 
     def close(self) -> None:
         try:

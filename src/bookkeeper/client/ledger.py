@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bookkeeper import errors
 from bookkeeper.client.connection import BookieConnection, Callback, describe, status_error
-from bookkeeper.core.lac import LastConfirmedRead, ReadRequest
+from bookkeeper.core.lac import NEGATIVE_ANSWERS, LastConfirmedRead, ReadRequest
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.core.quorum import write_set
+from bookkeeper.core.quorum import negative_threshold, write_set
+from bookkeeper.core.reader import EntryRead, LastConfirmedAndEntryRead, LongPoll, ReadAttempt
 from bookkeeper.core.writer import (
     ChangeEnsemble,
     Completed,
@@ -74,6 +75,7 @@ class ReadHandle:
         self.last_add_confirmed = metadata.last_entry_id if metadata.is_closed else -1
         self.length = metadata.length if metadata.is_closed else 0
         self._closed = False
+        self._reads_connecting: set[asyncio.Future[None]] = set()
 
     @property
     def ledger_id(self) -> int:
@@ -122,35 +124,106 @@ class ReadHandle:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    async def read_entry_from_replicas(self, entry_id: int) -> Entry:
-        """Reads ``entry_id`` from the replicas of its write set in order, the next on any failure."""
+    def _replicas(self, entry_id: int) -> list[tuple[int, str]]:
+        """The replicas of ``entry_id`` in the order to try them: the placement policy's read
+        order (local region first), then by health (recent failures, pending reads)."""
         ensemble = self.metadata.ensemble_at(entry_id)
-        problems: list[str] = []
-        negatives = 0
         members = write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size)
-        for index in members:
-            bookie = ensemble[index]
-            try:
-                status, body = await self._read_from(bookie, entry_id, fence=False)
-            except errors.BKError as error:
-                problems.append(f"{bookie}: {error}")
-                continue
-            if status == StatusCode.EOK:
-                try:
-                    return self._digest.verify(body, entry_id)
-                except errors.DigestMismatchError as error:
-                    problems.append(f"{bookie}: {error}")
-                    continue
-            if status in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
-                negatives += 1
-            problems.append(f"{bookie}: {status.name}")
-        if negatives == len(members):
-            raise errors.NoSuchEntryError(
-                f"ledger {self.ledger_id} entry {entry_id}: no replica has it ({'; '.join(problems)})"
-            )
-        raise errors.ReadError(
-            f"ledger {self.ledger_id} entry {entry_id}: no replica could serve it ({'; '.join(problems)})"
+        replicas = self._client.placement.read_order([(i, ensemble[i]) for i in members])
+        if self._client.config.reorder_read_sequence:
+            return self._client.replica_health.order(replicas, self._client.now_ms())
+        return list(replicas)
+
+    def _read_entry(self, entry_id: int, done: Callable[[Entry | errors.BKError], None]) -> None:
+        """Reads ``entry_id`` (``core.reader.EntryRead``: one replica at a time, the next on a
+        failure, a speculative read when one is slow); ``done`` gets the entry or the error."""
+        config = self._client.config
+        health = self._client.replica_health
+        loop = asyncio.get_running_loop()
+        read = EntryRead(
+            self.ledger_id,
+            entry_id,
+            self._replicas(entry_id),
+            negatives_needed=negative_threshold(
+                self.metadata.write_quorum_size, self.metadata.ack_quorum_size
+            ),
+            speculative_ms=config.speculative_read_timeout_ms,
+            max_speculative_ms=config.max_speculative_read_timeout_ms,
         )
+        timer: list[asyncio.TimerHandle] = []
+        found: list[Entry] = []
+
+        def settle() -> None:
+            if timer:
+                timer.pop().cancel()
+            if read.deadline is not None and not read.done:
+                timer.append(loop.call_at(read.deadline / 1000, speculate))
+            if read.done:
+                done(found[0] if found else (read.error or errors.ReadError("read failed")))
+
+        def speculate() -> None:
+            timer.clear()
+            attempts = read.tick(self._client.now_ms())
+            self._client.speculative_reads += len(attempts)
+            send(attempts)
+            settle()
+
+        def answer(
+            attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
+        ) -> None:
+            health.answered(attempt.bookie)
+            if read.done:
+                return
+            problem = ""
+            if status == StatusCode.EOK:
+                assert isinstance(body, bytes)
+                try:
+                    found.append(self._digest.verify(body, entry_id))
+                except errors.DigestMismatchError as error:
+                    status, problem = None, str(error)
+            elif status is None:
+                problem = str(body)
+            if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
+                health.failed(attempt.bookie, self._client.now_ms())
+            send(read.on_answer(attempt.bookie_index, status, problem, self._client.now_ms()))
+            settle()
+
+        def send(attempts: list[ReadAttempt]) -> None:
+            for attempt in attempts:
+                health.sent(attempt.bookie)
+                self._send_read(attempt, answer)
+
+        send(read.start(self._client.now_ms()))
+        settle()
+
+    def _send_read(
+        self,
+        attempt: ReadAttempt,
+        answer: Callable[[ReadAttempt, StatusCode | None, bytes | errors.BKError], None],
+    ) -> None:
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            answer(attempt, status, body)
+
+        connection = self._client.pool.ready(attempt.bookie)
+        if connection is not None:
+            connection.read(self.ledger_id, attempt.entry_id, False, None, answered)
+            return
+
+        async def connect_then_read() -> None:
+            try:
+                connection = await self._client.pool.get(attempt.bookie)
+            except errors.BKError as error:
+                answered(None, error)
+                return
+            connection.read(self.ledger_id, attempt.entry_id, False, None, answered)
+
+        task = asyncio.ensure_future(connect_then_read())
+        self._reads_connecting.add(task)
+        task.add_done_callback(self._reads_connecting.discard)
+
+    async def read_entry(self, entry_id: int) -> LedgerEntry:
+        """One entry, even past the LAC (``read_unconfirmed_entries`` of one)."""
+        return (await self._read_range(entry_id, entry_id))[0]
 
     async def _read_range(self, first: int, last: int) -> list[LedgerEntry]:
         if first < 0 or last < first:
@@ -158,20 +231,36 @@ class ReadHandle:
                 f"bad entry range [{first}, {last}] for ledger {self.ledger_id}"
             )
         self._check_open()
+        if self.metadata.is_closed and last > self.metadata.last_entry_id:
+            raise errors.NoSuchEntryError(
+                f"ledger {self.ledger_id} is closed at entry {self.metadata.last_entry_id}: "
+                f"entry {last} does not exist"
+            )
         results: list[LedgerEntry | None] = [None] * (last - first + 1)
-        semaphore = asyncio.Semaphore(READ_WINDOW)
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        state = {"next": first, "left": last - first + 1}
 
-        async def one(entry_id: int) -> None:
-            async with semaphore:
-                entry = await self.read_entry_from_replicas(entry_id)
-                results[entry_id - first] = LedgerEntry(self.ledger_id, entry_id, entry.payload)
+        def start_next() -> None:
+            entry_id = state["next"]
+            state["next"] += 1
+            self._read_entry(entry_id, lambda outcome: one_done(entry_id, outcome))
 
-        tasks = [asyncio.ensure_future(one(entry_id)) for entry_id in range(first, last + 1)]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
+        def one_done(entry_id: int, outcome: Entry | errors.BKError) -> None:
+            if finished.done():
+                return
+            if isinstance(outcome, errors.BKError):
+                finished.set_exception(outcome)
+                return
+            results[entry_id - first] = LedgerEntry(self.ledger_id, entry_id, outcome.payload)
+            state["left"] -= 1
+            if state["left"] == 0:
+                finished.set_result(None)
+            elif state["next"] <= last:
+                start_next()
+
+        for _ in range(min(READ_WINDOW, last - first + 1)):
+            start_next()
+        await finished
         return [entry for entry in results if entry is not None]
 
     async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
@@ -186,6 +275,131 @@ class ReadHandle:
     async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first``..``last`` even past the LAC (they may not be durable on Qa bookies)."""
         return await self._read_range(first, last)
+
+    async def read_last_add_confirmed_and_entry(
+        self, entry_id: int, timeout_ms: int, parallel: bool = False
+    ) -> tuple[int, LedgerEntry | None]:
+        """Long poll (BookKeeper's readLastAddConfirmedAndEntry): waits up to ``timeout_ms`` on
+        a bookie of ``entry_id``'s write set until the LAC passes this handle's, and returns the
+        new LAC with entry ``entry_id`` if it is now confirmed. ``parallel`` asks the whole
+        write set at once. Nothing new within the timeout returns the unchanged LAC and None."""
+        self._check_open()
+        if self.metadata.is_closed:
+            if entry_id > self.last_add_confirmed:
+                return self.last_add_confirmed, None
+            return self.last_add_confirmed, await self.read_entry(entry_id)
+        previous = self.last_add_confirmed
+        poll = LastConfirmedAndEntryRead(
+            self.ledger_id,
+            entry_id,
+            previous,
+            self._replicas(entry_id),
+            timeout_ms,
+            parallel=parallel,
+        )
+        finished: asyncio.Future[LedgerEntry | None] = asyncio.get_running_loop().create_future()
+
+        def answer(
+            request: LongPoll, status: StatusCode | None, body: bytes | errors.BKError, lac: int
+        ) -> None:
+            if finished.done():
+                return
+            entry: Entry | None = None
+            problem = "" if status is not None else str(body)
+            if status == StatusCode.EOK and isinstance(body, bytes) and body:
+                try:
+                    entry = self._digest.verify(body, entry_id)
+                except errors.DigestMismatchError as error:
+                    status, problem = None, str(error)
+            elif status not in (StatusCode.EOK, None):
+                problem = describe(status, body)
+            try:
+                more = poll.on_answer(request.bookie_index, status, lac, entry is not None, problem)
+            except errors.BKError as error:
+                finished.set_exception(error)
+                return
+            if poll.result is not None:
+                if poll.result.last_add_confirmed > self.last_add_confirmed:
+                    self.last_add_confirmed = poll.result.last_add_confirmed
+                found = entry if poll.result.entry_from is not None else None
+                finished.set_result(
+                    None if found is None else LedgerEntry(self.ledger_id, entry_id, found.payload)
+                )
+                return
+            send(more)
+
+        def send(requests: list[LongPoll]) -> None:
+            for request in requests:
+                self._spawn_read(self._long_poll(request, answer))
+
+        send(poll.start())
+        found = await finished
+        return self.last_add_confirmed, found
+
+    async def _long_poll(
+        self,
+        request: LongPoll,
+        answer: Callable[[LongPoll, StatusCode | None, bytes | errors.BKError, int], None],
+    ) -> None:
+        try:
+            connection = await self._client.pool.get(request.bookie, v3=True)
+        except errors.BKError as error:
+            answer(request, None, error, -1)
+            return
+        connection.read_long_poll(
+            self.ledger_id,
+            request.entry_id,
+            request.previous_lac,
+            request.timeout_ms,
+            lambda status, body, lac: answer(request, status, body, lac),
+        )
+
+    def _spawn_read(self, coroutine: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._reads_connecting.add(task)  # asyncio holds tasks weakly
+        task.add_done_callback(self._reads_connecting.discard)
+
+    async def refresh_metadata(self) -> LedgerMetadata:
+        """Reads the ledger's metadata again (a tailing reader learns of ensemble changes and
+        of the close this way); a closed ledger's LAC becomes its last entry."""
+        metadata, _ = await asyncio.to_thread(
+            self._client.metadata.read_ledger_metadata, self.ledger_id
+        )
+        if metadata.stores_password:
+            self.metadata = metadata
+        else:  # legacy format: keep the digest type and password the handle was opened with
+            self.metadata = replace(
+                metadata, password=self.metadata.password, digest_type=self.metadata.digest_type
+            )
+        if metadata.is_closed:
+            self.last_add_confirmed = metadata.last_entry_id
+            self.length = metadata.length
+        return self.metadata
+
+    async def follow(
+        self, start: int = 0, *, timeout_ms: int = 10_000, batch: int = READ_WINDOW
+    ) -> AsyncGenerator[LedgerEntry, None]:
+        """Every entry from ``start`` on as it is confirmed, following a live writer with long
+        polls; ends after the last entry once the ledger is closed. Never fences."""
+        next_entry = start
+        while True:
+            self._check_open()
+            if next_entry <= self.last_add_confirmed:
+                last = min(self.last_add_confirmed, next_entry + batch - 1)
+                for confirmed in await self._read_range(next_entry, last):
+                    yield confirmed
+                next_entry = last + 1
+                continue
+            if self.metadata.is_closed:
+                return
+            lac, entry = await self.read_last_add_confirmed_and_entry(next_entry, timeout_ms)
+            if entry is not None:
+                yield entry
+                next_entry += 1
+            elif lac < next_entry:
+                # Nothing new for a whole poll: the writer may have closed the ledger or moved to
+                # a new ensemble this handle does not know yet.
+                await self.refresh_metadata()
 
     async def read_last_add_confirmed(self) -> int:
         """The largest LAC any bookie of the last ensemble has seen, read until the ensemble is
@@ -258,9 +472,9 @@ class LedgerHandle(ReadHandle):
         self.length = 0  # bytes of the confirmed entries
         self._writer = LedgerWriter(
             metadata,
-            max_in_flight=client.throttle,
-            delay_ensemble_change=client.delay_ensemble_change,
-            explicit_lac_interval_ms=int(client.explicit_lac_interval_s * 1000),
+            max_in_flight=client.config.throttle,
+            delay_ensemble_change=client.config.delay_ensemble_change,
+            explicit_lac_interval_ms=int(client.config.explicit_lac_interval_s * 1000),
         )
         self._loop = asyncio.get_running_loop()
         self._futures: dict[int, asyncio.Future[int]] = {}
@@ -278,7 +492,7 @@ class LedgerHandle(ReadHandle):
         return self._writer.ensemble_changes
 
     def _now(self) -> int:
-        return int(self._loop.time() * 1000)
+        return self._client.now_ms()
 
     def add_entry_async(self, data: bytes) -> asyncio.Future[int]:
         """Sends ``data`` as the next entry; the future gives its entry id once acknowledged."""
@@ -382,6 +596,7 @@ class LedgerHandle(ReadHandle):
                 change.failed,
                 writable,
                 quarantined=self._client.quarantine.quarantined(self._now()),
+                write_quorum_size=self.metadata.write_quorum_size,
             )
             log.info(
                 "ledger %d: replacing %s from entry %d: new ensemble %s",
@@ -413,7 +628,7 @@ class LedgerHandle(ReadHandle):
 
         async def send(bookie_id: str) -> None:
             try:
-                connection = await self._client.pool.get(bookie_id)
+                connection = await self._client.pool.get(bookie_id, v3=True)
             except errors.BKError:
                 return
             connection.write_lac(self.ledger_id, write.lac, self._master_key, body, answered)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine
 
 from bookkeeper import errors
@@ -132,7 +131,8 @@ async def _replace(handle: ReadHandle, request: ReplaceInRecovery) -> Event:
             request.ensemble,
             request.failed,
             writable,
-            quarantined=client.quarantine.quarantined(int(time.monotonic() * 1000)),
+            quarantined=client.quarantine.quarantined(client.now_ms()),
+            write_quorum_size=handle.metadata.write_quorum_size,
         )
     except errors.BKError as error:
         failure = error

@@ -1,0 +1,96 @@
+"""Reads over real bookies (issue 6): a tailing reader opened without recovery follows a live
+writer through an ensemble change and to its close; reads go around a frozen bookie with
+speculative reads and learn to ask it last; the long poll itself."""
+
+from __future__ import annotations
+
+import threading
+
+from bookkeeper import BookKeeper, DigestType, LedgerEntry, LedgerState
+from bookkeeper.testing import LocalCluster
+
+from .workloads import payload
+
+ENTRIES = 3000
+
+
+def test_a_tailing_reader_follows_a_live_writer_through_an_ensemble_change_to_its_close() -> None:
+    with (
+        LocalCluster(4) as cluster,
+        BookKeeper(cluster.metadata_uri, throttle=200) as writer_client,
+        BookKeeper(cluster.metadata_uri) as reader_client,
+    ):
+        writer = writer_client.create_ledger(3, 2, 2, DigestType.CRC32C, b"tail")
+        reader = reader_client.open_ledger_no_recovery(writer.ledger_id, b"tail")
+        seen: list[LedgerEntry] = []
+        failure: list[BaseException] = []
+
+        def follow() -> None:
+            try:
+                seen.extend(reader.follow(0, timeout_ms=500))
+            except BaseException as error:  # reported by the test thread
+                failure.append(error)
+
+        tail = threading.Thread(target=follow, daemon=True)
+        tail.start()
+        futures = [writer.add_entry_async(payload(i, 100)) for i in range(ENTRIES // 2)]
+        futures[-1].result(60)
+        ((_, ensemble),) = writer_client.get_ledger_metadata(writer.ledger_id).ensembles
+        cluster.kill_bookie(cluster.bookie_ids.index(ensemble[0]))
+        futures += [writer.add_entry_async(payload(i, 100)) for i in range(ENTRIES // 2, ENTRIES)]
+        assert [f.result(60) for f in futures] == list(range(ENTRIES))
+        assert writer.ensemble_changes >= 1
+        writer.close()
+        tail.join(60)
+        assert not tail.is_alive() and not failure, failure
+        assert [e.entry_id for e in seen] == list(range(ENTRIES))
+        assert all(e.data == payload(e.entry_id, 100) for e in seen)
+        # The reader never fenced: the writer closed the ledger itself.
+        assert reader.metadata.state == LedgerState.CLOSED
+        assert reader.last_add_confirmed == ENTRIES - 1
+
+
+def test_the_long_poll_returns_the_next_entry_or_times_out_with_the_lac_unchanged() -> None:
+    with LocalCluster(3) as cluster, BookKeeper(cluster.metadata_uri) as client:
+        writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, b"lp")
+        for i in range(3):
+            writer.add_entry(payload(i, 10))  # the bookies' LAC is now 1
+        reader = client.open_ledger_no_recovery(writer.ledger_id, b"lp")
+        assert reader.read_last_add_confirmed() == 1
+        lac, entry = reader.read_last_add_confirmed_and_entry(2, timeout_ms=200)
+        assert (lac, entry) == (1, None)  # entry 2 is acked but no bookie knows it yet
+        for parallel in (False, True):
+            reader = client.open_ledger_no_recovery(writer.ledger_id, b"lp")
+            known = reader.read_last_add_confirmed()
+            assert known == writer.last_add_confirmed - 1  # the last entry is acked, not known
+            next_id = writer.add_entry(payload(known + 2, 10))  # carries LAC known+1: wakes it
+            assert next_id == known + 2
+            lac, entry = reader.read_last_add_confirmed_and_entry(known + 1, 5000, parallel)
+            assert lac == known + 1 and entry is not None
+            assert (entry.entry_id, entry.data) == (known + 1, payload(known + 1, 10))
+
+
+def test_reads_go_around_a_frozen_bookie_and_then_ask_it_last() -> None:
+    with LocalCluster(3) as cluster:
+        with BookKeeper(cluster.metadata_uri) as client:
+            writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, b"spec")
+            for future in [writer.add_entry_async(payload(i, 64)) for i in range(300)]:
+                future.result(60)
+            writer.close()
+        frozen = cluster.bookie_ids.index(writer.metadata.ensembles[0][1][0])
+        cluster.pause_bookie(frozen)
+        try:
+            with BookKeeper(
+                cluster.metadata_uri,
+                request_timeout_s=60,  # a timeout would not end before the reads: speculation must
+                speculative_read_timeout_ms=50,
+                read_reorder_threshold_pending=5,
+            ) as reader_client:
+                reader = reader_client.open_ledger(writer.ledger_id, b"spec")
+                entries = reader.read_entries(0, 299)
+                assert [e.data for e in entries] == [payload(i, 64) for i in range(300)]
+                assert reader_client.client.speculative_reads > 0
+                # The frozen bookie piled up pending reads: later reads are ordered around it.
+                assert reader_client.client.replica_health.reordered > 0
+        finally:
+            cluster.resume_bookie(frozen)

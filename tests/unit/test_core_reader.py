@@ -1,0 +1,159 @@
+"""The read machines of ``bookkeeper.core.reader``: replica order by health, one replica at a
+time with failover and speculative reads, the negative rule, and the long poll."""
+
+from __future__ import annotations
+
+import pytest
+
+from bookkeeper import errors
+from bookkeeper.core.reader import (
+    EntryRead,
+    LastConfirmedAndEntryRead,
+    ReadAttempt,
+    ReplicaHealth,
+)
+from bookkeeper.wire.status import StatusCode
+
+REPLICAS = [(1, "b1"), (2, "b2"), (0, "b0")]  # the write set of entry 1 (E=3, Qw=3)
+
+
+def test_healthy_replicas_keep_the_write_set_order() -> None:
+    health = ReplicaHealth()
+    assert health.order(REPLICAS, now_ms=0) == REPLICAS
+    assert health.reordered == 0
+
+
+def test_a_replica_that_failed_recently_goes_last_until_the_failure_expires() -> None:
+    health = ReplicaHealth(failure_expiry_ms=1000)
+    health.failed("b1", now_ms=100)
+    health.failed("b2", now_ms=100)
+    health.failed("b2", now_ms=200)
+    assert health.order(REPLICAS, now_ms=500) == [(0, "b0"), (1, "b1"), (2, "b2")]
+    assert health.reordered == 1
+    assert health.order(REPLICAS, now_ms=1150) == [(1, "b1"), (0, "b0"), (2, "b2")]
+    assert health.order(REPLICAS, now_ms=1250) == REPLICAS  # every failure expired
+
+
+def test_pending_reads_count_only_with_a_threshold() -> None:
+    plain, busy = ReplicaHealth(), ReplicaHealth(pending_threshold=2)
+    for health in (plain, busy):
+        for _ in range(3):
+            health.sent("b1")
+    assert plain.order(REPLICAS, 0) == REPLICAS
+    assert busy.order(REPLICAS, 0) == [(2, "b2"), (0, "b0"), (1, "b1")]
+    busy.answered("b1")
+    busy.answered("b1")
+    assert busy.pending("b1") == 1
+    assert busy.order(REPLICAS, 0) == REPLICAS
+
+
+def read(speculative_ms: int = 0, max_ms: int = 0, negatives_needed: int = 2) -> EntryRead:
+    return EntryRead(
+        7,
+        1,
+        REPLICAS,
+        negatives_needed=negatives_needed,
+        speculative_ms=speculative_ms,
+        max_speculative_ms=max_ms,
+    )
+
+
+def test_one_replica_at_a_time_and_the_next_on_a_failure() -> None:
+    entry = read()
+    assert entry.start(0) == [ReadAttempt(1, "b1", 1)]
+    assert entry.deadline is None  # no speculative reads
+    assert entry.on_answer(1, None, "timed out", 10) == [ReadAttempt(2, "b2", 1)]
+    assert entry.on_answer(2, StatusCode.EIO, "", 20) == [ReadAttempt(0, "b0", 1)]
+    assert entry.on_answer(0, StatusCode.EOK, "", 30) == []
+    assert (entry.done, entry.winner, entry.error) == (True, 0, None)
+    assert entry.on_answer(1, StatusCode.EOK, "", 40) == []  # late answers change nothing
+    assert entry.winner == 0
+
+
+def test_a_slow_replica_gets_a_speculative_read_with_backoff() -> None:
+    entry = read(speculative_ms=100, max_ms=150)
+    assert entry.start(0) == [ReadAttempt(1, "b1", 1)]
+    assert entry.deadline == 100
+    assert entry.tick(99) == []
+    assert entry.tick(100) == [ReadAttempt(2, "b2", 1)]
+    assert entry.deadline == 250  # doubled, capped at 150
+    assert entry.tick(250) == [ReadAttempt(0, "b0", 1)]
+    assert entry.deadline is None  # every replica asked
+    assert entry.speculative_reads == 2
+    assert entry.on_answer(1, StatusCode.EOK, "", 260) == []  # the first, slow one wins
+    assert entry.winner == 1
+
+
+def test_absence_needs_every_replica_answered_and_qw_minus_qa_plus_1_saying_so() -> None:
+    entry = read(negatives_needed=2)
+    entry.start(0)
+    entry.on_answer(1, StatusCode.ENOENTRY, "", 1)
+    entry.on_answer(2, StatusCode.ENOLEDGER, "", 2)
+    assert not entry.done  # the last replica may still have it
+    entry.on_answer(0, StatusCode.ENOENTRY, "", 3)
+    assert isinstance(entry.error, errors.NoSuchEntryError)
+
+
+def test_errors_are_never_absence() -> None:
+    entry = read(negatives_needed=2)
+    entry.start(0)
+    entry.on_answer(1, StatusCode.ENOENTRY, "", 1)
+    entry.on_answer(2, StatusCode.EIO, "", 2)
+    entry.on_answer(0, None, "bad digest", 3)
+    assert isinstance(entry.error, errors.ReadError)
+    assert "bad digest" in str(entry.error) and "b2: EIO" in str(entry.error)
+
+
+def poll(parallel: bool) -> LastConfirmedAndEntryRead:
+    return LastConfirmedAndEntryRead(7, 11, 10, REPLICAS, 5000, parallel=parallel)
+
+
+def test_a_long_poll_asks_one_replica_and_takes_the_new_lac_with_the_entry() -> None:
+    lp = poll(parallel=False)
+    (first,) = lp.start()
+    assert (first.bookie, first.entry_id, first.previous_lac, first.timeout_ms) == (
+        "b1",
+        11,
+        10,
+        5000,
+    )
+    assert lp.on_answer(1, None, -1, False, "connection refused")[0].bookie == "b2"
+    assert lp.on_answer(2, StatusCode.EOK, 12, True) == []
+    assert lp.result is not None
+    assert (lp.result.last_add_confirmed, lp.result.entry_from) == (12, 2)
+
+
+def test_a_long_poll_that_times_out_keeps_the_lac() -> None:
+    lp = poll(parallel=False)
+    lp.start()
+    lp.on_answer(1, StatusCode.EOK, 10, False)
+    assert lp.result is not None
+    assert (lp.result.last_add_confirmed, lp.result.entry_from) == (10, None)
+
+
+def test_a_parallel_long_poll_takes_the_first_progress() -> None:
+    lp = poll(parallel=True)
+    assert [p.bookie for p in lp.start()] == ["b1", "b2", "b0"]
+    lp.on_answer(1, StatusCode.EOK, 10, False)  # this one timed out
+    assert lp.result is None  # the others may still move
+    lp.on_answer(0, StatusCode.EOK, 11, False)  # LAC moved, entry 11 not carried
+    assert lp.result is not None
+    assert (lp.result.last_add_confirmed, lp.result.entry_from) == (11, None)
+
+
+def test_a_parallel_long_poll_with_timeouts_and_failures_keeps_the_lac() -> None:
+    lp = poll(parallel=True)
+    lp.start()
+    lp.on_answer(1, StatusCode.EOK, 10, False)
+    lp.on_answer(2, StatusCode.EIO, -1, False)
+    lp.on_answer(0, None, -1, False, "reset")
+    assert lp.result is not None and lp.result.last_add_confirmed == 10
+
+
+def test_a_long_poll_that_no_replica_answers_fails() -> None:
+    lp = poll(parallel=False)
+    lp.start()
+    lp.on_answer(1, None, -1, False, "refused")
+    lp.on_answer(2, StatusCode.EIO, -1, False)
+    with pytest.raises(errors.ReadError, match="b0: timed out"):
+        lp.on_answer(0, None, -1, False, "timed out")
