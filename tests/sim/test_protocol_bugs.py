@@ -8,11 +8,18 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from bookkeeper.core.lac import ReadRequest
+from bookkeeper.core.lac import NEGATIVE_ANSWERS, LastConfirmed, LastConfirmedRead, ReadRequest
 from bookkeeper.core.recovery import Instruction, LedgerRecovery
 from bookkeeper.testing.sim.actors import BookieFaults
 from bookkeeper.testing.sim.network import NetworkFaults
-from bookkeeper.testing.sim.run import LEDGER_ID, RunResult, Scenario, run_scenario
+from bookkeeper.testing.sim.run import (
+    FAULT_PHASE_MS,
+    LEDGER_ID,
+    RunResult,
+    Scenario,
+    run_scenario,
+)
+from bookkeeper.wire.digest import Entry
 from bookkeeper.wire.status import StatusCode
 
 SEEDS = range(60)
@@ -29,16 +36,44 @@ class UnfencedRecoveryReads(LedgerRecovery):
         ]
 
 
+class NoLacFloor(LedgerRecovery):
+    """Recovery as before the #2615 fix: it starts right after the LAC the last ensemble
+    reports, even when that is below the start of the last fragment."""
+
+    def _start_after(self, lac: int) -> int:
+        return lac
+
+
+class ErrorsCountTowardsCoverage(LastConfirmedRead):
+    """The LAC read's coverage as before BookKeeper's fix of #2273 / #2612 (PR 2333): a bookie
+    that answered with an error counted as heard from."""
+
+    def on_answer(
+        self, index: int, status: StatusCode | None, entry: Entry | None, problem: str = ""
+    ) -> LastConfirmed | None:
+        errored = status is None or status not in (*NEGATIVE_ANSWERS, StatusCode.EOK)
+        if errored and status != StatusCode.EUA and not self.done and index not in self._answered:
+            self._coverage.add_known(index)
+        return super().on_answer(index, status, entry, problem)
+
+
 def sweep(
     make_scenario: Callable[[random.Random], Scenario],
     recovery: type[LedgerRecovery] = LedgerRecovery,
     bookie_faults: Callable[[BookieFaults], None] | None = None,
+    lac_read: type[LastConfirmedRead] = LastConfirmedRead,
 ) -> list[RunResult]:
     results = []
     for seed in SEEDS:
         scenario = make_scenario(random.Random(seed))
         results.append(
-            run_scenario(seed, scenario, lambda: recovery(LEDGER_ID, read_window=4), bookie_faults)
+            run_scenario(
+                seed,
+                scenario,
+                lambda: recovery(LEDGER_ID, read_window=4),
+                bookie_faults,
+                lambda metadata: lac_read(metadata, fence=False),
+            )
         )
     return results
 
@@ -100,3 +135,64 @@ def test_2908_an_io_error_read_as_no_such_entry_truncates_the_ledger() -> None:
     buggy = violations(sweep(flaky_reads, bookie_faults=answer_no_entry))
     assert buggy and all("acknowledged" in v or "read" in v for v in buggy), buggy
     assert violations(sweep(flaky_reads)) == []
+
+
+# -- 2615: recovery starts no earlier than the last fragment --------------------------------------
+
+
+def empty_last_ensemble(rng: random.Random) -> Scenario:
+    """E=3 Qw=2 Qa=2 on bookies 0-2, spares 3 and 4 unreachable from the writer. Bookie 0 loses
+    its disk and bookies 1 and 2 go down for a while: the writer moves its ensemble onto the
+    spares from LAC+1 and dies before any entry reaches them. The last ensemble knows nothing
+    of the ledger (its LAC read says -1); the entries before it are in the first fragment, where
+    bookie 0 now answers "no such entry"."""
+    at = rng.uniform(20, 40)
+    return Scenario(
+        quorum=(3, 2, 2),
+        entries=2000,
+        spare_bookies=2,
+        initial_ensemble=[0, 1, 2],
+        network=NetworkFaults(0.1, 1.0),
+        wipes=[(at, 0, rng.uniform(2, 10))],
+        crashes=[(at, 1, 250.0), (at, 2, 250.0)],
+        cuts=[(0, ["writer"], ["bookie-3", "bookie-4"], FAULT_PHASE_MS)],
+        writer_crash_at=at + rng.uniform(105, 140),
+        recovery_at=at + 200,
+        max_in_flight=10,
+    )
+
+
+def test_2615_recovery_reading_before_an_empty_last_ensemble_truncates_the_ledger() -> None:
+    buggy = violations(sweep(empty_last_ensemble, NoLacFloor))
+    assert len(buggy) >= len(SEEDS) // 2, buggy
+    assert all("the ledger is closed at entry" in v and "acknowledged" in v for v in buggy)
+    ours = sweep(empty_last_ensemble)
+    assert violations(ours) == []
+    # The scenario did what it says: ensemble changes, and a close at the acknowledged end.
+    assert sum(r.ensemble_changes > 0 for r in ours) >= len(SEEDS) // 2
+    assert all(r.last_entry_id is not None and r.last_entry_id >= r.acked - 1 for r in ours)
+
+
+# -- coverage: an error is not an answer (Qw > Qa, E > Qw) ----------------------------------------
+
+
+def failing_lac_reads(rng: random.Random) -> Scenario:
+    """E=5 Qw=3 Qa=2, a live writer, LAC reads every 5 ms while bookies fail 30 % of reads."""
+    at = rng.uniform(20, 60)
+    return Scenario(
+        quorum=(5, 3, 2),
+        entries=120,
+        spare_bookies=0,
+        network=NetworkFaults(0.1, 1.0),
+        read_error_probability=0.3,
+        lac_reads=[at + 5 * i for i in range(20)],
+        recovery_at=10_000,  # the writer closes the ledger itself
+        max_in_flight=10,
+    )
+
+
+def test_coverage_counting_errors_lets_a_lac_read_miss_acknowledged_entries() -> None:
+    buggy = violations(sweep(failing_lac_reads, lac_read=ErrorsCountTowardsCoverage))
+    assert len(buggy) >= len(SEEDS) // 4, buggy
+    assert all("a LAC read answered" in v for v in buggy), buggy
+    assert violations(sweep(failing_lac_reads)) == []

@@ -426,16 +426,20 @@ class LedgerRecovery:
             threshold = negative_threshold(
                 self.metadata.write_quorum_size, self.metadata.ack_quorum_size
             )
-            if read.negatives >= threshold:
-                del self._reads[entry_id]
-                if entry_id <= self.last_entry_id:
-                    # The entry at the LAC is acknowledged: its absence is corruption, not an end.
+            if entry_id <= self.last_entry_id:
+                # A confirmed entry (read for its length) is not absent because some replicas
+                # lost it: the others are still asked; if none has it, it is lost.
+                if read.negatives == self.metadata.write_quorum_size:
+                    del self._reads[entry_id]
                     return self._fail(
                         errors.LedgerRecoveryError(
-                            f"ledger {self.ledger_id}: entry {entry_id} is confirmed but "
-                            f"{read.negatives} bookies say they do not have it"
+                            f"ledger {self.ledger_id}: entry {entry_id} is confirmed but every "
+                            "bookie of its write set says it does not have it: its data is lost"
                         )
                     )
+                read.problems.append(f"bookie #{index}: {status.name}")
+            elif read.negatives >= threshold:
+                del self._reads[entry_id]
                 if self._first_absent is None or entry_id < self._first_absent:
                     self._first_absent = entry_id
                 return self._advance()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bookkeeper import errors
-from bookkeeper.core.lac import ReadRequest
+from bookkeeper.core.lac import LastConfirmedRead, ReadRequest
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.core.placement import RandomPlacement
 from bookkeeper.core.quorum import write_set
@@ -145,6 +145,11 @@ class SimBookie:
             self._sync_timer = None
         self._waiting = []  # never answered
         self.disk.crash()
+
+    def wipe(self) -> None:
+        """Crashes and loses its disk: it comes back (``start``) empty, as on a new disk."""
+        self.crash()
+        self.disk.wipe()
 
     def holds_durably(self, ledger_id: int, entry_id: int) -> bool:
         """Whether a restart would bring the entry back."""
@@ -344,6 +349,7 @@ class SimWriter:
         self.placement = RandomPlacement(sim.random)
         self.acked: list[int] = []
         self.bodies: dict[int, bytes] = {}
+        self.carried_lac: dict[int, int] = {}  # the LAC piggybacked on each entry
         self.crashed = self.finished = False
         self.error: errors.BKError | None = None
         self._ticker: Timer | None = None
@@ -372,6 +378,7 @@ class SimWriter:
         self.bodies[accepted.entry_id] = self.digest.package(
             accepted.entry_id, accepted.last_add_confirmed, accepted.length, data
         )
+        self.carried_lac[accepted.entry_id] = accepted.last_add_confirmed
         self._execute(accepted.instructions)
 
     def _tick(self) -> None:
@@ -709,6 +716,111 @@ class SimReader:
             self.name,
             replicas[position],
             ReadRequestMessage(self.name, request_id, self.digest.ledger_id, entry_id, False),
+        )
+
+    def _receive(self, message: object) -> None:
+        if isinstance(message, ReadResponse):
+            callback = self._pending.pop(message.request_id, None)
+            if callback is not None:
+                callback(message.status, message.body)
+
+
+class SimLacReader:
+    """Reads the LAC without fencing (``core.lac.LastConfirmedRead``, as
+    ``read_last_add_confirmed``) at the given moments while the writer is live, and checks the
+    guarantee of a covering read (BookKeeper issues 2273 / 2612): the answer is at least the
+    LAC carried by every entry of the last fragment acknowledged before the read began (an
+    acknowledged entry is on Qa bookies of its write set, and a covered ensemble includes one
+    of them). An error is not an answer: counting it as one lets a reader conclude a ledger is
+    emptier than it is."""
+
+    def __init__(
+        self,
+        name: str,
+        sim: Simulation,
+        network: Network,
+        store: SimMetadataStore,
+        digest: DigestManager,
+        writer: SimWriter,
+        make_read: Callable[[LedgerMetadata], LastConfirmedRead],
+        timeout_ms: float = 50.0,
+    ) -> None:
+        self.name, self.sim, self.network, self.store = name, sim, network, store
+        self.digest, self.writer, self.make_read, self.timeout_ms = (
+            digest,
+            writer,
+            make_read,
+            timeout_ms,
+        )
+        self.reads = 0  # LAC reads that ended with an answer
+        self.failed = 0  # LAC reads that ended without one (not enough bookies answered)
+        self._requests = itertools.count()
+        self._pending: dict[int, Callable[[StatusCode | None, bytes], None]] = {}
+        network.register(name, self._receive)
+
+    def read_at(self, at: float) -> None:
+        self.sim.call_at(at, lambda: self.store.read(self._start))
+
+    def _start(self, metadata: LedgerMetadata, _version: int) -> None:
+        if metadata.is_closed:
+            return
+        first_of_last = metadata.last_ensemble[0]
+        floor = max(
+            (self.writer.carried_lac[e] for e in self.writer.acked if e >= first_of_last),
+            default=-1,
+        )
+        read = self.make_read(metadata)
+        finished = [False]
+
+        def answered(index: int, status: StatusCode | None, body: bytes) -> None:
+            if finished[0]:
+                return
+            entry = None
+            if status == StatusCode.EOK:
+                try:
+                    entry = self.digest.verify_read(body, -1)
+                except (errors.DigestMismatchError, ValueError):
+                    status = None
+            try:
+                outcome = read.on_answer(index, status, entry, "failed" if status is None else "")
+            except errors.BKError:
+                finished[0] = True
+                self.failed += 1
+                return
+            if outcome is None:
+                return
+            finished[0] = True
+            self.reads += 1
+            if outcome.lac < floor:
+                raise InvariantViolation(
+                    f"a LAC read answered {outcome.lac}, but an entry of the last fragment "
+                    f"acknowledged before it began carried LAC {floor}"
+                )
+
+        for request in read.start():
+            self._send(request.bookie, request.bookie_index, answered)
+
+    def _send(
+        self,
+        bookie: str,
+        index: int,
+        answered: Callable[[int, StatusCode | None, bytes], None],
+    ) -> None:
+        request_id = next(self._requests)
+
+        def on_answer(status: StatusCode | None, body: bytes) -> None:
+            answered(index, status, body)
+
+        def timed_out() -> None:
+            if self._pending.pop(request_id, None) is not None:
+                answered(index, None, b"")
+
+        self._pending[request_id] = on_answer
+        self.sim.call_later(self.timeout_ms, timed_out)
+        self.network.send(
+            self.name,
+            bookie,
+            ReadRequestMessage(self.name, request_id, self.digest.ledger_id, -1, False),
         )
 
     def _receive(self, message: object) -> None:

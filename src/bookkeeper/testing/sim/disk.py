@@ -1,6 +1,6 @@
 """A simulated disk: writes are volatile until a sync; a crash keeps a random prefix of the
 unsynced writes (the last one possibly torn, so dropped as a bad record on replay, as a journal
-drops a torn tail); a sync can fail."""
+drops a torn tail); a sync can fail; a disk can be lost whole (``wipe``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class Disk:
     synced_records: int = 0
     lost_records: int = 0
     torn_records: int = 0
+    wipes: int = 0
 
     def write(self, record: tuple[object, ...]) -> None:
         self.unsynced.append(record)
@@ -53,3 +54,11 @@ class Disk:
         self.lost_records += len(self.unsynced) - kept
         self._make_durable(self.unsynced[:kept])
         self.unsynced.clear()
+
+    def wipe(self) -> None:
+        """The disk is lost (replaced by an empty one): every record, synced or not, is gone."""
+        self.lost_records += len(self.durable) + len(self.unsynced)
+        self.durable.clear()
+        self.unsynced.clear()
+        self.durable_keys.clear()
+        self.wipes += 1

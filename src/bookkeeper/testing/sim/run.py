@@ -9,15 +9,19 @@ phase ends everything heals and two readers read the closed ledger.
 The invariants (after the TLA+ specification of BookKeeper by J. Vanlightly):
 
 * **Durability**: every entry acknowledged to the writer is durable on at least Qa bookies of
-  its write set (no disk here loses synced data, so "fewer than Qa bookies lost data" always
-  holds).
+  its write set, less one per bookie of that write set whose disk was lost (a scenario's
+  ``wipes``): no acknowledged entry is lost while fewer than Qa bookies of its write set lost
+  data.
 * **Closed ledgers keep every ack**: once closed, the last entry is at or after every entry
-  acknowledged to the writer — before or after the close, so a fenced writer gets no ack past it.
+  acknowledged to the writer — before or after the close, so a fenced writer gets no ack past it;
+  and never before the start of the last fragment (valid metadata).
 * **Metadata moves forward**: state OPEN -> IN_RECOVERY -> CLOSED only, a close is final,
   earlier fragments never change and the last fragment's start never decreases (checked on
   every metadata write).
+* **LAC reads cover**: a LAC read (no fencing) answers at least the LAC carried by every entry
+  of the last fragment acknowledged before it began.
 * **Readers agree**: both readers read the same entries, which are exactly what the writer
-  wrote, from 0 to the last entry.
+  wrote, from 0 to the last entry (up to the first entry every copy of which was on lost disks).
 * **Liveness once healed**: recovery finishes and the readers finish.
 """
 
@@ -27,6 +31,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bookkeeper.core.lac import LastConfirmedRead
 from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.core.quorum import write_set
 from bookkeeper.core.recovery import LedgerRecovery
@@ -35,6 +40,7 @@ from bookkeeper.testing.sim.actors import (
     BookieFaults,
     InvariantViolation,
     SimBookie,
+    SimLacReader,
     SimMetadataStore,
     SimReader,
     SimRecovery,
@@ -64,6 +70,10 @@ class Scenario:
     sync_failure_probability: float = 0.0
     # (at, bookie index, downtime; None: the bookie never comes back)
     crashes: list[tuple[float, int, float | None]] = field(default_factory=list)
+    # (at, bookie index, downtime): the bookie crashes and comes back on an empty disk
+    wipes: list[tuple[float, int, float]] = field(default_factory=list)
+    initial_ensemble: list[int] | None = None  # bookie indices; None: drawn from the seed
+    lac_reads: list[float] = field(default_factory=list)  # when a reader reads the LAC
     # (at, these bookies, from these nodes, duration): the nodes are "writer", "recovery" or
     # bookie names; the default side is the clients
     partitions: list[tuple[float, list[int], float]] = field(default_factory=list)
@@ -100,6 +110,7 @@ def random_scenario(rng: random.Random, quorum: tuple[int, int, int]) -> Scenari
     if rng.random() < 0.3:
         side = rng.sample(range(bookies), rng.randint(1, 2))
         scenario.partitions.append((rng.uniform(0, 200), side, rng.uniform(20, 200)))
+    scenario.lac_reads = [rng.uniform(0, 300) for _ in range(rng.randint(0, 3))]
     return scenario
 
 
@@ -127,6 +138,7 @@ class Run:
         scenario: Scenario,
         make_recovery: Callable[[], LedgerRecovery] | None = None,
         bookie_faults: Callable[[BookieFaults], None] | None = None,
+        make_lac_read: Callable[[LedgerMetadata], LastConfirmedRead] | None = None,
     ) -> None:
         self.seed = seed
         self.scenario = scenario
@@ -152,7 +164,14 @@ class Run:
             ack_quorum_size=ack_quorum,
             digest_type=DigestType.CRC32C,
             password=b"sim",
-            ensembles=((0, tuple(sim.random.sample(names, ensemble_size))),),
+            ensembles=(
+                (
+                    0,
+                    tuple(sim.random.sample(names, ensemble_size))
+                    if scenario.initial_ensemble is None
+                    else tuple(names[i] for i in scenario.initial_ensemble),
+                ),
+            ),
         )
         self.store = SimMetadataStore(sim, metadata)
         digest = DigestManager(LEDGER_ID, DigestType.CRC32C, b"sim")
@@ -184,8 +203,18 @@ class Run:
         self.readers = [
             SimReader(f"reader-{i}", sim, self.network, self.store, digest) for i in range(2)
         ]
+        self.lac_reader = SimLacReader(
+            "lac-reader",
+            sim,
+            self.network,
+            self.store,
+            digest,
+            self.writer,
+            make_lac_read or (lambda metadata: LastConfirmedRead(metadata, fence=False)),
+        )
         self._checked = (-1, -1, -1)
         self._lost: set[str] = set()  # bookies that never come back
+        self._wiped: set[str] = set()  # bookies that lost their disk at least once
         self._schedule()
 
     def _schedule(self) -> None:
@@ -199,6 +228,10 @@ class Run:
                 self._lost.add(bookie.name)
             else:
                 sim.call_at(min(at + downtime, scenario.fault_phase_ms), self._restart(bookie))
+        for at, index, downtime in scenario.wipes:
+            bookie = self.bookies[names[index]]
+            sim.call_at(at, self._wipe(bookie))
+            sim.call_at(min(at + downtime, scenario.fault_phase_ms), self._restart(bookie))
         cuts = [
             (at, [names[i] for i in side], ["writer", "recovery"], duration)
             for at, side, duration in scenario.partitions
@@ -211,12 +244,21 @@ class Run:
         if scenario.writer_crash_at is not None:
             sim.call_at(scenario.writer_crash_at, self.writer.crash)
         sim.call_at(scenario.recovery_at, self.recovery.start)
+        for at in scenario.lac_reads:
+            self.lac_reader.read_at(at)
         sim.call_at(scenario.fault_phase_ms, self._heal)
         for reader in self.readers:
             sim.call_at(0, reader.start)
 
     def _partition(self, side: list[str], other: list[str]) -> Callable[[], None]:
         return lambda: self.network.partition(side, other)
+
+    def _wipe(self, bookie: SimBookie) -> Callable[[], None]:
+        def wipe() -> None:
+            self._wiped.add(bookie.name)
+            bookie.wipe()
+
+        return wipe
 
     def _restart(self, bookie: SimBookie) -> Callable[[], None]:
         def restart() -> None:
@@ -246,21 +288,38 @@ class Run:
         self._checked = state
         qa = metadata.ack_quorum_size
         for entry_id in acked:
-            ensemble = metadata.ensemble_at(entry_id)
-            members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
-            copies = sum(
-                1 for i in members if self.bookies[ensemble[i]].holds_durably(LEDGER_ID, entry_id)
-            )
-            if copies < qa:
+            holders = self._write_set_of(metadata, entry_id)
+            copies = sum(1 for b in holders if self.bookies[b].holds_durably(LEDGER_ID, entry_id))
+            # A lost disk may take a copy with it: Qa copies while no disk was lost, and at
+            # least one while fewer than Qa of the write set lost theirs.
+            needed = qa - sum(1 for b in holders if b in self._wiped)
+            if copies < needed:
                 raise InvariantViolation(
                     f"entry {entry_id} was acknowledged but is durable on {copies} bookies of its "
-                    f"write set {[ensemble[i] for i in members]} (Qa={qa})"
+                    f"write set {holders} (Qa={qa}, lost disks: {sorted(self._wiped)})"
                 )
         if metadata.is_closed and acked and acked[-1] > metadata.last_entry_id:
             raise InvariantViolation(
                 f"the ledger is closed at entry {metadata.last_entry_id} but entry {acked[-1]} "
                 "was acknowledged to the writer"
             )
+        if metadata.is_closed and metadata.last_entry_id < metadata.last_ensemble[0] - 1:
+            raise InvariantViolation(
+                f"the ledger is closed at entry {metadata.last_entry_id}, before its last "
+                f"fragment (from entry {metadata.last_ensemble[0]}): invalid metadata"
+            )
+
+    def _write_set_of(self, metadata: LedgerMetadata, entry_id: int) -> list[str]:
+        ensemble = metadata.ensemble_at(entry_id)
+        members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
+        return [ensemble[i] for i in members]
+
+    def _lost_by_disks(self, metadata: LedgerMetadata, entry_id: int) -> bool:
+        """No bookie of the entry's write set holds it, and one of them lost its disk."""
+        holders = self._write_set_of(metadata, entry_id)
+        return any(b in self._wiped for b in holders) and not any(
+            self.bookies[b].holds_durably(LEDGER_ID, entry_id) for b in holders
+        )
 
     def finished(self) -> bool:
         return self.recovery.done and all(r.entries is not None for r in self.readers)
@@ -275,7 +334,10 @@ class Run:
             )
         expected = [payload_of(i) for i in range(metadata.last_entry_id + 1)]
         for reader in self.readers:
-            if reader.missing:
+            if reader.missing and self._lost_by_disks(metadata, reader.missing[0]):
+                # Lost with the disks: the readers can only agree on what came before.
+                expected = expected[: reader.missing[0]]
+            elif reader.missing:
                 raise InvariantViolation(
                     f"{reader.name} could not read entry {reader.missing[0]} of the closed ledger"
                 )
@@ -316,8 +378,9 @@ def run_scenario(
     scenario: Scenario,
     make_recovery: Callable[[], LedgerRecovery] | None = None,
     bookie_faults: Callable[[BookieFaults], None] | None = None,
+    make_lac_read: Callable[[LedgerMetadata], LastConfirmedRead] | None = None,
 ) -> RunResult:
-    return Run(seed, scenario, make_recovery, bookie_faults).run()
+    return Run(seed, scenario, make_recovery, bookie_faults, make_lac_read).run()
 
 
 def run_seed(seed: int, quorum: tuple[int, int, int] | None = None) -> RunResult:
