@@ -5,7 +5,13 @@ coroutines. See ``shared/DESIGN.md`` section 3 for the public contract.
 """
 
 from bookkeeper.client.config import ClientConfig
-from bookkeeper.client.facade import BookKeeper, LedgerEntry, LedgerHandle, ReadHandle
+from bookkeeper.client.facade import (
+    BookKeeper,
+    LedgerEntry,
+    LedgerHandle,
+    LedgerHandleAdv,
+    ReadHandle,
+)
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.wire.digest import DigestType
 
@@ -15,6 +21,7 @@ __all__ = [
     "DigestType",
     "LedgerEntry",
     "LedgerHandle",
+    "LedgerHandleAdv",
     "LedgerMetadata",
     "LedgerState",
     "ReadHandle",

@@ -2,7 +2,7 @@
 
 from bookkeeper.client.client import BookKeeper
 from bookkeeper.client.config import ClientConfig
-from bookkeeper.client.ledger import LedgerEntry, LedgerHandle, ReadHandle
+from bookkeeper.client.ledger import LedgerEntry, LedgerHandle, LedgerHandleAdv, ReadHandle
 from bookkeeper.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper.wire.digest import DigestType
 
@@ -12,6 +12,7 @@ __all__ = [
     "DigestType",
     "LedgerEntry",
     "LedgerHandle",
+    "LedgerHandleAdv",
     "LedgerMetadata",
     "LedgerState",
     "ReadHandle",

@@ -33,6 +33,10 @@ class LedgerExistsError(BKError):
     """A ledger with this id already exists."""
 
 
+class DuplicateEntryIdError(BKError):
+    """An entry id chosen by the caller (``create_ledger_adv``) was added already."""
+
+
 class LedgerFencedError(BKError):
     """The ledger was fenced by a recovering reader: this writer may add nothing more.
 

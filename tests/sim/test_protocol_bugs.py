@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from bookkeeper.core.lac import NEGATIVE_ANSWERS, LastConfirmed, LastConfirmedRead, ReadRequest
 from bookkeeper.core.recovery import Instruction, LedgerRecovery
+from bookkeeper.server.bookie import Bookie
 from bookkeeper.testing.sim.actors import BookieFaults
 from bookkeeper.testing.sim.network import NetworkFaults
 from bookkeeper.testing.sim.run import (
@@ -18,6 +22,7 @@ from bookkeeper.testing.sim.run import (
     RunResult,
     Scenario,
     run_scenario,
+    run_seed,
 )
 from bookkeeper.wire.digest import Entry
 from bookkeeper.wire.status import StatusCode
@@ -196,3 +201,22 @@ def test_coverage_counting_errors_lets_a_lac_read_miss_acknowledged_entries() ->
     assert len(buggy) >= len(SEEDS) // 4, buggy
     assert all("a LAC read answered" in v for v in buggy), buggy
     assert violations(sweep(failing_lac_reads)) == []
+
+
+# -- the simulated bookies are the real request handling -------------------------------------------
+
+
+def test_a_bookie_that_takes_adds_on_fenced_ledgers_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``server.bookie.Bookie`` with its fence check taken out (every add treated as a recovery
+    add): the random sweep finds fenced writers still getting acks past the close."""
+    real_add = Bookie.add_entry
+
+    def ignores_fences(self: Bookie, *args: Any, **kwargs: Any) -> None:
+        ledger_id, entry_id, key, entry, _recovery, done, *rest = args
+        real_add(self, ledger_id, entry_id, key, entry, True, done, *rest, **kwargs)
+
+    monkeypatch.setattr(Bookie, "add_entry", ignores_fences)
+    buggy = [r for r in (run_seed(seed) for seed in range(400)) if not r.ok]
+    assert buggy and all("acknowledged" in (r.violation or "") for r in buggy), buggy[:3]

@@ -18,6 +18,8 @@ from bookkeeper.core.writer import (
     ChangeEnsemble,
     Completed,
     Failed,
+    Force,
+    Forced,
     Instruction,
     LedgerWriter,
     SendAdd,
@@ -231,3 +233,63 @@ def test_an_idle_writer_writes_its_lac_explicitly() -> None:
     (lac,) = of(writer.tick(50), WriteLac)
     assert lac.lac == 0 and len(lac.targets) == 3
     assert writer.tick(200) == []  # written once, until the LAC moves again
+
+
+def test_caller_chosen_entry_ids_complete_in_id_order() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2))
+    sends = {}
+    for entry_id in (2, 0, 3):
+        accepted = writer.add(10 + entry_id, 0, entry_id)
+        assert accepted.entry_id == entry_id
+        sends[entry_id] = of(accepted.instructions, SendAdd)[0]
+    assert sends[2].targets == ((2, "b2"), (0, "b0"))  # the write set of the id, not the call
+    assert completed(ack_all(writer, sends[2].entry_id) + ack_all(writer, sends[3].entry_id)) == []
+    assert completed(ack_all(writer, sends[0].entry_id)) == [0]  # 1 is missing: 2 and 3 wait for it
+    with pytest.raises(errors.DuplicateEntryIdError):
+        writer.add(1, 0, 2)
+    with pytest.raises(errors.DuplicateEntryIdError):
+        writer.add(1, 0, 0)
+    assert writer.last_add_pushed == 3
+    out = ack_all(writer, writer.add(11, 0, 1).entry_id)
+    assert completed(out) == [1, 2, 3]
+    assert writer.last_add_confirmed == 3 and writer.length == 12 + 10 + 13 + 11
+
+
+def test_deferred_sync_confirms_only_what_was_forced() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2), deferred_sync=True)
+    for _ in range(3):
+        accepted = writer.add(5, 0)
+        assert accepted.last_add_confirmed == -1  # nothing forced yet: readers see nothing
+        assert completed(ack_all(writer, accepted.entry_id)) == [accepted.entry_id]
+    assert (writer.last_add_completed, writer.last_add_confirmed) == (2, -1)
+    (force,) = writer.force()
+    assert isinstance(force, Force) and [b for _, b in force.targets] == ["b0", "b1", "b2"]
+    assert writer.on_force_answer(force.force_id, "b0", OK) == []
+    assert writer.on_force_answer(force.force_id, "b1", OK) == []
+    (forced,) = writer.on_force_answer(force.force_id, "b2", OK)
+    assert forced == Forced(force.force_id, 2) and writer.last_add_confirmed == 2
+    assert writer.add(5, 0).last_add_confirmed == 2  # now piggybacked
+    (again,) = writer.force()  # entry 3 is not acknowledged yet: nothing new to force
+    assert again == Forced(again.force_id, 2)
+    assert writer.close()[:2] == (2, 15)
+
+
+def test_a_failed_force_leaves_the_lac_and_says_why() -> None:
+    writer = LedgerWriter(metadata(2, 2, 2), deferred_sync=True)
+    ack_all(writer, writer.add(5, 0).entry_id)
+    (force,) = writer.force()
+    assert isinstance(force, Force)
+    (forced,) = writer.on_force_answer(force.force_id, "b1", StatusCode.EIO)
+    assert isinstance(forced, Forced) and forced.lac == -1
+    assert isinstance(forced.error, errors.WriteError) and "b1" in str(forced.error)
+    assert writer.on_force_answer(force.force_id, "b0", OK) == []  # settled already
+
+
+def test_a_deferred_sync_ledger_fails_instead_of_changing_its_ensemble() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2), deferred_sync=True)
+    send = of(writer.add(5, 0).instructions, SendAdd)[0]
+    out = writer.on_add_answer(0, 0, "b0", None, 1, "connection reset")
+    assert of(out, ChangeEnsemble) == []
+    (failed,) = of(out, Failed)
+    assert failed.entry_ids == (0,) and "cannot change its ensemble" in str(failed.error)
+    assert send.entry_id == 0

@@ -15,7 +15,7 @@ from bookkeeper import errors
 from bookkeeper.client.bookies import BookieWatcher
 from bookkeeper.client.config import ClientConfig
 from bookkeeper.client.connection import BookiePool
-from bookkeeper.client.ledger import LedgerHandle, ReadHandle
+from bookkeeper.client.ledger import LedgerHandle, LedgerHandleAdv, ReadHandle
 from bookkeeper.client.recovery import recover
 from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.core.placement import (
@@ -107,8 +107,58 @@ class BookKeeper:
         digest_type: DigestType = DigestType.CRC32C,
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        deferred_sync: bool = False,
     ) -> LedgerHandle:
-        """Creates a ledger on a random ensemble of writable bookies and returns its writer."""
+        """Creates a ledger on an ensemble chosen by the placement policy and returns its
+        writer. ``deferred_sync`` (BookKeeper's WriteFlag.DEFERRED_SYNC): adds are acknowledged
+        before the bookies' journal sync, and ``force()`` makes them durable and confirmed."""
+        metadata = await self._create(
+            ensemble_size,
+            write_quorum_size,
+            ack_quorum_size,
+            digest_type,
+            password,
+            custom_metadata,
+            None,
+        )
+        return LedgerHandle(self, metadata, bytes(password), deferred_sync)
+
+    async def create_ledger_adv(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+        deferred_sync: bool = False,
+        ledger_id: int | None = None,
+    ) -> LedgerHandleAdv:
+        """As ``create_ledger``, for a writer that chooses its entry ids (``add_entry(entry_id,
+        data)``); ``ledger_id`` picks the ledger's id too (``LedgerExistsError`` if taken)."""
+        if ledger_id is not None and ledger_id < 0:
+            raise errors.IncorrectParameterError(f"ledger ids are not negative: {ledger_id}")
+        metadata = await self._create(
+            ensemble_size,
+            write_quorum_size,
+            ack_quorum_size,
+            digest_type,
+            password,
+            custom_metadata,
+            ledger_id,
+        )
+        return LedgerHandleAdv(self, metadata, bytes(password), deferred_sync)
+
+    async def _create(
+        self,
+        ensemble_size: int,
+        write_quorum_size: int,
+        ack_quorum_size: int,
+        digest_type: DigestType,
+        password: bytes,
+        custom_metadata: Mapping[str, bytes] | None,
+        ledger_id: int | None,
+    ) -> LedgerMetadata:
         self._check_open()
         check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
         bookies = await asyncio.to_thread(self.bookies.writable)
@@ -119,7 +169,8 @@ class BookKeeper:
         ensemble = self.placement.new_ensemble(
             ensemble_size, bookies, self.quarantine.quarantined(self.now_ms()), write_quorum_size
         )
-        ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
+        if ledger_id is None:
+            ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
         metadata = LedgerMetadata(
             ledger_id=ledger_id,
             ensemble_size=ensemble_size,
@@ -134,7 +185,7 @@ class BookKeeper:
         )
         await asyncio.to_thread(self.metadata.create_ledger_metadata, metadata)
         log.debug("created ledger %d on %s", ledger_id, ensemble)
-        return LedgerHandle(self, metadata, bytes(password))
+        return metadata
 
     async def _open(
         self, ledger_id: int, password: bytes, digest_type: DigestType | None

@@ -331,8 +331,14 @@ class BookieConnection(asyncio.Protocol):
         entry: bytes,
         recovery: bool,
         callback: Callback,
+        deferred_sync: bool = False,
     ) -> None:
-        """Sends an add; ``callback(status, b"")`` on the answer."""
+        """Sends an add; ``callback(status, b"")`` on the answer. ``deferred_sync`` (v3 write
+        flag DEFERRED_SYNC): the bookie answers before its journal sync; v2 cannot carry it
+        and answers EBADVERSION, as BookKeeper refuses the combination."""
+        if deferred_sync and not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
         if self.use_v3:
             request = pb.Request()
             request.header.CopyFrom(
@@ -347,6 +353,8 @@ class BookieConnection(asyncio.Protocol):
             )
             if recovery:
                 add.flag = pb.AddRequest.RECOVERY_ADD
+            if deferred_sync:
+                add.writeFlags = v3.WRITE_FLAG_DEFERRED_SYNC
             self._send_v3(request, callback)
             return
         if self._register_v2((v2.OpCode.ADD_ENTRY, ledger_id, entry_id), callback):
@@ -415,6 +423,17 @@ class BookieConnection(asyncio.Protocol):
         pending = self._send_v3(request, answered, extra_wait_s=timeout_ms / 1000)
         if pending is not None:
             sent.append(pending)
+
+    def force_ledger(self, ledger_id: int, callback: Callback) -> None:
+        """FORCE_LEDGER (v3 only): the bookie answers once every entry of the ledger it
+        acknowledged is durable."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
+        request = pb.Request()
+        request.header.CopyFrom(v3.header(pb.FORCE_LEDGER, next(self._txn_ids), 0))
+        request.forceLedgerRequest.ledgerId = ledger_id
+        self._send_v3(request, callback)
 
     def write_lac(
         self, ledger_id: int, lac: int, master_key: bytes, body: bytes, callback: Callback
@@ -500,6 +519,8 @@ class BookieConnection(asyncio.Protocol):
             status = StatusCode(response.addResponse.status)
         elif response.HasField("writeLacResponse"):
             status = StatusCode(response.writeLacResponse.status)
+        elif response.HasField("forceLedgerResponse"):
+            status = StatusCode(response.forceLedgerResponse.status)
         self._finish(request, status, body)
 
 

@@ -21,7 +21,7 @@ from bookkeeper.wire.digest import DigestType
 
 T = TypeVar("T")
 
-__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "ReadHandle"]
+__all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "LedgerHandleAdv", "ReadHandle"]
 
 
 class _LoopThread:
@@ -125,35 +125,23 @@ class ReadHandle:
         self.close()
 
 
-class LedgerHandle(ReadHandle):
-    """Blocking view of :class:`bookkeeper.aio.LedgerHandle`."""
+class _WriteHandle(ReadHandle):
+    _handle: aio_ledger.WriteHandle
 
-    _handle: aio_ledger.LedgerHandle
-
-    def __init__(self, runner: _LoopThread, handle: aio_ledger.LedgerHandle) -> None:
+    def __init__(self, runner: _LoopThread, handle: aio_ledger.WriteHandle) -> None:
         super().__init__(runner, handle)
 
-    @property
-    def last_add_pushed(self) -> int:
-        return self._handle.last_add_pushed
+    def force(self) -> int:
+        """DEFERRED_SYNC: makes the acknowledged entries durable and confirmed; the LAC."""
+        return self._runner.run(self._handle.force())
 
-    @property
-    def ensemble_changes(self) -> int:
-        """Ensemble changes this writer made (a failed or slow bookie replaced)."""
-        return self._handle.ensemble_changes
-
-    def add_entry(self, data: bytes) -> int:
-        """Adds ``data``; returns its entry id once Qa bookies made it durable."""
-        return self.add_entry_async(data).result()
-
-    def add_entry_async(self, data: bytes) -> concurrent.futures.Future[int]:
-        """Sends ``data``; the future gives its entry id once acknowledged (in entry-id order)."""
+    def _add_async(self, data: bytes, entry_id: int | None) -> concurrent.futures.Future[int]:
         result: concurrent.futures.Future[int] = concurrent.futures.Future()
         data = bytes(data)
 
         def start() -> None:
             try:
-                future = self._handle.add_entry_async(data)
+                future = self._handle._add(data, entry_id)
             except BaseException as error:
                 result.set_exception(error)
                 return
@@ -170,6 +158,37 @@ class LedgerHandle(ReadHandle):
 
         self._runner.loop.call_soon_threadsafe(start)
         return result
+
+
+class LedgerHandleAdv(_WriteHandle):
+    """Blocking view of :class:`bookkeeper.aio.LedgerHandleAdv` (caller-chosen entry ids)."""
+
+    def add_entry(self, entry_id: int, data: bytes) -> int:
+        return self._add_async(data, entry_id).result()
+
+    def add_entry_async(self, entry_id: int, data: bytes) -> concurrent.futures.Future[int]:
+        return self._add_async(data, entry_id)
+
+
+class LedgerHandle(_WriteHandle):
+    """Blocking view of :class:`bookkeeper.aio.LedgerHandle`."""
+
+    @property
+    def last_add_pushed(self) -> int:
+        return self._handle.last_add_pushed
+
+    @property
+    def ensemble_changes(self) -> int:
+        """Ensemble changes this writer made (a failed or slow bookie replaced)."""
+        return self._handle.ensemble_changes
+
+    def add_entry(self, data: bytes) -> int:
+        """Adds ``data``; returns its entry id once Qa bookies made it durable."""
+        return self.add_entry_async(data).result()
+
+    def add_entry_async(self, data: bytes) -> concurrent.futures.Future[int]:
+        """Sends ``data``; the future gives its entry id once acknowledged (in entry-id order)."""
+        return self._add_async(data, None)
 
 
 class BookKeeper:
@@ -198,6 +217,7 @@ class BookKeeper:
         digest_type: DigestType = DigestType.CRC32C,
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        deferred_sync: bool = False,
     ) -> LedgerHandle:
         handle = self._runner.run(
             self._client.create_ledger(
@@ -207,9 +227,36 @@ class BookKeeper:
                 digest_type,
                 password,
                 custom_metadata,
+                deferred_sync,
             )
         )
         return LedgerHandle(self._runner, handle)
+
+    def create_ledger_adv(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+        deferred_sync: bool = False,
+        ledger_id: int | None = None,
+    ) -> LedgerHandleAdv:
+        """A ledger whose writer chooses the entry ids (and, with ``ledger_id``, its id)."""
+        handle = self._runner.run(
+            self._client.create_ledger_adv(
+                ensemble_size,
+                write_quorum_size,
+                ack_quorum_size,
+                digest_type,
+                password,
+                custom_metadata,
+                deferred_sync,
+                ledger_id,
+            )
+        )
+        return LedgerHandleAdv(self._runner, handle)
 
     def open_ledger(
         self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None

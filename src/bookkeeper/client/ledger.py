@@ -22,6 +22,8 @@ from bookkeeper.core.writer import (
     ChangeEnsemble,
     Completed,
     Failed,
+    Force,
+    Forced,
     Instruction,
     LedgerWriter,
     SendAdd,
@@ -458,24 +460,35 @@ class ReadHandle:
         self._closed = True
 
 
-class LedgerHandle(ReadHandle):
+class WriteHandle(ReadHandle):
     """The single writer of a ledger: executes ``core.writer.LedgerWriter``'s instructions.
 
     Adds are acknowledged in entry-id order after Qa acks; a failed bookie is replaced by an
     ensemble change (placement policy, CAS of a new fragment) and the unacknowledged entries are
     sent again to its replacement. Add timeouts are the connections' request timeouts: a request
-    not answered in time comes back as a failed answer."""
+    not answered in time comes back as a failed answer. With ``deferred_sync`` the bookies
+    answer before their journal sync (over v3) and ``force`` makes the entries durable and
+    confirmed. ``LedgerHandle`` numbers the entries; ``LedgerHandleAdv`` takes the caller's."""
 
-    def __init__(self, client: BookKeeper, metadata: LedgerMetadata, password: bytes) -> None:
+    def __init__(
+        self,
+        client: BookKeeper,
+        metadata: LedgerMetadata,
+        password: bytes,
+        deferred_sync: bool = False,
+    ) -> None:
         super().__init__(client, metadata, password)
         self.last_add_confirmed = -1
-        self.length = 0  # bytes of the confirmed entries
+        self.length = 0  # bytes of the completed entries
+        self.deferred_sync = deferred_sync
         self._writer = LedgerWriter(
             metadata,
             max_in_flight=client.config.throttle,
             delay_ensemble_change=client.config.delay_ensemble_change,
             explicit_lac_interval_ms=int(client.config.explicit_lac_interval_s * 1000),
+            deferred_sync=deferred_sync,
         )
+        self._force_futures: dict[int, asyncio.Future[int]] = {}
         self._loop = asyncio.get_running_loop()
         self._futures: dict[int, asyncio.Future[int]] = {}
         self._entries: dict[int, bytes] = {}  # packaged once, sent to every bookie (and resent)
@@ -494,12 +507,12 @@ class LedgerHandle(ReadHandle):
     def _now(self) -> int:
         return self._client.now_ms()
 
-    def add_entry_async(self, data: bytes) -> asyncio.Future[int]:
-        """Sends ``data`` as the next entry; the future gives its entry id once acknowledged."""
+    def _add(self, data: bytes, entry_id: int | None) -> asyncio.Future[int]:
         if self._closed:
             raise errors.LedgerClosedError(f"ledger {self.ledger_id} is closed by this writer")
         data = bytes(data)
-        accepted = self._writer.add(len(data), self._now())  # raises once the writer failed
+        # raises once the writer failed, or for an entry id taken already
+        accepted = self._writer.add(len(data), self._now(), entry_id)
         future: asyncio.Future[int] = self._loop.create_future()
         self._futures[accepted.entry_id] = future
         self._entries[accepted.entry_id] = self._digest.package(
@@ -508,9 +521,16 @@ class LedgerHandle(ReadHandle):
         self._execute(accepted.instructions)
         return future
 
-    async def add_entry(self, data: bytes) -> int:
-        """Adds ``data`` and returns its entry id once Qa bookies made it durable."""
-        return await self.add_entry_async(data)
+    async def force(self) -> int:
+        """Makes every acknowledged entry durable on every bookie of the ensemble and confirmed
+        (DEFERRED_SYNC); returns the LAC. Nothing to do for other ledgers."""
+        instructions = self._writer.force()
+        first = instructions[0]
+        assert isinstance(first, Force | Forced)
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._force_futures[first.force_id] = future
+        self._execute(instructions)
+        return await future
 
     # -- executing the writer's instructions -----------------------------------------------------
 
@@ -521,7 +541,8 @@ class LedgerHandle(ReadHandle):
                 for index, bookie in instruction.targets:
                     self._send_add(bookie, index, instruction.entry_id, entry, recovery=False)
             elif isinstance(instruction, Completed):
-                self.last_add_confirmed, self.length = instruction.last, instruction.length
+                self.last_add_confirmed = self._writer.last_add_confirmed
+                self.length = instruction.length
                 for entry_id in range(instruction.first, instruction.last + 1):
                     self._entries.pop(entry_id, None)
                     future = self._futures.pop(entry_id, None)
@@ -538,7 +559,30 @@ class LedgerHandle(ReadHandle):
                 self._spawn(self._change_ensemble(instruction))
             elif isinstance(instruction, WriteLac):
                 self._write_lac(instruction)
+            elif isinstance(instruction, Force):
+                for _, bookie_id in instruction.targets:
+                    self._spawn(self._force_on(instruction.force_id, bookie_id))
+            elif isinstance(instruction, Forced):
+                self.last_add_confirmed = self._writer.last_add_confirmed
+                done = self._force_futures.pop(instruction.force_id, None)
+                if done is not None and not done.done():
+                    if instruction.error is not None:
+                        done.set_exception(instruction.error)
+                    else:
+                        done.set_result(instruction.lac)
         self._schedule_tick()
+
+    async def _force_on(self, force_id: int, bookie_id: str) -> None:
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            problem = str(body) if status is None else describe(status, body)
+            self._execute(self._writer.on_force_answer(force_id, bookie_id, status, problem))
+
+        try:
+            connection = await self._client.pool.get(bookie_id, v3=True)
+        except errors.BKError as error:
+            answered(None, error)
+            return
+        connection.force_ledger(self.ledger_id, answered)
 
     def _spawn(self, coroutine: Coroutine[object, object, None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -572,18 +616,23 @@ class LedgerHandle(ReadHandle):
                 self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
             )
 
-        connection = self._client.pool.ready(bookie_id)
+        deferred = self.deferred_sync
+        connection = self._client.pool.ready(bookie_id, v3=deferred)
         if connection is not None:
-            connection.add(self.ledger_id, entry_id, self._master_key, entry, recovery, answered)
+            connection.add(
+                self.ledger_id, entry_id, self._master_key, entry, recovery, answered, deferred
+            )
             return
 
         async def connect_then_send() -> None:
             try:
-                connection = await self._client.pool.get(bookie_id)
+                connection = await self._client.pool.get(bookie_id, v3=deferred)
             except errors.BKError as error:
                 answered(None, error)
                 return
-            connection.add(self.ledger_id, entry_id, self._master_key, entry, recovery, answered)
+            connection.add(
+                self.ledger_id, entry_id, self._master_key, entry, recovery, answered, deferred
+            )
 
         self._spawn(connect_then_send())
 
@@ -640,6 +689,16 @@ class LedgerHandle(ReadHandle):
         """Closes the ledger: pending adds fail, then the metadata is CAS-ed to CLOSED at the LAC."""
         if self._closed:
             return
+        if self.deferred_sync and self._writer.error is None:
+            try:  # what was acknowledged becomes durable and part of the closed ledger
+                await self.force()
+            except errors.BKError as error:
+                log.warning(
+                    "ledger %d: closing at entry %d, the last one forced: %s",
+                    self.ledger_id,
+                    self._writer.last_add_confirmed,
+                    error,
+                )
         self._closed = True
         if self._ticker is not None:
             self._ticker.cancel()
@@ -667,3 +726,27 @@ class LedgerHandle(ReadHandle):
             needs_change,
             lambda current: current.closed_at(last_entry, length),
         )
+
+
+class LedgerHandle(WriteHandle):
+    """A ledger's writer that numbers the entries 0, 1, 2...."""
+
+    def add_entry_async(self, data: bytes) -> asyncio.Future[int]:
+        """Sends ``data`` as the next entry; the future gives its entry id once acknowledged."""
+        return self._add(data, None)
+
+    async def add_entry(self, data: bytes) -> int:
+        """Adds ``data`` and returns its entry id once Qa bookies made it durable."""
+        return await self._add(data, None)
+
+
+class LedgerHandleAdv(WriteHandle):
+    """A ledger's writer with caller-chosen entry ids (BookKeeper's LedgerHandleAdv): any order,
+    each id once; acknowledged in id order, so an id not yet added holds back those above it."""
+
+    def add_entry_async(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
+        """Sends ``data`` as entry ``entry_id``; the future completes once it is acknowledged."""
+        return self._add(data, entry_id)
+
+    async def add_entry(self, entry_id: int, data: bytes) -> int:
+        return await self._add(data, entry_id)

@@ -24,6 +24,15 @@ The rules:
 5. **Explicit LAC**: when the LAC advanced past what the last sent entry carried and nothing
    was sent for ``explicit_lac_interval_ms``, ``tick`` asks to write it (``WriteLac``) so that
    readers of an idle writer see every acknowledged entry.
+6. **Caller-chosen entry ids** (``add(..., entry_id=N)``, BookKeeper's LedgerHandleAdv): entries
+   may be added in any order, each id once and above the LAC; they still complete in id order,
+   so a gap holds back every entry above it until it is filled. The length an entry carries is
+   the total added so far, in the order of the calls (as BookKeeper does).
+7. **DEFERRED_SYNC** (``deferred_sync``): bookies acknowledge before their journal sync. An add
+   completes after Qa such acks, but the LAC (what readers can see and the close ends at) only
+   moves with ``force``: FORCE_LEDGER to every bookie of the ensemble, and once all answered,
+   the LAC becomes the last entry completed when the force began. No ensemble change for such
+   a ledger: a failed bookie fails the adds (as in BookKeeper).
 
 Times are milliseconds given by the caller; nothing here reads a clock or does I/O.
 """
@@ -89,7 +98,25 @@ class WriteLac:
     targets: tuple[tuple[int, str], ...]
 
 
-Instruction = SendAdd | Completed | Failed | ChangeEnsemble | WriteLac
+@dataclass(frozen=True, slots=True)
+class Force:
+    """Send FORCE_LEDGER to each (index, bookie) of ``targets``; answer each with
+    ``on_force_answer(force_id, ...)``."""
+
+    force_id: int
+    targets: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Forced:
+    """Force ``force_id`` ended: the LAC is now ``lac``, or it failed with ``error``."""
+
+    force_id: int
+    lac: int
+    error: errors.BKError | None = None
+
+
+Instruction = SendAdd | Completed | Failed | ChangeEnsemble | WriteLac | Force | Forced
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +189,7 @@ class LedgerWriter:
         add_timeout_ms: int | None = None,
         delay_ensemble_change: bool = False,
         explicit_lac_interval_ms: int = 0,
+        deferred_sync: bool = False,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"at least one add must be allowed in flight: {max_in_flight}")
@@ -184,15 +212,29 @@ class LedgerWriter:
         self._lac_carried = -1  # the LAC the last sent entry (or explicit write) carried
         self._last_send = 0
         self.ensemble_changes = 0
+        self.deferred_sync = deferred_sync
+        self.last_add_completed = -1  # = the LAC unless deferred_sync
+        self._confirmed_length = 0  # the length at the LAC
+        # force id -> (LAC and length once done, bookies yet to answer)
+        self._forces: dict[int, tuple[int, int, set[str]]] = {}
+        self._force_ids = 0
 
     # -- adds ----------------------------------------------------------------------------------
 
-    def add(self, payload_length: int, now: int) -> Accepted:
-        """Takes the next entry; raises the writer's error if it failed."""
+    def add(self, payload_length: int, now: int, entry_id: int | None = None) -> Accepted:
+        """Takes the next entry, or entry ``entry_id`` when the caller chooses ids; raises the
+        writer's error if it failed, ``DuplicateEntryIdError`` for an id taken already."""
         if self.error is not None:
             raise self.error
-        entry_id = self.last_add_pushed + 1
-        self.last_add_pushed = entry_id
+        if entry_id is None:
+            entry_id = self.last_add_pushed + 1
+        elif entry_id <= self.last_add_completed or entry_id in self._adds:
+            raise errors.DuplicateEntryIdError(
+                f"ledger {self.metadata.ledger_id}: entry {entry_id} was added already"
+            )
+        elif entry_id < 0:
+            raise errors.IncorrectParameterError(f"entry ids start at 0, not {entry_id}")
+        self.last_add_pushed = max(self.last_add_pushed, entry_id)
         self._pushed_length += payload_length
         self._adds[entry_id] = _Add(
             entry_id,
@@ -271,6 +313,14 @@ class LedgerWriter:
             return []  # a failure after its durable ack changes nothing for this entry
         add.acks.fail(index)
         self._why[bookie] = why
+        if self.deferred_sync:
+            return self._fail_all(
+                errors.WriteError(
+                    f"ledger {self.metadata.ledger_id} (DEFERRED_SYNC): bookie {bookie} failed "
+                    f"({why}); such a ledger cannot change its ensemble, as in BookKeeper: "
+                    "close it and write a new one"
+                )
+            )
         # Every pending entry is in the last fragment: a new fragment starts at LAC+1 and no
         # entry completes while it is being made.
         self._failed[index] = bookie
@@ -371,17 +421,58 @@ class LedgerWriter:
     def _complete(self, now: int) -> list[Instruction]:
         if self.changing:
             return []  # no success callback while the ensemble is being changed
-        first = self.last_add_confirmed + 1
+        first = self.last_add_completed + 1
         while True:
-            head = self._adds.get(self.last_add_confirmed + 1)
+            head = self._adds.get(self.last_add_completed + 1)
             if head is None or head.sent_at < 0 or not head.acks.complete:
                 break
             del self._adds[head.entry_id]
             self._in_flight -= 1
-            self.last_add_confirmed, self.length = head.entry_id, head.length
-        if self.last_add_confirmed < first:
+            self.last_add_completed = head.entry_id
+            self.length = max(self.length, head.length)
+        if self.last_add_completed < first:
             return []
-        return [Completed(first, self.last_add_confirmed, self.length), *self._send_waiting(now)]
+        if not self.deferred_sync:
+            self.last_add_confirmed, self._confirmed_length = self.last_add_completed, self.length
+        return [Completed(first, self.last_add_completed, self.length), *self._send_waiting(now)]
+
+    # -- DEFERRED_SYNC ---------------------------------------------------------------------------
+
+    def force(self) -> list[Instruction]:
+        """Makes every completed entry durable and confirmed (``Forced`` once every bookie of the
+        ensemble answered); at once when there is nothing to force."""
+        self._force_ids += 1
+        force_id = self._force_ids
+        if self.error is not None:
+            return [Forced(force_id, self.last_add_confirmed, self.error)]
+        if self.last_add_completed <= self.last_add_confirmed:
+            return [Forced(force_id, self.last_add_confirmed)]
+        _, ensemble = self.metadata.last_ensemble
+        self._forces[force_id] = (self.last_add_completed, self.length, set(ensemble))
+        return [Force(force_id, tuple(enumerate(ensemble)))]
+
+    def on_force_answer(
+        self, force_id: int, bookie: str, status: StatusCode | None, problem: str = ""
+    ) -> list[Instruction]:
+        pending = self._forces.get(force_id)
+        if pending is None:
+            return []
+        up_to, length, unanswered = pending
+        if status != StatusCode.EOK:
+            del self._forces[force_id]
+            why = problem or (status.name if status is not None else "no answer")
+            error = errors.WriteError(
+                f"ledger {self.metadata.ledger_id}: bookie {bookie} could not force its entries "
+                f"to disk ({why}); entries after {self.last_add_confirmed} are not durable"
+            )
+            return [Forced(force_id, self.last_add_confirmed, error)]
+        unanswered.discard(bookie)
+        if unanswered:
+            return []
+        del self._forces[force_id]
+        if up_to > self.last_add_confirmed:
+            self.last_add_confirmed, self._confirmed_length = up_to, length
+        return [Forced(force_id, self.last_add_confirmed)]
 
     def _fail_all(self, error: errors.BKError) -> list[Instruction]:
         self.error = error
@@ -401,7 +492,7 @@ class LedgerWriter:
                     f"ledger {self.metadata.ledger_id} was closed with this add pending"
                 )
             )
-        return self.last_add_confirmed, self.length, instructions
+        return self.last_add_confirmed, self._confirmed_length, instructions
 
     @property
     def wants_tick(self) -> bool:

@@ -91,12 +91,19 @@ class Bookie:
     """Request handling over storage. Runs on one asyncio loop; the journal has its own thread."""
 
     def __init__(
-        self, config: BookieConfig, loop: asyncio.AbstractEventLoop, metrics: Metrics | None = None
+        self,
+        config: BookieConfig,
+        loop: asyncio.AbstractEventLoop,
+        metrics: Metrics | None = None,
+        engine_factory: Callable[..., StorageEngine] = StorageEngine,
     ) -> None:
+        """``engine_factory(storage config, sync callback, metrics)`` makes the storage: the
+        real engine, or the simulator's (``bookkeeper.testing.sim.engine``), which runs this
+        very request handling on a simulated disk and clock."""
         self.config = config
         self._loop = loop
         self.metrics: Metrics = metrics or NullMetrics()
-        self.engine = StorageEngine(config.storage, self._journal_synced, self.metrics)
+        self.engine = engine_factory(config.storage, self._journal_synced, self.metrics)
         stats = self.metrics.op_stats
         self._add_stats = stats(
             "bookkeeper_server_ADD_ENTRY_REQUEST", "add requests, arrival to answer (s)"
@@ -352,6 +359,7 @@ class Bookie:
         if lac is not None:
             return lac
         lac = -1
+        remember = True
         try:  # straight from storage: an internal lookup, not a client read (bookie_READ_BYTES)
             last = self.engine.read(ledger_id, -1)
         except (NoLedgerError, NoEntryError):
@@ -361,12 +369,14 @@ class Bookie:
                 "ledger %d: cannot read its last entry to learn its LAC: %s", ledger_id, error
             )
             last = b""
+            remember = False  # a guess from the explicit LAC only: ask the storage next time
         if len(last) >= 24:
             lac = _LAC_AT.unpack_from(last, 16)[0]
         info = self.engine.ledger(ledger_id)
         if info is not None and info.explicit_lac is not None and len(info.explicit_lac) >= 16:
             lac = max(lac, _LAC_AT.unpack_from(info.explicit_lac, 8)[0])
-        self._remember_lac(ledger_id, lac)
+        if remember:
+            self._remember_lac(ledger_id, lac)
         return lac
 
     def _remember_lac(self, ledger_id: int, lac: int) -> None:

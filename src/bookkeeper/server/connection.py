@@ -31,7 +31,6 @@ from bookkeeper.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
 
-WRITE_FLAG_DEFERRED_SYNC = 0x1  # AddRequest.writeFlags
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 WRITE_BUFFER_LOW = 1024 * 1024
 
@@ -348,7 +347,7 @@ class BookieConnection(asyncio.Protocol):
                 added(StatusCode.ETOOMANYREQUESTS)
                 return
             recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
-            deferred_sync = bool(add.writeFlags & WRITE_FLAG_DEFERRED_SYNC)
+            deferred_sync = bool(add.writeFlags & v3.WRITE_FLAG_DEFERRED_SYNC)
             self._bookie.add_entry(
                 add.ledgerId, add.entryId, add.masterKey, add.body, recovery, added, deferred_sync
             )

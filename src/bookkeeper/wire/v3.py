@@ -21,6 +21,9 @@ PROTOCOL_VERSION = pb.VERSION_THREE
 M = TypeVar("M", bound=Message)
 
 
+WRITE_FLAG_DEFERRED_SYNC = 0x1  # AddRequest.writeFlags: answer before the journal sync
+
+
 def encode(message: pb.Request | pb.Response) -> bytes:
     """A framed v3 message."""
     body = message.SerializeToString()

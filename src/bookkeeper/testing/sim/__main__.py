@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import logging
 import os
 import sys
 import time
@@ -26,11 +27,16 @@ def _summary(result: RunResult) -> str:
     )
 
 
+def _quiet() -> None:
+    """The simulated bookies are real ones: they log every injected fault. Not here."""
+    logging.getLogger("bookkeeper").setLevel(logging.CRITICAL)
+
+
 def sweep(start: int, count: int, jobs: int) -> list[RunResult]:
     seeds = range(start, start + count)
     if jobs <= 1:
         return [run_seed(seed) for seed in seeds]
-    with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+    with concurrent.futures.ProcessPoolExecutor(jobs, initializer=_quiet) as pool:
         return list(pool.map(run_seed, seeds, chunksize=25))
 
 
@@ -41,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, help="replay this one seed and describe it")
     args = parser.parse_args(argv)
+    _quiet()
     if args.seed is not None:
         result = run_seed(args.seed)
         print(_summary(result))

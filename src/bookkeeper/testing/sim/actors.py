@@ -2,16 +2,18 @@
 driving ``core.writer.LedgerWriter``, recovering clients driving ``core.recovery.LedgerRecovery``
 and readers. Messages go through ``Network``; metadata calls take a random virtual delay.
 
-The bookie is a model of ``bookkeeper.server.bookie`` on a ``Disk``: an add is answered once its
-journal record is synced (group commit), a fencing read once the fence record is synced, a fenced
-ledger refuses adds but RECOVERY_ADD, entry -1 reads the last entry, and a crash keeps only what
-the disk kept."""
+A bookie is the real ``bookkeeper.server.bookie.Bookie`` (master keys, fencing, recovery adds, the
+LAC it keeps, explicit LACs) over ``engine.SimEngine`` on a ``Disk``: an add is answered once its
+record is synced (group commit), a fencing read once the fence record is synced, and a crash
+keeps only what the disk kept; the bookie restarts by replaying the disk."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from bookkeeper import errors
 from bookkeeper.core.lac import LastConfirmedRead, ReadRequest
@@ -36,10 +38,13 @@ from bookkeeper.core.writer import (
     WriteLac,
     change_ensemble,
 )
+from bookkeeper.server.bookie import Bookie, BookieConfig
+from bookkeeper.storage.engine import StorageConfig, StorageEngine
 from bookkeeper.testing.sim.disk import Disk
+from bookkeeper.testing.sim.engine import SimEngine, SimLoop, SyncCallback
 from bookkeeper.testing.sim.network import Network
 from bookkeeper.testing.sim.scheduler import Simulation, Timer
-from bookkeeper.wire.digest import DigestManager, Entry
+from bookkeeper.wire.digest import DigestManager, Entry, master_key
 from bookkeeper.wire.status import StatusCode
 
 # -- messages ----------------------------------------------------------------------------------
@@ -81,7 +86,7 @@ class ReadResponse:
 class WriteLacRequest:
     source: str
     ledger_id: int
-    lac: int
+    body: bytes  # the digest-packaged LAC
 
 
 class InvariantViolation(AssertionError):
@@ -100,7 +105,13 @@ class BookieFaults:
     sync_delay_ms: float = 1.0
 
 
+SIM_MASTER_KEY = master_key(b"sim")  # every client of the simulation uses one password
+
+
 class SimBookie:
+    """A bookie of the simulation: the real ``server.bookie.Bookie`` request handling over
+    ``SimEngine`` (a simulated disk and clock), behind the simulated network."""
+
     def __init__(
         self, name: str, sim: Simulation, network: Network, disk: Disk, faults: BookieFaults
     ) -> None:
@@ -111,26 +122,37 @@ class SimBookie:
         self.faults = faults
         self.up = False
         self.crashes = 0
-        self._entries: dict[int, dict[int, bytes]] = {}
-        self._fenced: set[int] = set()
-        self._sync_timer: Timer | None = None
-        self._waiting: list[Callable[[bool], None]] = []
+        self._loop = SimLoop(sim)
+        self._config = BookieConfig(
+            storage=StorageConfig(
+                journal_directory=f"/sim/{name}", ledger_directory=f"/sim/{name}"
+            ),
+            bookie_id=name,
+        )
+        self.bookie: Bookie | None = None
+        self._engine: SimEngine | None = None
         self.start()
 
     # -- life ----------------------------------------------------------------------------------
 
+    def _make_engine(self, _storage: object, synced: SyncCallback, _metrics: object) -> SimEngine:
+        self._engine = SimEngine(
+            self.sim,
+            self.disk,
+            synced,
+            sync_delay_ms=self.faults.sync_delay_ms,
+            read_error_probability=lambda: self.faults.read_error_probability,
+            read_error=lambda: self.faults.read_error_status,
+        )
+        return self._engine
+
     def start(self) -> None:
         """Starts from what the disk holds (replay)."""
-        self._entries = {}
-        self._fenced = set()
-        for record in self.disk.durable:
-            if record[0] == "entry":
-                _, ledger_id, entry_id, body = record
-                assert isinstance(ledger_id, int) and isinstance(entry_id, int)
-                assert isinstance(body, bytes)
-                self._entries.setdefault(ledger_id, {})[entry_id] = body
-            elif record[0] == "fence":
-                self._fenced.add(record[1])  # type: ignore[arg-type]
+        self.bookie = Bookie(
+            self._config,
+            cast(asyncio.AbstractEventLoop, self._loop),
+            engine_factory=cast(Callable[..., StorageEngine], self._make_engine),
+        )
         self.up = True
         self.network.register(self.name, self._receive)
 
@@ -140,10 +162,9 @@ class SimBookie:
         self.up = False
         self.crashes += 1
         self.network.unregister(self.name)
-        if self._sync_timer is not None:
-            self._sync_timer.cancel()
-            self._sync_timer = None
-        self._waiting = []  # never answered
+        if self._engine is not None:
+            self._engine.stop()  # queued requests are never answered
+        self.bookie = None  # its memory (LAC cache, parked polls) is gone
         self.disk.crash()
 
     def wipe(self) -> None:
@@ -158,72 +179,48 @@ class SimBookie:
     # -- requests ------------------------------------------------------------------------------
 
     def _receive(self, message: object) -> None:
+        bookie = self.bookie
+        if bookie is None:
+            return
         if isinstance(message, AddRequest):
-            self._add(message)
+            bookie.add_entry(
+                message.ledger_id,
+                message.entry_id,
+                SIM_MASTER_KEY,
+                message.body,
+                message.recovery,
+                self._answer_add(bookie, message),
+            )
         elif isinstance(message, ReadRequestMessage):
-            self._read(message)
+            bookie.read_entry(
+                message.ledger_id,
+                message.entry_id,
+                message.fence,
+                SIM_MASTER_KEY if message.fence else None,
+                self._answer_read(bookie, message),
+            )
         elif isinstance(message, WriteLacRequest):
-            pass  # the explicit LAC is kept by real bookies; nothing here checks it
+            bookie.write_lac(message.ledger_id, SIM_MASTER_KEY, message.body, lambda _s: None)
 
-    def _after_sync(self, callback: Callable[[bool], None]) -> None:
-        self._waiting.append(callback)
-        if self._sync_timer is None:
-            self._sync_timer = self.sim.call_later(self.faults.sync_delay_ms, self._sync)
-
-    def _sync(self) -> None:
-        self._sync_timer = None
-        waiting, self._waiting = self._waiting, []
-        ok = self.disk.sync()
-        for callback in waiting:
-            callback(ok)
-
-    def _add(self, request: AddRequest) -> None:
+    def _answer_add(self, bookie: Bookie, request: AddRequest) -> Callable[[StatusCode], None]:
         def answer(status: StatusCode) -> None:
-            self.network.send(
-                self.name, request.source, AddResponse(self.name, request.entry_id, status)
-            )
+            if self.bookie is bookie:  # not from before a crash
+                self.network.send(
+                    self.name, request.source, AddResponse(self.name, request.entry_id, status)
+                )
 
-        if request.ledger_id in self._fenced and not request.recovery:
-            answer(StatusCode.EFENCED)
-            return
-        self._entries.setdefault(request.ledger_id, {})[request.entry_id] = request.body
-        self.disk.write(("entry", request.ledger_id, request.entry_id, request.body))
-        self._after_sync(lambda ok: answer(StatusCode.EOK if ok else StatusCode.EIO))
+        return answer
 
-    def _read(self, request: ReadRequestMessage) -> None:
-        def answer(status: StatusCode, body: bytes = b"") -> None:
-            self.network.send(
-                self.name, request.source, ReadResponse(request.request_id, status, body)
-            )
+    def _answer_read(
+        self, bookie: Bookie, request: ReadRequestMessage
+    ) -> Callable[[StatusCode, bytes], None]:
+        def answer(status: StatusCode, body: bytes) -> None:
+            if self.bookie is bookie:
+                self.network.send(
+                    self.name, request.source, ReadResponse(request.request_id, status, body)
+                )
 
-        def serve(ok: bool = True) -> None:
-            if not ok:
-                answer(StatusCode.EIO)
-                return
-            if self.sim.random.random() < self.faults.read_error_probability:
-                answer(self.faults.read_error_status)
-                return
-            entries = self._entries.get(request.ledger_id)
-            if entries is None:
-                answer(StatusCode.ENOLEDGER)
-                return
-            entry_id = max(entries) if request.entry_id == -1 and entries else request.entry_id
-            body = entries.get(entry_id)
-            if body is None:
-                answer(StatusCode.ENOENTRY)
-            else:
-                answer(StatusCode.EOK, body)
-
-        if not request.fence:
-            serve()
-            return
-        if request.ledger_id in self._fenced:
-            serve()
-            return
-        self._fenced.add(request.ledger_id)
-        self._entries.setdefault(request.ledger_id, {})
-        self.disk.write(("fence", request.ledger_id))
-        self._after_sync(serve)
+        return answer
 
 
 # -- metadata ----------------------------------------------------------------------------------
@@ -426,7 +423,11 @@ class SimWriter:
                     self.network.send(
                         self.name,
                         bookie,
-                        WriteLacRequest(self.name, self.digest.ledger_id, instruction.lac),
+                        WriteLacRequest(
+                            self.name,
+                            self.digest.ledger_id,
+                            self.digest.package_lac(instruction.lac),
+                        ),
                     )
 
     def _change(self, change: ChangeEnsemble) -> None:
