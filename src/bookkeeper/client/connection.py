@@ -585,6 +585,7 @@ class BookiePool:
         self._auth = auth
         self._connect_timeout_s = connect_timeout_s
         self._request_timeout_s = request_timeout_s
+        self._closed = False
         self._connections: dict[tuple[str, bool], BookieConnection] = {}
         self._connecting: dict[tuple[str, bool], asyncio.Future[BookieConnection]] = {}
 
@@ -620,12 +621,20 @@ class BookiePool:
                 auth=self._auth,
                 tls_context=self._tls_context,
             )
+            if self._closed:
+                connection.close()
+                raise errors.ClientClosedError("the client was closed while connecting")
             self._connections[bookie_id, use_v3] = connection
             return connection
         finally:
             self._connecting.pop((bookie_id, use_v3), None)
 
     def close(self) -> None:
+        """Closes every connection, and stops those still being made (a connection that
+        completed after the close would keep its socket, and the loop, alive)."""
+        self._closed = True
+        for pending in list(self._connecting.values()):
+            pending.cancel()
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()

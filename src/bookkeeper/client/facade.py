@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from bookkeeper.core.metadata import LedgerMetadata
 from bookkeeper.wire.digest import DigestType
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 __all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "LedgerHandleAdv", "ReadHandle"]
 
@@ -34,10 +36,25 @@ class _LoopThread:
             self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:
             self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="bookkeeper-client", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="bookkeeper-client", daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        """Runs the loop until ``stop``; then, on this thread, cancels what is left (a
+        connection still being made, a spawned task) and closes the loop. An unfinished task
+        holding a socket would otherwise keep the loop's close waiting for ever."""
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                left = asyncio.all_tasks(self.loop)
+                for task in left:
+                    task.cancel()
+                if left:
+                    self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            finally:
+                self.loop.close()
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
@@ -45,8 +62,8 @@ class _LoopThread:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self.loop.close()
+        if self._thread.is_alive():
+            log.warning("the client's event loop did not stop within 10 s; leaving its thread")
 
 
 class ReadHandle:
