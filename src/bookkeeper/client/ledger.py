@@ -77,7 +77,7 @@ class ReadHandle:
         self.last_add_confirmed = metadata.last_entry_id if metadata.is_closed else -1
         self.length = metadata.length if metadata.is_closed else 0
         self._closed = False
-        self._reads_connecting: set[asyncio.Future[None]] = set()
+        self._reads_connecting: set[asyncio.Future[None]] = set()  # connects, long polls
 
     @property
     def ledger_id(self) -> int:
@@ -219,9 +219,7 @@ class ReadHandle:
                 return
             connection.read(self.ledger_id, attempt.entry_id, False, None, answered)
 
-        task = asyncio.ensure_future(connect_then_read())
-        self._reads_connecting.add(task)
-        task.add_done_callback(self._reads_connecting.discard)
+        self._spawn_read(connect_then_read())
 
     async def read_entry(self, entry_id: int) -> LedgerEntry:
         """One entry, even past the LAC (``read_unconfirmed_entries`` of one)."""

@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, help="replay this one seed and describe it")
     args = parser.parse_args(argv)
-    _quiet()
     if args.seed is not None:
         result = run_seed(args.seed)
         print(_summary(result))
@@ -69,4 +68,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    _quiet()  # as a program only: a caller's logging is its own
     sys.exit(main())
