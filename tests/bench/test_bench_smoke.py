@@ -59,3 +59,43 @@ def test_metadata_benchmark_runs() -> None:
 def test_tailing_lag_benchmark_runs() -> None:
     out = run("tailing_lag.py", "--rate", "500", "--seconds", "0.5", "--runs", "1")
     assert "tailing reader lag" in out and "p99" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workload",
+    [
+        ["writes", "--local", "3", "--seconds", "1", "--in-flight", "50"],
+        [
+            "writes",
+            "--local",
+            "1",
+            "-e",
+            "1",
+            "-w",
+            "1",
+            "-a",
+            "1",
+            "--rate",
+            "500",
+            "--seconds",
+            "1",
+        ],
+        ["reads", "--local", "3", "--entries", "2000"],
+        ["reads", "--local", "3", "--tail", "--rate", "300", "--seconds", "0.5"],
+    ],
+)
+def test_the_bench_command_runs(workload: list[str]) -> None:
+    import json
+
+    result = subprocess.run(
+        [sys.executable, "-m", "bookkeeper", "bench", *workload, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["entries"] > 0 and report["failures"] == 0
+    assert {"p50_ms", "p99_ms", "p99.9_ms", "max_ms"} <= set(report["latency"])

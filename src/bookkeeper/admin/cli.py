@@ -5,6 +5,7 @@
     bookkeeper shell simpletest|listbookies|listledgers|ledgermetadata ... [--metadata-uri URI]
     bookkeeper shell initnewcluster|metaformat|nukeexistingcluster|whatisinstanceid ...
     bookkeeper shell cookie_get|cookie_create|cookie_update|cookie_delete BOOKIE_ID ...
+    bookkeeper bench writes|reads [--local N | --metadata-uri URI] ...
 
 The metadata URI of shell commands comes from ``--metadata-uri`` or $BOOKKEEPER_METADATA_URI.
 """
@@ -18,6 +19,7 @@ import signal
 import sys
 import threading
 
+from bookkeeper.admin import bench as bench_module
 from bookkeeper.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper.errors import BKError
 from bookkeeper.wire.digest import DigestType
@@ -236,6 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--exit-after-demo", action="store_true", help="stop the cluster once the demo is done"
     )
     local.set_defaults(run=_cmd_localbookie)
+
+    bench = commands.add_parser(
+        "bench",
+        help="throughput and latency of writes or reads (see bookkeeper.admin.bench)",
+        description=bench_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_module.add_arguments(bench)
+    bench.set_defaults(run=bench_module.run)
 
     shell = commands.add_parser("shell", help="admin and test commands")
     shell_commands = shell.add_subparsers(dest="shell_command", required=True)
