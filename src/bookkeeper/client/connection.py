@@ -23,6 +23,7 @@ from bookkeeper.tls import TlsConfig, TlsError, TlsSession
 from bookkeeper.wire import v2, v3
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameError
+from bookkeeper.wire.output import OutputBuffer
 from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
 from bookkeeper.wire.status import StatusCode
 
@@ -66,6 +67,7 @@ class BookieConnection(asyncio.Protocol):
         self._closed_error: errors.BKError | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._output: OutputBuffer | None = None  # frames of this loop pass, written together
 
     @classmethod
     async def connect(
@@ -137,6 +139,8 @@ class BookieConnection(asyncio.Protocol):
                         f"({StatusCode(answer.status).name}): it has no TLS configured"
                     )
             assert self._transport is not None and self._loop is not None
+            assert self._output is not None
+            self._output.flush()  # nothing may be wrapped that was sent before TLS
             self._tls = TlsSession(context, server_side=False, server_hostname=host)
             self._handshake = self._loop.create_future()
             self._tls.start()
@@ -198,8 +202,12 @@ class BookieConnection(asyncio.Protocol):
         return response.authResponse.payload
 
     def _write(self, data: bytes) -> None:
-        assert self._transport is not None
-        self._transport.write(data if self._tls is None else self._tls.wrap(data))
+        assert self._transport is not None and self._output is not None
+        self._output.write(data)
+
+    def _send_now(self, data: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(data if self._tls is None else self._tls.wrap(data))
 
     @property
     def is_open(self) -> bool:
@@ -209,6 +217,7 @@ class BookieConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
         self._loop = asyncio.get_running_loop()
+        self._output = OutputBuffer(self._loop, self._send_now)
         self._schedule_timeout_check()
 
     def connection_lost(self, exc: Exception | None) -> None:

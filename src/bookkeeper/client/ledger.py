@@ -159,7 +159,8 @@ class ReadHandle:
             if timer:
                 timer.pop().cancel()
             if read.deadline is not None and not read.done:
-                timer.append(loop.call_at(read.deadline / 1000, speculate))
+                delay_ms = max(0, read.deadline - self._client.now_ms())
+                timer.append(loop.call_later(delay_ms / 1000, speculate))
             if read.done:
                 done(found[0] if found else (read.error or errors.ReadError("read failed")))
 

@@ -159,6 +159,11 @@ class Bookie:
             "bookkeeper_server_REQUESTS_REJECTED", "requests answered ETOOMANYREQUESTS"
         )
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the bookie and its connections run on."""
+        return self._loop
+
     def check_disks(self) -> DiskReport:
         """Checks disk usage and turns the bookie read-only or writable; safe from any thread."""
         report = self.disk.check()

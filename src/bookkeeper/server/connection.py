@@ -26,6 +26,7 @@ from bookkeeper.tls import TLS_HANDSHAKE_RECORD, TlsError, TlsSession
 from bookkeeper.wire import v2, v3
 from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.framing import FrameDecoder, FrameError
+from bookkeeper.wire.output import OutputBuffer
 from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
 from bookkeeper.wire.status import StatusCode
 
@@ -63,6 +64,7 @@ class BookieConnection(asyncio.Protocol):
         self._auth_session: BookieAuthSession | None = None
         self._decoder = FrameDecoder(bookie.config.max_frame_size)
         self._transport: asyncio.Transport | None = None
+        self._output: OutputBuffer | None = None  # frames of this loop pass, written together
         self._protocol: int | None = None  # 2 or 3 once detected
         self._peer = "?"
         self._backlog: collections.deque[bytes] = collections.deque()
@@ -74,6 +76,7 @@ class BookieConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        self._output = OutputBuffer(self._bookie.loop, self._send_now)
         self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self._peer = str(transport.get_extra_info("peername"))
         self._connections.add(self)
@@ -105,6 +108,8 @@ class BookieConnection(asyncio.Protocol):
             self._transport.pause_reading()
 
     def close(self) -> None:
+        if self._output is not None:
+            self._output.flush()  # answers already made go out before the close
         if self._transport is not None:
             self._transport.close()
 
@@ -117,6 +122,10 @@ class BookieConnection(asyncio.Protocol):
         self._write(data)
 
     def _write(self, data: bytes) -> None:
+        if self._output is not None:
+            self._output.write(data)
+
+    def _send_now(self, data: bytes) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
@@ -132,6 +141,8 @@ class BookieConnection(asyncio.Protocol):
 
     def _start_tls(self) -> None:
         assert self._security.tls_context is not None
+        if self._output is not None:
+            self._output.flush()  # the START_TLS answer goes out in plaintext
         self._tls = TlsSession(self._security.tls_context, server_side=True)
 
     def _decrypt(self, data: bytes) -> bytes | None:
@@ -237,6 +248,8 @@ class BookieConnection(asyncio.Protocol):
         return step.reply
 
     def _close_after_answer(self) -> None:
+        if self._output is not None:
+            self._output.flush()
         self._backlog.clear()
         if self._transport is not None:
             self._transport.close()  # after the answer already written

@@ -1,0 +1,53 @@
+"""Coalesced output: every frame a connection writes during one pass of the event loop goes out
+in one ``transport.write`` (one syscall, one TLS record run) at the end of that pass.
+
+A pipelined writer sends an add to each bookie of its write set per entry, and a bookie answers
+a whole journal group at once; writing each frame on its own costs a syscall per frame, which
+the profile of ``bookkeeper bench writes`` showed as a fifth of the client's time. The delay is
+one loop iteration (``call_soon``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+
+class OutputBuffer:
+    """Collects frames; ``send`` gets them joined once per loop iteration (or at ``flush``)."""
+
+    __slots__ = ("_buffered", "_chunks", "_loop", "_max_buffered", "_scheduled", "_send")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        send: Callable[[bytes], None],
+        max_buffered: int = 64 * 1024,
+    ) -> None:
+        self._loop = loop
+        self._send = send
+        self._max_buffered = max_buffered
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._scheduled = False
+
+    def write(self, data: bytes) -> None:
+        """Queues ``data``; past ``max_buffered`` bytes it all goes out at once, so that the
+        transport's flow control (pause_writing) still sees a flood as it happens."""
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered >= self._max_buffered:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Sends what was collected now (also before the connection changes how it sends, e.g.
+        when TLS starts: the frames before must go out as they were)."""
+        self._scheduled = False
+        chunks = self._chunks
+        if not chunks:
+            return
+        self._chunks = []
+        self._buffered = 0
+        self._send(chunks[0] if len(chunks) == 1 else b"".join(chunks))
