@@ -22,44 +22,11 @@ import threading
 import time
 from typing import Any
 
+from bookkeeper.admin import limits
 from bookkeeper.storage.engine import StorageConfig, StorageEngine
 
 HEADER = struct.Struct(">qqqq")
 LEDGERS = 100
-
-
-def raw_fsync_rate(directory: str, seconds: float) -> float:
-    path = os.path.join(directory, "fsync.probe")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = b"\0" * 4096
-    count = 0
-    deadline = time.perf_counter() + seconds
-    start = time.perf_counter()
-    while time.perf_counter() < deadline:
-        os.write(fd, block)
-        os.fdatasync(fd)
-        count += 1
-    elapsed = time.perf_counter() - start
-    os.close(fd)
-    os.unlink(path)
-    return count / elapsed
-
-
-def raw_sequential_mb_s(directory: str, seconds: float) -> float:
-    path = os.path.join(directory, "seq.probe")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = os.urandom(4 * 1024 * 1024)
-    written = 0
-    deadline = time.perf_counter() + seconds
-    start = time.perf_counter()
-    while time.perf_counter() < deadline and written < 8 * 1024**3:
-        os.write(fd, block)
-        os.fdatasync(fd)
-        written += len(block)
-    elapsed = time.perf_counter() - start
-    os.close(fd)
-    os.unlink(path)
-    return written / elapsed / 1e6
 
 
 def make_entries(size: int, count: int) -> list[tuple[int, int, bytes]]:
@@ -121,8 +88,8 @@ def main() -> None:
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="bench-storage-", dir=args.dir)
     try:
-        fsyncs = statistics.median(raw_fsync_rate(base, 1.0) for _ in range(args.runs))
-        sequential = statistics.median(raw_sequential_mb_s(base, 2.0) for _ in range(args.runs))
+        fsyncs = statistics.median(limits.fsync_rate(base, 1.0) for _ in range(args.runs))
+        sequential = statistics.median(limits.sequential_mb_s(base, 2.0) for _ in range(args.runs))
         print(
             f"disk: {fsyncs:,.0f} fsyncs/s (4 KiB write + fdatasync), "
             f"{sequential:,.0f} MB/s sequential (4 MiB + fdatasync)"

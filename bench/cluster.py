@@ -1,0 +1,146 @@
+"""The figures of docs/performance.md: every target of issue 7 measured on local clusters of
+separate bookie processes (embedded SQLite metadata), next to this machine's raw limits measured
+in the same run. 1 KiB entries, CRC32C, fsync before every ack.
+
+    python bench/cluster.py [--runs 3] [--seconds 5] [--json]
+
+Rows (median of --runs; each is a ``bookkeeper bench`` measurement, the command is printed):
+one bookie E=Qw=Qa=1 adds/s; three bookies at 3/2/2 and 3/3/2 adds/s (1,000 in flight); p99 add
+latency at 3/2/2 at half the rate reached (open loop); p50 with one add in flight; a tailing
+reader's p99 lag at 10,000 adds/s; catch-up reads of closed ledgers (MB/s); recovery of a ledger
+whose 100,000 entries all lie beyond the LAC its bookies know (a DEFERRED_SYNC writer that never
+forced, abandoned), in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+from bookkeeper import aio
+from bookkeeper.admin import bench, limits
+from bookkeeper.testing import LocalCluster
+
+
+def measure(uri: str, argv: list[str]) -> bench.Report:
+    return asyncio.run(bench.measure(uri, bench.build_arguments([*argv, "--quiet"])))
+
+
+async def recovery_seconds(uri: str, entries: int) -> float:
+    writer = await aio.BookKeeper.connect(uri, throttle=10_000)
+    reader = await aio.BookKeeper.connect(uri)
+    try:
+        handle = await writer.create_ledger(3, 2, 2, password=b"rec", deferred_sync=True)
+        payload = os.urandom(1024)
+        await asyncio.gather(*(handle.add_entry_async(payload) for _ in range(entries)))
+        started = time.monotonic()
+        recovered = await reader.open_ledger(handle.ledger_id, b"rec")  # fences and recovers
+        seconds = time.monotonic() - started
+        if recovered.last_add_confirmed != entries - 1:
+            raise RuntimeError(
+                f"recovery ended at {recovered.last_add_confirmed}, not {entries - 1}"
+            )
+        return seconds
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--recovery-entries", type=int, default=100_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    seconds = f"--seconds={args.seconds}"
+    rows: dict[str, dict[str, object]] = {}
+
+    def row(name: str, unit: str, command: str, one: Callable[[], float]) -> float:
+        values = [one() for _ in range(args.runs)]
+        median = statistics.median(values)
+        rows[name] = {"median": median, "unit": unit, "runs": values, "command": command}
+        if not args.json:
+            print(f"{name:<46} {median:>12,.2f} {unit:<8} runs {[round(v, 2) for v in values]}")
+            print(f"    {command}")
+        return median
+
+    with tempfile.TemporaryDirectory(prefix="bench-limits-") as directory:
+        probes = [limits.measure(directory) for _ in range(args.runs)]
+        raw = {key: statistics.median(p[key] for p in probes) for key in probes[0]}
+    if not args.json:
+        print(
+            f"raw limits: {raw['fsyncs_per_s']:,.0f} fsyncs/s, {raw['sequential_mb_s']:,.0f} MB/s "
+            f"sequential, loopback round trip {raw['loopback_rtt_us']:.0f} us"
+        )
+    with LocalCluster(1) as one:
+        argv = ["writes", "-e", "1", "-w", "1", "-a", "1", seconds]
+        row(
+            "one bookie 1/1/1, 1000 in flight",
+            "adds/s",
+            "bookkeeper bench " + " ".join(argv) + " --local 1",
+            lambda: measure(one.metadata_uri, argv).entries_per_s,
+        )
+    with LocalCluster(3) as three:
+        uri = three.metadata_uri
+        reached = 0.0
+        for quorum in ("3,2,2", "3,3,2"):
+            e, w, a = quorum.split(",")
+            argv = ["writes", "-e", e, "-w", w, "-a", a, seconds]
+            value = row(
+                f"three bookies {quorum.replace(',', '/')}, 1000 in flight",
+                "adds/s",
+                "bookkeeper bench " + " ".join(argv) + " --local 3",
+                lambda argv=argv: measure(uri, argv).entries_per_s,
+            )
+            if quorum == "3,2,2":
+                reached = value
+        half = f"--rate={reached / 2:.0f}"
+        argv = ["writes", half, seconds]
+        row(
+            f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)",
+            "ms",
+            "bookkeeper bench " + " ".join(argv) + " --local 3",
+            lambda: measure(uri, argv).latency["p99_ms"],
+        )
+        argv = ["writes", "--in-flight=1", seconds]
+        row(
+            "3/2/2 p50 add latency, one add in flight",
+            "ms",
+            "bookkeeper bench " + " ".join(argv) + " --local 3",
+            lambda: measure(uri, argv).latency["p50_ms"],
+        )
+        argv = ["reads", "--tail", "--rate=10000", seconds]
+        row(
+            "tailing reader p99 lag at 10,000 adds/s (3/2/2)",
+            "ms",
+            "bookkeeper bench " + " ".join(argv) + " --local 3",
+            lambda: measure(uri, argv).latency["p99_ms"],
+        )
+        argv = ["reads", "--entries=200000", "--ledgers-per-writer=3"]
+        row(
+            "catch-up reads of closed ledgers (3/2/2)",
+            "MB/s",
+            "bookkeeper bench " + " ".join(argv) + " --local 3",
+            lambda: measure(uri, argv).mb_per_s,
+        )
+        row(
+            f"recovery of {args.recovery_entries:,} entries beyond the LAC (3/2/2)",
+            "s",
+            "python bench/cluster.py (recovery_seconds)",
+            lambda: asyncio.run(recovery_seconds(uri, args.recovery_entries)),
+        )
+    if args.json:
+        print(json.dumps({"limits": raw, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
