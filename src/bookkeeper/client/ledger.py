@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from bookkeeper import errors
@@ -78,6 +79,10 @@ class ReadHandle:
         self.length = metadata.length if metadata.is_closed else 0
         self._closed = False
         self._reads_connecting: set[asyncio.Future[None]] = set()  # connects, long polls
+        # (fragment start, entry % E) -> (that fragment's ensemble, its replicas in read order)
+        self._replica_cache: dict[
+            tuple[int, int], tuple[tuple[str, ...], list[tuple[int, str]]]
+        ] = {}
 
     @property
     def ledger_id(self) -> int:
@@ -129,84 +134,26 @@ class ReadHandle:
     def _replicas(self, entry_id: int) -> list[tuple[int, str]]:
         """The replicas of ``entry_id`` in the order to try them: the placement policy's read
         order (local region first), then by health (recent failures, pending reads)."""
-        ensemble = self.metadata.ensemble_at(entry_id)
-        members = write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size)
-        replicas = self._client.placement.read_order([(i, ensemble[i]) for i in members])
+        start, ensemble = self.metadata.fragment_of(entry_id)
+        key = (start, entry_id % self.metadata.ensemble_size)
+        replicas = self._replica_cache.get(key)
+        if replicas is None or replicas[0] is not ensemble:
+            members = write_set(
+                entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size
+            )
+            ordered = self._client.placement.read_order([(i, ensemble[i]) for i in members])
+            replicas = (ensemble, list(ordered))
+            self._replica_cache[key] = replicas
         if self._client.config.reorder_read_sequence:
-            return self._client.replica_health.order(replicas, self._client.now_ms())
-        return list(replicas)
-
-    def _read_entry(self, entry_id: int, done: Callable[[Entry | errors.BKError], None]) -> None:
-        """Reads ``entry_id`` (``core.reader.EntryRead``: one replica at a time, the next on a
-        failure, a speculative read when one is slow); ``done`` gets the entry or the error."""
-        config = self._client.config
-        health = self._client.replica_health
-        loop = asyncio.get_running_loop()
-        read = EntryRead(
-            self.ledger_id,
-            entry_id,
-            self._replicas(entry_id),
-            negatives_needed=negative_threshold(
-                self.metadata.write_quorum_size, self.metadata.ack_quorum_size
-            ),
-            speculative_ms=config.speculative_read_timeout_ms,
-            max_speculative_ms=config.max_speculative_read_timeout_ms,
-        )
-        timer: list[asyncio.TimerHandle] = []
-        found: list[Entry] = []
-
-        def settle() -> None:
-            if timer:
-                timer.pop().cancel()
-            if read.deadline is not None and not read.done:
-                delay_ms = max(0, read.deadline - self._client.now_ms())
-                timer.append(loop.call_later(delay_ms / 1000, speculate))
-            if read.done:
-                done(found[0] if found else (read.error or errors.ReadError("read failed")))
-
-        def speculate() -> None:
-            timer.clear()
-            attempts = read.tick(self._client.now_ms())
-            self._client.speculative_reads += len(attempts)
-            send(attempts)
-            settle()
-
-        def answer(
-            attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
-        ) -> None:
-            health.answered(attempt.bookie)
-            if read.done:
-                return
-            problem = ""
-            if status == StatusCode.EOK:
-                assert isinstance(body, bytes)
-                try:
-                    found.append(self._digest.verify(body, entry_id))
-                except errors.DigestMismatchError as error:
-                    status, problem = None, str(error)
-            elif status is None:
-                problem = str(body)
-            if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
-                health.failed(attempt.bookie, self._client.now_ms())
-            send(read.on_answer(attempt.bookie_index, status, problem, self._client.now_ms()))
-            settle()
-
-        def send(attempts: list[ReadAttempt]) -> None:
-            for attempt in attempts:
-                health.sent(attempt.bookie)
-                self._send_read(attempt, answer)
-
-        send(read.start(self._client.now_ms()))
-        settle()
+            return self._client.replica_health.order(replicas[1], self._client.now_ms())
+        return replicas[1]
 
     def _send_read(
         self,
         attempt: ReadAttempt,
         answer: Callable[[ReadAttempt, StatusCode | None, bytes | errors.BKError], None],
     ) -> None:
-        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
-            answer(attempt, status, body)
-
+        answered = partial(answer, attempt)
         connection = self._client.pool.ready(attempt.bookie)
         if connection is not None:
             connection.read(self.ledger_id, attempt.entry_id, False, None, answered)
@@ -237,32 +184,7 @@ class ReadHandle:
                 f"ledger {self.ledger_id} is closed at entry {self.metadata.last_entry_id}: "
                 f"entry {last} does not exist"
             )
-        results: list[LedgerEntry | None] = [None] * (last - first + 1)
-        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        state = {"next": first, "left": last - first + 1}
-
-        def start_next() -> None:
-            entry_id = state["next"]
-            state["next"] += 1
-            self._read_entry(entry_id, lambda outcome: one_done(entry_id, outcome))
-
-        def one_done(entry_id: int, outcome: Entry | errors.BKError) -> None:
-            if finished.done():
-                return
-            if isinstance(outcome, errors.BKError):
-                finished.set_exception(outcome)
-                return
-            results[entry_id - first] = LedgerEntry(self.ledger_id, entry_id, outcome.payload)
-            state["left"] -= 1
-            if state["left"] == 0:
-                finished.set_result(None)
-            elif state["next"] <= last:
-                start_next()
-
-        for _ in range(min(READ_WINDOW, last - first + 1)):
-            start_next()
-        await finished
-        return [entry for entry in results if entry is not None]
+        return await _RangeRead(self, first, last).run()
 
     async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first``..``last`` (inclusive); only up to the last add confirmed."""
@@ -457,6 +379,119 @@ class ReadHandle:
     async def close(self) -> None:
         """Releases the handle (a read handle changes nothing in the ledger)."""
         self._closed = True
+
+
+class _RangeRead:
+    """Entries ``first``..``last`` read with ``core.reader.EntryRead`` each, ``READ_WINDOW`` at
+    a time: one replica per entry, the next on a failure, a speculative read when one is slow.
+    One timer per range (not per entry) sends the speculative reads that are due."""
+
+    def __init__(self, handle: ReadHandle, first: int, last: int) -> None:
+        self.handle = handle
+        self.client = handle._client
+        self.first, self.last = first, last
+        self.results: list[LedgerEntry | None] = [None] * (last - first + 1)
+        self.reads: dict[int, EntryRead] = {}
+        self.next = first
+        self.left = last - first + 1
+        self.loop = asyncio.get_running_loop()
+        self.finished: asyncio.Future[None] = self.loop.create_future()
+        self.ticker: asyncio.TimerHandle | None = None
+        config = self.client.config
+        self.speculative_ms = config.speculative_read_timeout_ms
+        self.max_speculative_ms = config.max_speculative_read_timeout_ms
+        metadata = handle.metadata
+        self.negatives_needed = negative_threshold(
+            metadata.write_quorum_size, metadata.ack_quorum_size
+        )
+
+    async def run(self) -> list[LedgerEntry]:
+        for _ in range(min(READ_WINDOW, self.left)):
+            self._start_next()
+        try:
+            await self.finished
+        finally:
+            if self.ticker is not None:
+                self.ticker.cancel()
+        return [entry for entry in self.results if entry is not None]
+
+    def _start_next(self) -> None:
+        entry_id = self.next
+        self.next += 1
+        read = EntryRead(
+            self.handle.ledger_id,
+            entry_id,
+            self.handle._replicas(entry_id),
+            negatives_needed=self.negatives_needed,
+            speculative_ms=self.speculative_ms,
+            max_speculative_ms=self.max_speculative_ms,
+        )
+        self.reads[entry_id] = read
+        self._send(read.start(self.client.now_ms()))
+        if read.deadline is not None and self.ticker is None:
+            self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
+
+    def _send(self, attempts: list[ReadAttempt]) -> None:
+        health = self.client.replica_health
+        for attempt in attempts:
+            health.sent(attempt.bookie)
+            self.handle._send_read(attempt, self._answer)
+
+    def _tick(self) -> None:
+        """Speculative reads for every entry whose current replica is slow."""
+        self.ticker = None
+        if self.finished.done():
+            return
+        now = self.client.now_ms()
+        soonest: int | None = None
+        for read in list(self.reads.values()):
+            attempts = read.tick(now)
+            if attempts:
+                self.client.speculative_reads += len(attempts)
+                self._send(attempts)
+            if read.deadline is not None and (soonest is None or read.deadline < soonest):
+                soonest = read.deadline
+        if soonest is not None:
+            self.ticker = self.loop.call_later(max(0, soonest - now) / 1000, self._tick)
+
+    def _answer(
+        self, attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
+    ) -> None:
+        health = self.client.replica_health
+        health.answered(attempt.bookie)
+        read = self.reads.get(attempt.entry_id)
+        if read is None or self.finished.done():
+            return  # settled already (a slower replica's answer)
+        problem = ""
+        entry: Entry | None = None
+        if status == StatusCode.EOK:
+            assert isinstance(body, bytes)
+            try:
+                entry = self.handle._digest.verify(body, attempt.entry_id)
+            except errors.DigestMismatchError as error:
+                status, problem = None, str(error)
+        elif status is None:
+            problem = str(body)
+        if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
+            health.failed(attempt.bookie, self.client.now_ms())
+        self._send(read.on_answer(attempt.bookie_index, status, problem, self.client.now_ms()))
+        if not read.done:
+            if read.deadline is not None and self.ticker is None:
+                delay_ms = max(0, read.deadline - self.client.now_ms())
+                self.ticker = self.loop.call_later(delay_ms / 1000, self._tick)
+            return
+        del self.reads[attempt.entry_id]
+        if entry is None:
+            self.finished.set_exception(read.error or errors.ReadError("read failed"))
+            return
+        self.results[attempt.entry_id - self.first] = LedgerEntry(
+            self.handle.ledger_id, attempt.entry_id, entry.payload
+        )
+        self.left -= 1
+        if self.left == 0:
+            self.finished.set_result(None)
+        elif self.next <= self.last:
+            self._start_next()
 
 
 class WriteHandle(ReadHandle):

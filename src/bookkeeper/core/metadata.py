@@ -73,12 +73,15 @@ class LedgerMetadata:
 
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """The bookies of the fragment that holds ``entry_id``."""
-        last_start, last = self.ensembles[-1]
-        if entry_id >= last_start:
+        return self.fragment_of(entry_id)[1]
+
+    def fragment_of(self, entry_id: int) -> tuple[int, tuple[str, ...]]:
+        """(first entry, bookies) of the fragment that holds ``entry_id``."""
+        last = self.ensembles[-1]
+        if entry_id >= last[0]:
             return last  # the writer's case: every entry it sends is in the last fragment
         starts = [first for first, _ in self.ensembles]
-        index = max(0, bisect.bisect_right(starts, entry_id) - 1)
-        return self.ensembles[index][1]
+        return self.ensembles[max(0, bisect.bisect_right(starts, entry_id) - 1)]
 
     def bookies(self) -> set[str]:
         """Every bookie that holds a fragment of this ledger."""
