@@ -341,10 +341,12 @@ class BookieConnection(asyncio.Protocol):
         recovery: bool,
         callback: Callback,
         deferred_sync: bool = False,
+        frame: bytes | None = None,
     ) -> None:
         """Sends an add; ``callback(status, b"")`` on the answer. ``deferred_sync`` (v3 write
         flag DEFERRED_SYNC): the bookie answers before its journal sync; v2 cannot carry it
-        and answers EBADVERSION, as BookKeeper refuses the combination."""
+        and answers EBADVERSION, as BookKeeper refuses the combination. ``frame``: the v2
+        request already encoded (a writer encodes an entry once for its whole write set)."""
         if deferred_sync and not self.use_v3:
             callback(StatusCode.EBADVERSION, b"")
             return
@@ -368,8 +370,10 @@ class BookieConnection(asyncio.Protocol):
             return
         if self._register_v2((v2.OpCode.ADD_ENTRY, ledger_id, entry_id), callback):
             assert self._transport is not None
-            flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
-            self._write(v2.encode_add_request(master_key, entry, flags))
+            if frame is None:
+                flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
+                frame = v2.encode_add_request(master_key, entry, flags)
+            self._write(frame)
 
     def read(
         self,

@@ -31,6 +31,7 @@ from bookkeeper.core.writer import (
     WriteLac,
     change_ensemble,
 )
+from bookkeeper.wire import v2
 from bookkeeper.wire.digest import DigestManager, Entry, master_key
 from bookkeeper.wire.status import StatusCode
 
@@ -572,8 +573,14 @@ class WriteHandle(ReadHandle):
         for instruction in instructions:
             if isinstance(instruction, SendAdd):
                 entry = self._entries[instruction.entry_id]
+                # Encoded once, the same bytes to every bookie of the write set.
+                frame = (
+                    None
+                    if self._client.config.use_v3 or self.deferred_sync
+                    else (v2.encode_add_request(self._master_key, entry))
+                )
                 for index, bookie in instruction.targets:
-                    self._send_add(bookie, index, instruction.entry_id, entry, recovery=False)
+                    self._send_add(bookie, index, instruction.entry_id, entry, frame)
             elif isinstance(instruction, Completed):
                 self.last_add_confirmed = self._writer.last_add_confirmed
                 self.length = instruction.length
@@ -633,28 +640,37 @@ class WriteHandle(ReadHandle):
         self._ticker = None
         self._execute(self._writer.tick(self._now()))
 
-    def _send_add(
-        self, bookie_id: str, index: int, entry_id: int, entry: bytes, recovery: bool
+    def _add_answered(
+        self,
+        bookie_id: str,
+        index: int,
+        entry_id: int,
+        status: StatusCode | None,
+        body: bytes | errors.BKError,
     ) -> None:
-        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
-            problem = ""
-            if status != StatusCode.EOK:
-                problem = str(
-                    body
-                    if status is None
-                    else status_error(status, bookie_id, f"add of entry {entry_id}")
-                )
-                log.info("ledger %d: %s", self.ledger_id, problem)
-                self._client.quarantine.record_failure(bookie_id, self._now())
-            self._execute(
-                self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
+        problem = ""
+        if status != StatusCode.EOK:
+            problem = str(
+                body
+                if status is None
+                else status_error(status, bookie_id, f"add of entry {entry_id}")
             )
+            log.info("ledger %d: %s", self.ledger_id, problem)
+            self._client.quarantine.record_failure(bookie_id, self._now())
+        self._execute(
+            self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
+        )
 
+    def _send_add(
+        self, bookie_id: str, index: int, entry_id: int, entry: bytes, frame: bytes | None
+    ) -> None:
+        """Sends entry ``entry_id`` to one bookie (``frame``: the v2 request already encoded)."""
+        answered = partial(self._add_answered, bookie_id, index, entry_id)
         deferred = self.deferred_sync
         connection = self._client.pool.ready(bookie_id, v3=deferred)
         if connection is not None:
             connection.add(
-                self.ledger_id, entry_id, self._master_key, entry, recovery, answered, deferred
+                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
             )
             return
 
@@ -665,7 +681,7 @@ class WriteHandle(ReadHandle):
                 answered(None, error)
                 return
             connection.add(
-                self.ledger_id, entry_id, self._master_key, entry, recovery, answered, deferred
+                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
             )
 
         self._spawn(connect_then_send())
