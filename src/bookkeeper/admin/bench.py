@@ -67,6 +67,7 @@ class _Tally:
     issued: int = 0
     acked_measured: int = 0
     failed: int = 0
+    issuing: bool = True  # until every writer stopped issuing adds
     first: float = 0.0  # when the first measured add was due
     last: float = 0.0  # when the last one was acknowledged
 
@@ -167,6 +168,11 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
     errors_seen: list[BKError] = []
     all_done = loop.create_future()
 
+    def stop_issuing() -> None:
+        state.issuing = False
+        if not outstanding and not all_done.done():
+            all_done.set_result(None)
+
     def finished_issuing(now: float) -> bool:
         if limit is not None:
             return state.issued >= limit
@@ -186,7 +192,7 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
                 state.first = due
             state.acked_measured += 1
             state.last = now
-        if not outstanding and finished_issuing(now) and not all_done.done():
+        if not outstanding and not state.issuing and not all_done.done():
             all_done.set_result(None)
 
     def issue(writer: int, due: float) -> asyncio.Future[int] | None:
@@ -200,8 +206,6 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
         except BKError as error:
             state.failed += 1
             errors_seen.append(error)
-            if not outstanding and not all_done.done():
-                all_done.set_result(None)
             return None
         outstanding.add(future)
         future.add_done_callback(lambda f: on_ack(f, due))
@@ -224,6 +228,7 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
 
         await asyncio.gather(*(paced(w) for w in range(args.writers)))
+        stop_issuing()
     else:
         # Closed loop: each writer keeps --in-flight adds outstanding.
         def refill(writer: int) -> Callable[..., None]:
@@ -234,14 +239,15 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
                     future = issue(writer, now)
                     if future is not None:
                         future.add_done_callback(again)
+                        return
+                stop_issuing()  # every writer stops on the same condition
 
             return again
 
         for writer in range(args.writers):
             for _ in range(args.in_flight):
                 refill(writer)()
-    if outstanding or not (finished_issuing(time.monotonic()) or errors_seen):
-        await all_done
+    await all_done
     if errors_seen and not (args.json or args.quiet):
         print(f"the writers failed: {errors_seen[0]}", file=sys.stderr)
     for handles in writers:
