@@ -9,7 +9,6 @@ pending request fails with ``BookieHandleNotAvailableError``.
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import ssl
@@ -61,7 +60,8 @@ class BookieConnection(asyncio.Protocol):
         self.request_timeout_s = request_timeout_s
         self._transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_SIZE)
-        self._v2_pending: dict[tuple[int, int, int], collections.deque[_Pending]] = {}
+        # (operation, ledger, entry) -> requests in the order sent (nearly always one)
+        self._v2_pending: dict[tuple[int, int, int], list[_Pending]] = {}
         self._v3_pending: dict[int, _Pending] = {}
         self._txn_ids = itertools.count(1)
         self._closed_error: errors.BKError | None = None
@@ -311,7 +311,11 @@ class BookieConnection(asyncio.Protocol):
             )
             return False
         request = _Pending(key, callback, time.monotonic() + self.request_timeout_s)
-        self._v2_pending.setdefault(key, collections.deque()).append(request)
+        queue = self._v2_pending.get(key)
+        if queue is None:
+            self._v2_pending[key] = [request]
+        else:
+            queue.append(request)
         return True
 
     def _send_v3(
@@ -512,7 +516,7 @@ class BookieConnection(asyncio.Protocol):
                 "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
             )
             return
-        request = queue.popleft()
+        request = queue.pop(0)
         if not queue:
             del self._v2_pending[key]
         self._finish(request, response.status, response.body)
