@@ -407,6 +407,28 @@ class BookieConnection(asyncio.Protocol):
                 v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None)
             )
 
+    def batch_read(
+        self,
+        ledger_id: int,
+        start_entry_id: int,
+        max_count: int,
+        max_size: int,
+        callback: Callback,
+    ) -> None:
+        """BATCH_READ_ENTRY (v2 only, as in BookKeeper): entries from ``start_entry_id`` on;
+        ``callback(status, body)`` with the answer's body (``v2.batch_entries`` splits it). A v3
+        connection answers EBADVERSION."""
+        if self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
+        key = (v2.OpCode.BATCH_READ_ENTRY, ledger_id, start_entry_id)
+        if self._register_v2(key, callback):
+            self._write(
+                v2.encode_batch_read_request(
+                    ledger_id, start_entry_id, next(self._txn_ids), max_count, max_size
+                )
+            )
+
     def read_long_poll(
         self,
         ledger_id: int,

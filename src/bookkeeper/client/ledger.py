@@ -33,6 +33,7 @@ from bookkeeper.core.writer import (
 )
 from bookkeeper.wire import v2
 from bookkeeper.wire.digest import DigestManager, Entry, master_key
+from bookkeeper.wire.errors import MalformedMessageError
 from bookkeeper.wire.status import StatusCode
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_WINDOW = 128  # entries read concurrently by a range read
+# Ledgers with E = Qw are read in BATCH_READ_ENTRY requests (v2), as BookKeeper's batch reads:
+BATCH_ENTRIES = 512  # entries asked for per batch
+BATCH_BYTES = 4 * 1024 * 1024  # answer size asked for (the bookie cuts to its frame limit)
+BATCHES_IN_FLIGHT = 4
 TICK_S = 0.05  # how often a writer with adds pending checks timeouts and the explicit LAC
 
 
@@ -398,6 +403,9 @@ class _RangeRead:
         self.loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self.loop.create_future()
         self.ticker: asyncio.TimerHandle | None = None
+        self.batched = False
+        self.batches = 0
+        self.open_batches: dict[int, tuple[int, int]] = {}  # start -> (end, deadline ms)
         config = self.client.config
         self.speculative_ms = config.speculative_read_timeout_ms
         self.max_speculative_ms = config.max_speculative_read_timeout_ms
@@ -407,8 +415,18 @@ class _RangeRead:
         )
 
     async def run(self) -> list[LedgerEntry]:
-        for _ in range(min(READ_WINDOW, self.left)):
-            self._start_next()
+        metadata = self.handle.metadata
+        self.batched = (
+            metadata.ensemble_size == metadata.write_quorum_size
+            and not self.client.config.use_v3
+            and self.left > 1
+        )
+        if self.batched:
+            for _ in range(BATCHES_IN_FLIGHT):
+                self._next_batch()
+        else:
+            for _ in range(min(READ_WINDOW, self.left)):
+                self._start_next()
         try:
             await self.finished
         finally:
@@ -416,9 +434,102 @@ class _RangeRead:
                 self.ticker.cancel()
         return [entry for entry in self.results if entry is not None]
 
+    # -- batches (E = Qw: every bookie of a fragment holds all of its entries) ------------------
+
+    def _next_batch(self) -> None:
+        """A batch for the next entries of one fragment (a batch stays in one fragment)."""
+        start = self.next
+        if start > self.last:
+            return
+        end = min(self.last, start + BATCH_ENTRIES - 1)
+        for first, _ in self.handle.metadata.ensembles:
+            if start < first <= end:
+                end = first - 1
+        self.next = end + 1
+        self._send_batch(start, end)
+
+    def _send_batch(self, start: int, end: int) -> None:
+        """BATCH_READ_ENTRY of ``start``..``end`` to one replica (round robin over the write
+        set); the answer's entries are checked one by one."""
+        # Every bookie of the fragment holds all of it: take them in turn by ensemble index
+        # (the write set's order rotates with the start entry), slow ones given up on below.
+        replicas = sorted(self.handle._replicas(start))
+        self.batches += 1
+        _, bookie = replicas[self.batches % len(replicas)]
+        answered = partial(self._batch_answer, start, end, bookie)
+        if self.speculative_ms > 0:
+            self.open_batches[start] = (end, self.client.now_ms() + self.speculative_ms)
+            if self.ticker is None:
+                self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
+        else:
+            self.open_batches[start] = (end, 2**62)
+        connection = self.client.pool.ready(bookie)
+        if connection is not None:
+            connection.batch_read(
+                self.handle.ledger_id, start, end - start + 1, BATCH_BYTES, answered
+            )
+            return
+
+        async def connect_then_read() -> None:
+            try:
+                connection = await self.client.pool.get(bookie)
+            except errors.BKError as error:
+                answered(None, error)
+                return
+            connection.batch_read(
+                self.handle.ledger_id, start, end - start + 1, BATCH_BYTES, answered
+            )
+
+        self.handle._spawn_read(connect_then_read())
+
+    def _batch_answer(
+        self,
+        start: int,
+        end: int,
+        bookie: str,
+        status: StatusCode | None,
+        body: bytes | errors.BKError,
+    ) -> None:
+        if self.finished.done() or self.open_batches.pop(start, None) is None:
+            return  # done, or given up as slow (its entries are being read one by one)
+        entry_id = start
+        if status == StatusCode.EOK and isinstance(body, bytes):
+            verify = self.handle._digest.verify
+            try:
+                for raw in v2.batch_entries(body):
+                    if entry_id > end:
+                        break
+                    entry = verify(raw, entry_id)
+                    self.results[entry_id - self.first] = LedgerEntry(
+                        self.handle.ledger_id, entry_id, entry.payload
+                    )
+                    entry_id += 1
+                    self.left -= 1
+            except (errors.DigestMismatchError, MalformedMessageError) as error:
+                log.info("ledger %d: batch read from %s: %s", self.handle.ledger_id, bookie, error)
+                status = None
+        if self.left == 0:
+            self.finished.set_result(None)
+            return
+        if entry_id <= end:
+            if status == StatusCode.EOK and entry_id > start:
+                self._send_batch(entry_id, end)  # cut by its size limit: ask for the rest
+                return
+            # An error, or nothing served: each entry of the batch goes the careful way
+            # (one replica at a time, failover, speculative reads).
+            for missing in range(entry_id, end + 1):
+                self._start_entry(missing)
+            return
+        self._next_batch()
+
+    # -- one entry at a time ---------------------------------------------------------------------
+
     def _start_next(self) -> None:
         entry_id = self.next
         self.next += 1
+        self._start_entry(entry_id)
+
+    def _start_entry(self, entry_id: int) -> None:
         read = EntryRead(
             self.handle.ledger_id,
             entry_id,
@@ -444,7 +555,15 @@ class _RangeRead:
         if self.finished.done():
             return
         now = self.client.now_ms()
-        soonest: int | None = None
+        for start, (end, deadline) in list(self.open_batches.items()):
+            if deadline <= now:
+                # A slow batch: its entries go the careful way (failover, speculative reads);
+                # its late answer is ignored.
+                del self.open_batches[start]
+                self.client.speculative_reads += 1
+                for entry_id in range(start, end + 1):
+                    self._start_entry(entry_id)
+        soonest: int | None = min((d for _, d in self.open_batches.values()), default=None)
         for read in list(self.reads.values()):
             attempts = read.tick(now)
             if attempts:
@@ -491,7 +610,7 @@ class _RangeRead:
         self.left -= 1
         if self.left == 0:
             self.finished.set_result(None)
-        elif self.next <= self.last:
+        elif self.next <= self.last and not self.batched:
             self._start_next()
 
 

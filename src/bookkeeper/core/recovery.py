@@ -66,7 +66,9 @@ __all__ = [
     "ReplaceInRecovery",
 ]
 
-DEFAULT_READ_WINDOW = 64  # entries read ahead during recovery (16: 20,000 entries in 1.8 s, 64: 1.5 s)
+DEFAULT_READ_WINDOW = (
+    64  # entries read ahead during recovery (16: 20,000 entries in 1.8 s, 64: 1.5 s)
+)
 
 
 # -- instructions ------------------------------------------------------------------------------

@@ -161,6 +161,39 @@ def encode_read_request(
     return struct.pack(">I", len(body)) + body
 
 
+def encode_batch_read_request(
+    ledger_id: int, start_entry_id: int, request_id: int, max_count: int, max_size: int
+) -> bytes:
+    """A framed BATCH_READ_ENTRY request (no fencing: a fencing batch read is not served)."""
+    body = _BATCH_READ_REQUEST.pack(
+        pack_header(OpCode.BATCH_READ_ENTRY, FLAG_NONE),
+        ledger_id,
+        start_entry_id,
+        request_id,
+        max_count,
+        max_size,
+    )
+    return _HEADER.pack(len(body)) + body
+
+
+def batch_entries(body: bytes) -> list[bytes]:
+    """The entries of a BATCH_READ_ENTRY answer body (after the fixed 24 bytes: the request id,
+    then ``[int32 length][entry]`` records)."""
+    entries = []
+    position, end = 8, len(body)
+    while position + 4 <= end:
+        (length,) = _ENTRY_LENGTH.unpack_from(body, position)
+        position += 4
+        if length < 0 or position + length > end:
+            raise MalformedMessageError(
+                f"batch read answer: an entry of {length} bytes at {position} overruns the "
+                f"{end}-byte body"
+            )
+        entries.append(body[position : position + length])
+        position += length
+    return entries
+
+
 def encode_auth(plugin_name: str, payload: bytes) -> bytes:
     """A framed AUTH message (request or answer): header, then the ``AuthMessage``."""
     message = pb.AuthMessage(authPluginName=plugin_name, payload=payload).SerializeToString()
