@@ -7,7 +7,8 @@ in the same run. 1 KiB entries, CRC32C, fsync before every ack.
 Rows (median of --runs; each is a ``bookkeeper bench`` measurement, the command is printed):
 one bookie E=Qw=Qa=1 adds/s; three bookies at 3/2/2 and 3/3/2 adds/s (1,000 in flight); p99 add
 latency at 3/2/2 at half the rate reached (open loop); p50 with one add in flight; a tailing
-reader's p99 lag at 10,000 adds/s; catch-up reads of closed ledgers (MB/s); recovery of a ledger
+reader's p99 lag at 10,000 adds/s; catch-up reads of closed ledgers at 3/2/2 (entry by entry) and
+3/3/2 (E = Qw: batch reads) in MB/s; recovery of a ledger
 whose 100,000 entries all lie beyond the LAC its bookies know (a DEFERRED_SYNC writer that never
 forced, abandoned), in seconds.
 """
@@ -125,13 +126,26 @@ def main() -> None:
             "bookkeeper bench " + " ".join(argv) + " --local 3",
             lambda: measure(uri, argv).latency["p99_ms"],
         )
-        argv = ["reads", "--entries=200000", "--ledgers-per-writer=3"]
-        row(
-            "catch-up reads of closed ledgers (3/2/2)",
-            "MB/s",
-            "bookkeeper bench " + " ".join(argv) + " --local 3",
-            lambda: measure(uri, argv).mb_per_s,
-        )
+        for quorum in ("3,2,2", "3,3,2"):
+            e, w, a = quorum.split(",")
+            argv = [
+                "reads",
+                "--entries=200000",
+                "--ledgers-per-writer=3",
+                "-e",
+                e,
+                "-w",
+                w,
+                "-a",
+                a,
+            ]
+            how = "batch reads" if e == w else "entry by entry"
+            row(
+                f"catch-up reads of closed ledgers ({quorum.replace(',', '/')}, {how})",
+                "MB/s",
+                "bookkeeper bench " + " ".join(argv) + " --local 3",
+                lambda argv=argv: measure(uri, argv).mb_per_s,
+            )
         row(
             f"recovery of {args.recovery_entries:,} entries beyond the LAC (3/2/2)",
             "s",
