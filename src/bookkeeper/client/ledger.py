@@ -84,7 +84,7 @@ class ReadHandle:
         self.last_add_confirmed = metadata.last_entry_id if metadata.is_closed else -1
         self.length = metadata.length if metadata.is_closed else 0
         self._closed = False
-        self._reads_connecting: set[asyncio.Future[None]] = set()  # connects, long polls
+        self._tasks: set[asyncio.Future[None]] = set()  # connects, long polls, metadata work
         # (fragment start, entry % E) -> (that fragment's ensemble, its replicas in read order)
         self._replica_cache: dict[
             tuple[int, int], tuple[tuple[str, ...], list[tuple[int, str]]]
@@ -154,26 +154,49 @@ class ReadHandle:
             return self._client.replica_health.order(replicas[1], self._client.now_ms())
         return replicas[1]
 
+    def _on_bookie(
+        self,
+        bookie_id: str,
+        issue: Callable[[BookieConnection], None],
+        answered: Callback,
+        v3: bool = False,
+    ) -> None:
+        """``issue(connection)`` sends a request to ``bookie_id``: at once on an open
+        connection, else once one is made; a connection that cannot be made is the request's
+        answer (``answered(None, error)``)."""
+        connection = self._client.pool.ready(bookie_id, v3)
+        if connection is not None:
+            issue(connection)
+            return
+
+        async def connect_then_send() -> None:
+            try:
+                connection = await self._client.pool.get(bookie_id, v3)
+            except errors.BKError as error:
+                answered(None, error)
+                return
+            issue(connection)
+
+        self._spawn(connect_then_send())
+
+    def _spawn(self, coroutine: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)  # keep a reference until it ran (asyncio holds tasks weakly)
+        task.add_done_callback(self._tasks.discard)
+
     def _send_read(
         self,
         attempt: ReadAttempt,
         answer: Callable[[ReadAttempt, StatusCode | None, bytes | errors.BKError], None],
     ) -> None:
         answered = partial(answer, attempt)
-        connection = self._client.pool.ready(attempt.bookie)
-        if connection is not None:
-            connection.read(self.ledger_id, attempt.entry_id, False, None, answered)
-            return
-
-        async def connect_then_read() -> None:
-            try:
-                connection = await self._client.pool.get(attempt.bookie)
-            except errors.BKError as error:
-                answered(None, error)
-                return
-            connection.read(self.ledger_id, attempt.entry_id, False, None, answered)
-
-        self._spawn_read(connect_then_read())
+        self._on_bookie(
+            attempt.bookie,
+            lambda connection: connection.read(
+                self.ledger_id, attempt.entry_id, False, None, answered
+            ),
+            answered,
+        )
 
     async def read_entry(self, entry_id: int) -> LedgerEntry:
         """One entry, even past the LAC (``read_unconfirmed_entries`` of one)."""
@@ -259,34 +282,26 @@ class ReadHandle:
 
         def send(requests: list[LongPoll]) -> None:
             for request in requests:
-                self._spawn_read(self._long_poll(request, answer))
+                self._long_poll(request, partial(answer, request))
 
         send(poll.start())
         found = await finished
         return self.last_add_confirmed, found
 
-    async def _long_poll(
+    def _long_poll(
         self,
         request: LongPoll,
-        answer: Callable[[LongPoll, StatusCode | None, bytes | errors.BKError, int], None],
+        answer: Callable[[StatusCode | None, bytes | errors.BKError, int], None],
     ) -> None:
-        try:
-            connection = await self._client.pool.get(request.bookie, v3=True)
-        except errors.BKError as error:
-            answer(request, None, error, -1)
-            return
-        connection.read_long_poll(
-            self.ledger_id,
-            request.entry_id,
-            request.previous_lac,
-            request.timeout_ms,
-            lambda status, body, lac: answer(request, status, body, lac),
-        )
+        def issue(connection: BookieConnection) -> None:
+            connection.read_long_poll(
+                self.ledger_id, request.entry_id, request.previous_lac, request.timeout_ms, answer
+            )
 
-    def _spawn_read(self, coroutine: Coroutine[object, object, None]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._reads_connecting.add(task)  # asyncio holds tasks weakly
-        task.add_done_callback(self._reads_connecting.discard)
+        def failed(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            answer(status, body, -1)
+
+        self._on_bookie(request.bookie, issue, failed, v3=True)
 
     async def refresh_metadata(self) -> LedgerMetadata:
         """Reads the ledger's metadata again (a tailing reader learns of ensemble changes and
@@ -463,24 +478,13 @@ class _RangeRead:
                 self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
         else:
             self.open_batches[start] = (end, 2**62)
-        connection = self.client.pool.ready(bookie)
-        if connection is not None:
-            connection.batch_read(
+        self.handle._on_bookie(
+            bookie,
+            lambda connection: connection.batch_read(
                 self.handle.ledger_id, start, end - start + 1, BATCH_BYTES, answered
-            )
-            return
-
-        async def connect_then_read() -> None:
-            try:
-                connection = await self.client.pool.get(bookie)
-            except errors.BKError as error:
-                answered(None, error)
-                return
-            connection.batch_read(
-                self.handle.ledger_id, start, end - start + 1, BATCH_BYTES, answered
-            )
-
-        self.handle._spawn_read(connect_then_read())
+            ),
+            answered,
+        )
 
     def _batch_answer(
         self,
@@ -646,7 +650,6 @@ class WriteHandle(ReadHandle):
         self._loop = asyncio.get_running_loop()
         self._futures: dict[int, asyncio.Future[int]] = {}
         self._entries: dict[int, bytes] = {}  # packaged once, sent to every bookie (and resent)
-        self._tasks: set[asyncio.Future[None]] = set()  # connects and ensemble changes running
         self._ticker: asyncio.TimerHandle | None = None
 
     @property
@@ -721,7 +724,7 @@ class WriteHandle(ReadHandle):
                 self._write_lac(instruction)
             elif isinstance(instruction, Force):
                 for _, bookie_id in instruction.targets:
-                    self._spawn(self._force_on(instruction.force_id, bookie_id))
+                    self._force_on(instruction.force_id, bookie_id)
             elif isinstance(instruction, Forced):
                 self.last_add_confirmed = self._writer.last_add_confirmed
                 done = self._force_futures.pop(instruction.force_id, None)
@@ -732,22 +735,17 @@ class WriteHandle(ReadHandle):
                         done.set_result(instruction.lac)
         self._schedule_tick()
 
-    async def _force_on(self, force_id: int, bookie_id: str) -> None:
+    def _force_on(self, force_id: int, bookie_id: str) -> None:
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
             problem = str(body) if status is None else describe(status, body)
             self._execute(self._writer.on_force_answer(force_id, bookie_id, status, problem))
 
-        try:
-            connection = await self._client.pool.get(bookie_id, v3=True)
-        except errors.BKError as error:
-            answered(None, error)
-            return
-        connection.force_ledger(self.ledger_id, answered)
-
-    def _spawn(self, coroutine: Coroutine[object, object, None]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.add(task)  # keep a reference until it ran (asyncio holds tasks weakly)
-        task.add_done_callback(self._tasks.discard)
+        self._on_bookie(
+            bookie_id,
+            lambda connection: connection.force_ledger(self.ledger_id, answered),
+            answered,
+            v3=True,
+        )
 
     def _schedule_tick(self) -> None:
         if self._ticker is not None or self._closed:
@@ -786,24 +784,20 @@ class WriteHandle(ReadHandle):
         """Sends entry ``entry_id`` to one bookie (``frame``: the v2 request already encoded)."""
         answered = partial(self._add_answered, bookie_id, index, entry_id)
         deferred = self.deferred_sync
-        connection = self._client.pool.ready(bookie_id, v3=deferred)
-        if connection is not None:
+        connection = self._client.pool.ready(bookie_id, deferred)
+        if connection is not None:  # the hot path, without a closure
             connection.add(
                 self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
             )
             return
-
-        async def connect_then_send() -> None:
-            try:
-                connection = await self._client.pool.get(bookie_id, v3=deferred)
-            except errors.BKError as error:
-                answered(None, error)
-                return
-            connection.add(
+        self._on_bookie(
+            bookie_id,
+            lambda connection: connection.add(
                 self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
-            )
-
-        self._spawn(connect_then_send())
+            ),
+            answered,
+            v3=deferred,
+        )
 
     async def _change_ensemble(self, change: ChangeEnsemble) -> None:
         based_on = (change.based_on_start, change.ensemble)
@@ -840,19 +834,21 @@ class WriteHandle(ReadHandle):
     def _write_lac(self, write: WriteLac) -> None:
         body = self._digest.package_lac(write.lac)
 
-        def answered(status: StatusCode | None, _body: bytes | errors.BKError) -> None:
+        def answered(status: StatusCode | None, problem: bytes | errors.BKError) -> None:
             if status != StatusCode.EOK:
-                log.debug("ledger %d: explicit LAC write failed: %s", self.ledger_id, status)
-
-        async def send(bookie_id: str) -> None:
-            try:
-                connection = await self._client.pool.get(bookie_id, v3=True)
-            except errors.BKError:
-                return
-            connection.write_lac(self.ledger_id, write.lac, self._master_key, body, answered)
+                log.debug(
+                    "ledger %d: explicit LAC write failed: %s", self.ledger_id, status or problem
+                )
 
         for _, bookie_id in write.targets:
-            self._spawn(send(bookie_id))
+            self._on_bookie(
+                bookie_id,
+                lambda connection: connection.write_lac(
+                    self.ledger_id, write.lac, self._master_key, body, answered
+                ),
+                answered,
+                v3=True,
+            )
 
     async def close(self) -> None:
         """Closes the ledger: pending adds fail, then the metadata is CAS-ed to CLOSED at the LAC."""

@@ -59,22 +59,7 @@ async def recover(handle: ReadHandle) -> None:
         task.add_done_callback(tasks.discard)
 
     def send(bookie: str, issue: Issue, answered: Callback) -> None:
-        connection = handle._client.pool.ready(bookie)
-        if connection is not None:
-            issue(connection, answered)
-            return
-
-        async def connect_then_send() -> None:
-            try:
-                connection = await handle._client.pool.get(bookie)
-            except errors.BKError as error:
-                answered(None, error)
-                return
-            issue(connection, answered)
-
-        task = asyncio.ensure_future(connect_then_send())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        handle._on_bookie(bookie, lambda connection: issue(connection, answered), answered)
 
     try:
         instructions = machine.start()
