@@ -129,8 +129,7 @@ class BookieConnection(asyncio.Protocol):
         if tls is not None:
             assert context is not None
             if tls.start_tls:
-                request = pb.Request()
-                request.header.CopyFrom(v3.header(pb.START_TLS, next(self._txn_ids)))
+                request = self._v3_request(pb.START_TLS)
                 request.startTLSRequest.SetInParent()
                 answer = v3.decode_response(await self._setup_exchange(v3.encode(request)))
                 if answer.status != pb.EOK:
@@ -188,8 +187,7 @@ class BookieConnection(asyncio.Protocol):
                 await self._setup_exchange(v2.encode_auth(plugin_name, payload))
             )
             return answer.payload
-        request = pb.Request()
-        request.header.CopyFrom(v3.header(pb.AUTH, next(self._txn_ids)))
+        request = self._v3_request(pb.AUTH)
         request.authRequest.authPluginName = plugin_name
         request.authRequest.payload = payload
         response = v3.decode_response(await self._setup_exchange(v3.encode(request)))
@@ -200,6 +198,12 @@ class BookieConnection(asyncio.Protocol):
                 f"plugin than {plugin_name!r}"
             )
         return response.authResponse.payload
+
+    def _v3_request(self, operation: int, priority: int = 0) -> pb.Request:
+        """A v3 request with its header (the next txnId)."""
+        request = pb.Request()
+        request.header.CopyFrom(v3.header(operation, next(self._txn_ids), priority))
+        return request
 
     def _write(self, data: bytes) -> None:
         assert self._transport is not None and self._output is not None
@@ -355,10 +359,7 @@ class BookieConnection(asyncio.Protocol):
             callback(StatusCode.EBADVERSION, b"")
             return
         if self.use_v3:
-            request = pb.Request()
-            request.header.CopyFrom(
-                v3.header(pb.ADD_ENTRY, next(self._txn_ids), 1 if recovery else 0)
-            )
+            request = self._v3_request(pb.ADD_ENTRY, 1 if recovery else 0)
             add = request.addRequest
             add.ledgerId, add.entryId, add.masterKey, add.body = (
                 ledger_id,
@@ -389,10 +390,7 @@ class BookieConnection(asyncio.Protocol):
     ) -> None:
         """Sends a read (a fencing read when ``fence``); ``callback(status, entry bytes)``."""
         if self.use_v3:
-            request = pb.Request()
-            request.header.CopyFrom(
-                v3.header(pb.READ_ENTRY, next(self._txn_ids), 1 if fence else 0)
-            )
+            request = self._v3_request(pb.READ_ENTRY, 1 if fence else 0)
             read = request.readRequest
             read.ledgerId, read.entryId = ledger_id, entry_id
             if fence:
@@ -444,8 +442,7 @@ class BookieConnection(asyncio.Protocol):
         if not self.use_v3:
             callback(StatusCode.EBADVERSION, b"", -1)
             return
-        request = pb.Request()
-        request.header.CopyFrom(v3.header(pb.READ_ENTRY, next(self._txn_ids), 0))
+        request = self._v3_request(pb.READ_ENTRY)
         read = request.readRequest
         read.ledgerId, read.entryId, read.previousLAC, read.timeOut = (
             ledger_id,
@@ -469,8 +466,7 @@ class BookieConnection(asyncio.Protocol):
         if not self.use_v3:
             callback(StatusCode.EBADVERSION, b"")
             return
-        request = pb.Request()
-        request.header.CopyFrom(v3.header(pb.FORCE_LEDGER, next(self._txn_ids), 0))
+        request = self._v3_request(pb.FORCE_LEDGER)
         request.forceLedgerRequest.ledgerId = ledger_id
         self._send_v3(request, callback)
 
@@ -482,8 +478,7 @@ class BookieConnection(asyncio.Protocol):
         if not self.use_v3:
             callback(StatusCode.EBADVERSION, b"")
             return
-        request = pb.Request()
-        request.header.CopyFrom(v3.header(pb.WRITE_LAC, next(self._txn_ids), 0))
+        request = self._v3_request(pb.WRITE_LAC)
         write = request.writeLacRequest
         write.ledgerId, write.lac, write.masterKey, write.body = ledger_id, lac, master_key, body
         self._send_v3(request, callback)

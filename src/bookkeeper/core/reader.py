@@ -40,6 +40,11 @@ class ReadAttempt:
     entry_id: int
 
 
+def _name(replicas: Sequence[tuple[int, str]], bookie_index: int) -> str:
+    """The bookie at ``bookie_index`` among ``replicas``, for messages."""
+    return next((b for i, b in replicas if i == bookie_index), f"#{bookie_index}")
+
+
 class ReplicaHealth:
     """Recent failures and pending reads per bookie; orders the replicas of a write set."""
 
@@ -176,7 +181,7 @@ class EntryRead:
             return []
         if status in NEGATIVE_ANSWERS:
             self._negatives += 1
-        bookie = next((b for i, b in self.replicas if i == bookie_index), f"#{bookie_index}")
+        bookie = _name(self.replicas, bookie_index)
         self._problems.append(f"{bookie}: {problem or (status.name if status else 'failed')}")
         if self._answered >= len(self.replicas):
             self.done, self.deadline = True, None
@@ -286,7 +291,7 @@ class LastConfirmedAndEntryRead:
                 # The poll timed out with nothing new: not an error, the LAC stays.
                 self.result = LastConfirmedAndEntry(self.previous_lac, None)
             return []
-        bookie = next((b for i, b in self.replicas if i == bookie_index), f"#{bookie_index}")
+        bookie = _name(self.replicas, bookie_index)
         self._problems.append(f"{bookie}: {problem or (status.name if status else 'failed')}")
         if self._answered >= len(self.replicas) and self._quiet:
             self.result = LastConfirmedAndEntry(self.previous_lac, None)
