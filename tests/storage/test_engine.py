@@ -196,6 +196,32 @@ def test_entry_logs_roll_and_write_a_ledgers_map(tmp_path: Path) -> None:
     engine.close()
 
 
+@pytest.mark.parametrize("flush_every", [0, 64 * 1024])
+def test_entry_logs_are_flushed_every_flush_entrylog_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush_every: int
+) -> None:
+    engine, durable = open_engine(tmp_path, flush_entrylog_bytes=flush_every)
+    fill(engine, durable, range(2), 2000)  # ~2 x 270 KB of records, in batches of 512 entries
+    logger = engine.storage.entry_logger
+    syncs: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def counting_fdatasync(fd: int) -> None:
+        if fd == logger._active_fd:
+            syncs.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+    engine.checkpoint()
+    monkeypatch.undo()
+    if flush_every:
+        assert len(syncs) >= 540_000 // flush_every  # along the way, then the checkpoint's own
+    else:
+        assert len(syncs) == 1  # the checkpoint's own
+    assert all(engine.read(lid, e) == entry(lid, e) for lid in range(2) for e in range(2000))
+    engine.close()
+
+
 def test_a_corrupt_entry_is_an_io_error_not_a_missing_entry(tmp_path: Path) -> None:
     engine, durable = open_engine(tmp_path)
     fill(engine, durable, range(1), 10)

@@ -127,6 +127,13 @@ SETTINGS: tuple[Setting, ...] = (
         float,
     ),
     Setting(
+        "flushEntrylogBytes",
+        "--flush-entrylog-bytes",
+        int,
+        4 * MiB,
+        "flushEntrylogBytes: fdatasync entry logs every so many bytes (0: at checkpoints only)",
+    ),
+    Setting(
         "dbStorage_writeCacheMaxSizeMb",
         "--write-cache-mb",
         int,
@@ -435,6 +442,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         journal_max_group_wait_s=values["journalMaxGroupWaitMSec"] / 1000.0,
         journal_buffered_writes_threshold=positive("journalBufferedWritesThreshold"),
         log_size_limit=log_size_limit,
+        flush_entrylog_bytes=max(0, values["flushEntrylogBytes"]),
         write_cache_max_bytes=positive("dbStorage_writeCacheMaxSizeMb") * MiB,
         flush_interval_s=positive("flushInterval") / 1000.0,
     )

@@ -56,6 +56,8 @@ class StorageConfig:
     journal_preallocate_bytes: int = 16 * 1024 * 1024  # journalPreAllocSizeMB
     journal_sync_data: bool = True  # journalSyncData
     log_size_limit: int = 1024**3  # logSizeLimit
+    # flushEntrylogBytes (BookKeeper: 0, only at checkpoints; here 4 MiB: see entry_log.py)
+    flush_entrylog_bytes: int = 4 * 1024 * 1024
     write_cache_max_bytes: int = 256 * 1024 * 1024  # dbStorage_writeCacheMaxSizeMb
     flush_interval_s: float = 10.0  # flushInterval (ms in bk_server.conf)
     ledger_cache_size: int = 100_000  # ledger states kept in memory
@@ -88,6 +90,7 @@ class StorageEngine:
         self.storage = LedgerStorage(
             config.ledger_directory,
             log_size_limit=config.log_size_limit,
+            flush_entrylog_bytes=config.flush_entrylog_bytes,
             ledger_cache_size=config.ledger_cache_size,
         )
         # One journal (and journal thread) per directory; a ledger always uses the same one, so

@@ -19,8 +19,10 @@ import heapq
 import hmac
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 
 from bookkeeper.storage.entry_log import EntryLogError, EntryLogger
 from bookkeeper.storage.index import LedgerIndex
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 
 
 _READ_ATTEMPTS = 4  # reads of one entry that compaction may move away under the reader
+_RELEASE_SLICE = 1024  # entries of a flushed generation freed at a time
+_GIL_PAUSE_S = 0.00005
 
 
 class StorageIOError(Exception):
@@ -90,6 +94,22 @@ def _merge_into(current: _Generation, older: _Generation) -> None:
     current.dirty_ledgers |= older.dirty_ledgers
 
 
+def _release(generation: _Generation) -> None:
+    """Frees a flushed generation a slice at a time with a short sleep between slices. Dropped at
+    once, its entries (a write cache's worth) are freed in one C-level call holding the GIL for
+    milliseconds, which the bookie's loop and journal threads wait for; a sleep, unlike a bare
+    release, lets a waiting thread take the GIL before this one takes it back."""
+    ledgers = generation.ledgers
+    while ledgers:
+        _, entries = ledgers.popitem()
+        while len(entries) > _RELEASE_SLICE:
+            for key in list(islice(entries, _RELEASE_SLICE)):
+                del entries[key]
+            time.sleep(_GIL_PAUSE_S)
+        entries.clear()
+        time.sleep(_GIL_PAUSE_S)
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointResult:
     entries: int
@@ -105,10 +125,11 @@ class LedgerStorage:
         directory: str,
         *,
         log_size_limit: int = 1024**3,
+        flush_entrylog_bytes: int = 0,
         ledger_cache_size: int = 100_000,
     ) -> None:
         self.directory = directory
-        self.entry_logger = EntryLogger(directory, log_size_limit)
+        self.entry_logger = EntryLogger(directory, log_size_limit, flush_entrylog_bytes)
         self.index = LedgerIndex(directory)
         self._ledger_cache_size = ledger_cache_size
         self._infos: dict[int, LedgerInfo] = {}
@@ -284,14 +305,13 @@ class LedgerStorage:
                 self._current = _Generation()
                 self._flushing = flushing
             try:
-                locations: list[tuple[int, int, int]] = []
+                locations: list[tuple[int, list[int], list[int]]] = []
                 for ledger_id in sorted(flushing.ledgers):
                     entries = flushing.ledgers[ledger_id]
                     entry_ids = sorted(entries)
-                    placed = self.entry_logger.add_many(ledger_id, [entries[e] for e in entry_ids])
-                    locations.extend(
-                        zip([ledger_id] * len(entry_ids), entry_ids, placed, strict=True)
-                    )
+                    in_order = list(map(entries.__getitem__, entry_ids))
+                    placed = self.entry_logger.add_many(ledger_id, in_order)
+                    locations.append((ledger_id, entry_ids, placed))
                 self.entry_logger.flush()
                 states = []
                 for ledger_id in sorted(flushing.dirty_ledgers):
@@ -314,7 +334,8 @@ class LedgerStorage:
             with self._lock:
                 self._flushing = None
             self.settle()
-            return CheckpointResult(len(locations), flushing.size_bytes, len(states))
+            _release(flushing)
+            return CheckpointResult(flushing.count, flushing.size_bytes, len(states))
 
     def settle(self) -> None:
         """Called with ``exclusive()`` held right after the index committed every location written
