@@ -222,6 +222,37 @@ def test_entry_logs_are_flushed_every_flush_entrylog_bytes(
     engine.close()
 
 
+def test_a_paced_checkpoint_pauses_after_its_flushes_until_hurried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, durable = open_engine(tmp_path, flush_entrylog_bytes=16 * 1024)
+    fill(engine, durable, range(2), 500)  # ~130 KB: several flushes along the way
+    storage = engine.storage
+    pauses: list[float | None] = []
+    real_wait = storage._hurry.wait
+
+    def recording_wait(timeout: float | None = None) -> bool:
+        pauses.append(timeout)
+        return real_wait(timeout)
+
+    monkeypatch.setattr(storage._hurry, "wait", recording_wait)
+    done: list[list[tuple[int, int]]] = []
+    worker = threading.Thread(target=lambda: done.append(engine.checkpoint(pace_s=3600.0)))
+    worker.start()
+    for _ in range(300):  # the first pause comes after the first 16 KiB flush
+        if pauses:
+            break
+        threading.Event().wait(0.01)
+    assert pauses and pauses[0] is not None and pauses[0] > 0
+    assert storage.flushing_bytes > 0 and not done  # paused in the middle of the checkpoint
+    storage.hurry()
+    worker.join(timeout=30)
+    assert not worker.is_alive() and done
+    assert storage.flushing_bytes == 0
+    assert all(engine.read(lid, e) == entry(lid, e) for lid in range(2) for e in range(500))
+    engine.close()
+
+
 def test_a_corrupt_entry_is_an_io_error_not_a_missing_entry(tmp_path: Path) -> None:
     engine, durable = open_engine(tmp_path)
     fill(engine, durable, range(1), 10)

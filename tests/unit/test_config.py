@@ -83,6 +83,7 @@ def test_unknown_and_unsupported_keys_are_warned_about(
         ("logSizeLimit=4294967296", "logSizeLimit must stay below 4 GiB"),
         ("diskUsageWarnThreshold=0.99", "diskUsageWarnThreshold <= diskUsageThreshold"),
         ("bookiePort=70000", "bookiePort must be 1-65535"),
+        ("checkpointPace=1.5", "checkpointPace is a fraction of flushInterval"),
         ("tlsCertificatePath=/c.pem", "tlsCertificatePath is set but tlsKeyStore"),
         ("tlsKeyStoreType=JKS", "tlsKeyStoreType='JKS': this bookie reads PEM files only"),
         ("tlsClientAuthentication=true", "tlsClientAuthentication needs TLS"),

@@ -29,6 +29,7 @@ import argparse
 import array
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import multiprocessing
@@ -448,6 +449,11 @@ async def measure(uri: str, args: argparse.Namespace) -> Report:
         throttle=max(args.in_flight, 1) if not args.rate else 100_000,
         request_timeout_s=30.0,
     )
+    # The objects of the process so far (modules, the client) out of the collector's sight while
+    # measuring: a full collection over them pauses the loop for tens of ms, which would show in
+    # the latencies as a stall of the cluster.
+    gc.collect()
+    gc.freeze()
     try:
         if args.workload == "writes":
             return await run_writes(client, args)
@@ -455,6 +461,7 @@ async def measure(uri: str, args: argparse.Namespace) -> Report:
             return await run_tail(client, uri, args)
         return await run_catchup_reads(client, args)
     finally:
+        gc.unfreeze()
         await client.close()
 
 

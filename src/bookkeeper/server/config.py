@@ -130,8 +130,15 @@ SETTINGS: tuple[Setting, ...] = (
         "flushEntrylogBytes",
         "--flush-entrylog-bytes",
         int,
-        4 * MiB,
+        MiB,
         "flushEntrylogBytes: fdatasync entry logs every so many bytes (0: at checkpoints only)",
+    ),
+    Setting(
+        "checkpointPace",
+        "--checkpoint-pace",
+        float,
+        0.5,
+        "spread a periodic checkpoint's writes over this fraction of flushInterval (0: full speed)",
     ),
     Setting(
         "dbStorage_writeCacheMaxSizeMb",
@@ -429,6 +436,12 @@ def build(values: dict[str, Any]) -> BookieConfig:
         raise ConfigError(
             f"logSizeLimit must stay below 4 GiB (entry offsets are 32 bits), got {log_size_limit}"
         )
+    pace = values["checkpointPace"]
+    if not 0 <= pace < 1:
+        raise ConfigError(
+            f"checkpointPace is a fraction of flushInterval from 0 (full speed) to below 1, "
+            f"got {pace}"
+        )
     port = values["bookiePort"]
     if not 0 < port < 65536:
         raise ConfigError(f"bookiePort must be 1-65535, got {port}")
@@ -443,6 +456,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         journal_buffered_writes_threshold=positive("journalBufferedWritesThreshold"),
         log_size_limit=log_size_limit,
         flush_entrylog_bytes=max(0, values["flushEntrylogBytes"]),
+        checkpoint_pace=pace,
         write_cache_max_bytes=positive("dbStorage_writeCacheMaxSizeMb") * MiB,
         flush_interval_s=positive("flushInterval") / 1000.0,
     )

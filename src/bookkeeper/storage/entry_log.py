@@ -28,7 +28,7 @@ import os
 import struct
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate, chain
 
 import crc32c
@@ -95,6 +95,9 @@ class EntryLogger:
         # would wait for when both share a file system); 0: only when a checkpoint ends.
         self._flush_every = flush_every_bytes
         self._flushed_size = 0
+        self.written = 0  # bytes of records written so far, all logs
+        # Called after each flush along the way (the checkpoint paces itself there).
+        self.after_flush: Callable[[], None] | None = None
         self._read_fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
         self._active_fd = -1
@@ -171,6 +174,7 @@ class EntryLogger:
             record_sizes = map(_RECORD.size.__add__, lengths[:-1])
             locations += accumulate(record_sizes, initial=(self._active_id << 32) | self._size)
             self._size += batch_size
+            self.written += batch_size
             self._ledger_bytes[ledger_id] += batch_size
             written = os.writev(self._active_fd, pieces)
             if written < batch_size:  # a short write: the rest the ordinary way
@@ -201,6 +205,7 @@ class EntryLogger:
             buffer += pack(len(entry), crc(entry))
             buffer += entry
             self._size += record_size
+            self.written += record_size
             total += record_size
             if len(buffer) >= WRITE_BUFFER_BYTES:
                 self._write_buffer()
@@ -224,6 +229,8 @@ class EntryLogger:
         if 0 < self._flush_every <= self._size - self._flushed_size:
             os.fdatasync(self._active_fd)
             self._flushed_size = self._size
+            if self.after_flush is not None:
+                self.after_flush()
 
     def flush(self) -> None:
         """Writes buffered records and fsyncs the active log."""

@@ -20,7 +20,7 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -138,6 +138,7 @@ class LedgerStorage:
         self._current = _Generation()
         self._flushing: _Generation | None = None
         self._flush_lock = threading.Lock()  # one checkpoint at a time
+        self._hurry = threading.Event()  # a paced checkpoint goes at full speed
         self._settled_floor = self.entry_logger.writable_floor
 
     # -- ledger state --------------------------------------------------------------------------
@@ -290,11 +291,14 @@ class LedgerStorage:
 
     # -- checkpoint ----------------------------------------------------------------------------
 
-    def checkpoint(self) -> CheckpointResult:
+    def checkpoint(self, pace_s: float = 0.0) -> CheckpointResult:
         """Persists everything added before this call to the entry log and the index.
 
         The caller captures the journal position *before* calling; once this returns, every
-        record before that position is durable outside the journal.
+        record before that position is durable outside the journal. With ``pace_s`` the entry-log
+        writes are spread over that many seconds (pausing after the flushes along the way, see
+        ``flushEntrylogBytes``) unless ``hurry()`` is called: a checkpoint at full speed takes
+        the disk from the journal, whose fsyncs then wait behind it.
         """
         with self._flush_lock:
             with self._lock:
@@ -304,6 +308,9 @@ class LedgerStorage:
                 flushing = self._current
                 self._current = _Generation()
                 self._flushing = flushing
+            logger = self.entry_logger
+            if pace_s > 0 and flushing.size_bytes:
+                logger.after_flush = self._pacer(pace_s, flushing.size_bytes)
             try:
                 locations: list[tuple[int, list[int], list[int]]] = []
                 for ledger_id in sorted(flushing.ledgers):
@@ -331,11 +338,35 @@ class LedgerStorage:
                     self._flushing = None
                 self.entry_logger.abandon_active()
                 raise
+            finally:
+                logger.after_flush = None
             with self._lock:
                 self._flushing = None
             self.settle()
             _release(flushing)
             return CheckpointResult(flushing.count, flushing.size_bytes, len(states))
+
+    def _pacer(self, pace_s: float, total_bytes: int) -> Callable[[], None]:
+        """Sleeps after a flush while the writes are ahead of a steady pace over ``pace_s``."""
+        started = time.monotonic()
+        logger = self.entry_logger
+        base = logger.written
+
+        def pace() -> None:
+            due = started + pace_s * min(1.0, (logger.written - base) / total_bytes)
+            delay = due - time.monotonic()
+            if delay > 0:
+                self._hurry.wait(delay)
+
+        return pace
+
+    def hurry(self, hurry: bool = True) -> None:
+        """Lets a paced checkpoint run at full speed (the write cache fills, or the bookie stops),
+        or (``False``) lets the next one be paced again."""
+        if hurry:
+            self._hurry.set()
+        else:
+            self._hurry.clear()
 
     def settle(self) -> None:
         """Called with ``exclusive()`` held right after the index committed every location written
