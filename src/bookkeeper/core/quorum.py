@@ -35,43 +35,47 @@ def negative_threshold(write_quorum_size: int, ack_quorum_size: int) -> int:
 
 
 class AckSet:
-    """The acks one entry collected from its write set."""
+    """The acks one entry collected from its write set (ensemble indices as bits of two ints:
+    one is made per entry added, so it allocates nothing more)."""
 
     __slots__ = ("_ack_quorum_size", "_acked", "_failed", "_write_quorum_size")
 
     def __init__(self, write_quorum_size: int, ack_quorum_size: int) -> None:
         self._write_quorum_size = write_quorum_size
         self._ack_quorum_size = ack_quorum_size
-        self._acked: set[int] = set()
-        self._failed: set[int] = set()
+        self._acked = 0
+        self._failed = 0
 
     def ack(self, bookie_index: int) -> bool:
         """Records a durable ack; True once Qa distinct bookies acked."""
-        self._failed.discard(bookie_index)
-        self._acked.add(bookie_index)
+        bit = 1 << bookie_index
+        self._failed &= ~bit
+        self._acked |= bit
         return self.complete
 
     def fail(self, bookie_index: int) -> None:
         """Records a failed write to one member of the write set."""
-        if bookie_index not in self._acked:
-            self._failed.add(bookie_index)
+        bit = 1 << bookie_index
+        if not self._acked & bit:
+            self._failed |= bit
 
     def forget(self, bookie_index: int) -> None:
         """Drops what one member answered (it was replaced: its copy belongs to an old fragment)."""
-        self._acked.discard(bookie_index)
-        self._failed.discard(bookie_index)
+        keep = ~(1 << bookie_index)
+        self._acked &= keep
+        self._failed &= keep
 
     def acked(self, bookie_index: int) -> bool:
-        return bookie_index in self._acked
+        return bool(self._acked >> bookie_index & 1)
 
     @property
     def complete(self) -> bool:
-        return len(self._acked) >= self._ack_quorum_size
+        return self._acked.bit_count() >= self._ack_quorum_size
 
     @property
     def still_possible(self) -> bool:
         """Whether Qa acks can still be reached without the failed members."""
-        return self._write_quorum_size - len(self._failed) >= self._ack_quorum_size
+        return self._write_quorum_size - self._failed.bit_count() >= self._ack_quorum_size
 
 
 class CoverageSet:

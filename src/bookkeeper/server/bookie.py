@@ -49,6 +49,7 @@ StatusDone = Callable[[StatusCode], None]
 DISK_CHECK_BYTES = 1024 * 1024
 LongPollDone = Callable[[StatusCode, bytes, int], None]  # status, entry (or b""), maxLAC
 _LAC_AT = struct.Struct(">q")
+_ENTRY_IDS = struct.Struct(">qq")  # an entry starts with its ledger id and entry id
 LAC_CACHE_SIZE = 100_000
 
 
@@ -278,36 +279,33 @@ class Bookie:
         """Stores an entry; ``done`` gets the answer once its journal record is durable, or, with
         ``deferred_sync`` (v3 write flag DEFERRED_SYNC), as soon as it is stored and queued: the
         writer then learns of durability from FORCE_LEDGER."""
-        done = self._timed(self._recovery_add_stats if recovery else self._add_stats, done)
+        # One closure per add (the journal's callback answers and times it): this runs for
+        # every copy of every entry.
+        stats = self._recovery_add_stats if recovery else self._add_stats
+        started = time.perf_counter()
         self._added_since_disk_check += len(entry)
         if self._added_since_disk_check >= DISK_CHECK_BYTES:
             self._added_since_disk_check = 0
             self.check_disks()  # one statvfs per MiB added
+        refusal = None
         if self.read_only and not recovery:
-            done(StatusCode.EREADONLY)
-            return
-        if self._refuses_writes():
-            done(StatusCode.EIO)
-            return
-        if self.engine.write_cache_full or self.pending_adds >= self.config.max_pending_adds:
+            refusal = StatusCode.EREADONLY
+        elif self._refuses_writes():
+            refusal = StatusCode.EIO
+        elif self.engine.write_cache_full or self.pending_adds >= self.config.max_pending_adds:
             self._rejected.inc()
-            done(StatusCode.ETOOMANYREQUESTS)
-            return
-        if (
-            len(entry) < 16
-            or entry[0:8] != _LEDGER_ID.pack(ledger_id)
-            or entry[8:16] != _LEDGER_ID.pack(entry_id)
-        ):
-            done(StatusCode.EBADREQ)
+            refusal = StatusCode.ETOOMANYREQUESTS
+        elif len(entry) < 16 or _ENTRY_IDS.unpack_from(entry) != (ledger_id, entry_id):
+            refusal = StatusCode.EBADREQ
+        if refusal is not None:
+            stats.failure(time.perf_counter() - started)
+            done(refusal)
             return
         info, status = self._ensure_ledger(ledger_id, master_key)
-        if info is None:
-            done(status)
+        if info is None or (info.fenced and not recovery):
+            stats.failure(time.perf_counter() - started)
+            done(status if info is None else StatusCode.EFENCED)
             return
-        if info.fenced and not recovery:
-            done(StatusCode.EFENCED)
-            return
-
         piggybacked_lac = _LAC_AT.unpack_from(entry, 16)[0] if len(entry) >= 24 else -1
 
         def durable(error: Exception | None) -> None:
@@ -315,12 +313,17 @@ class Bookie:
             if error is None:
                 self._write_bytes.inc(len(entry))
                 self._advance_lac(ledger_id, piggybacked_lac)
-            if not deferred_sync:
-                done(StatusCode.EOK if error is None else StatusCode.EIO)
+                if not deferred_sync:
+                    stats.success(time.perf_counter() - started)
+                    done(StatusCode.EOK)
+            elif not deferred_sync:
+                stats.failure(time.perf_counter() - started)
+                done(StatusCode.EIO)
 
         self.pending_adds += 1
         self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
         if deferred_sync:
+            stats.success(time.perf_counter() - started)
             done(StatusCode.EOK)
 
     def read_entry(
