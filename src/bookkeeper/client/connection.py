@@ -28,6 +28,11 @@ from bookkeeper.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
 
+# v2 opcodes of the pending-request keys as plain ints: an IntEnum member costs a lookup per
+# request and hashes slower.
+_ADD_ENTRY = int(v2.OpCode.ADD_ENTRY)
+_READ_ENTRY = int(v2.OpCode.READ_ENTRY)
+
 # Called with (status, body) on an answer, or (None, error) when the request failed locally.
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
 # A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
@@ -373,7 +378,7 @@ class BookieConnection(asyncio.Protocol):
                 add.writeFlags = v3.WRITE_FLAG_DEFERRED_SYNC
             self._send_v3(request, callback)
             return
-        if self._register_v2((v2.OpCode.ADD_ENTRY, ledger_id, entry_id), callback):
+        if self._register_v2((_ADD_ENTRY, ledger_id, entry_id), callback):
             assert self._transport is not None
             if frame is None:
                 flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
@@ -398,7 +403,7 @@ class BookieConnection(asyncio.Protocol):
                 read.masterKey = master_key or b""
             self._send_v3(request, callback)
             return
-        if self._register_v2((v2.OpCode.READ_ENTRY, ledger_id, entry_id), callback):
+        if self._register_v2((_READ_ENTRY, ledger_id, entry_id), callback):
             assert self._transport is not None
             flags = v2.FLAG_DO_FENCING | v2.FLAG_HIGH_PRIORITY if fence else v2.FLAG_NONE
             self._write(

@@ -45,17 +45,18 @@ class FrameDecoder:
         frames: list[bytes] = []
         start = 0
         end = len(buffer)
-        while end - start >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, start)
-            if length > self._max_frame_size:
-                raise FrameError(
-                    f"peer declared a frame of {length} bytes, above the maximum of "
-                    f"{self._max_frame_size} (nettyMaxFrameSizeBytes); closing the connection"
-                )
-            if end - start - 4 < length:
-                break
-            frames.append(bytes(buffer[start + 4 : start + 4 + length]))
-            start += 4 + length
+        with memoryview(buffer) as view:  # one copy per frame (a bytearray slice is another)
+            while end - start >= 4:
+                (length,) = _LENGTH.unpack_from(buffer, start)
+                if length > self._max_frame_size:
+                    raise FrameError(
+                        f"peer declared a frame of {length} bytes, above the maximum of "
+                        f"{self._max_frame_size} (nettyMaxFrameSizeBytes); closing the connection"
+                    )
+                if end - start - 4 < length:
+                    break
+                frames.append(view[start + 4 : start + 4 + length].tobytes())
+                start += 4 + length
         if start:
             del buffer[:start]
         return frames
