@@ -306,13 +306,17 @@ class Bookie:
             stats.failure(time.perf_counter() - started)
             done(status if info is None else StatusCode.EFENCED)
             return
-        piggybacked_lac = _LAC_AT.unpack_from(entry, 16)[0] if len(entry) >= 24 else -1
+        # The LAC an entry carries is the writer's word that every entry up to it has Qa durable
+        # copies, true whether or not this entry itself becomes durable: it is known (and long
+        # polls are answered) as the entry arrives, as BookKeeper's ledger storage does, not a
+        # journal sync later, which readers following the writer would wait for.
+        if len(entry) >= 24:
+            self._advance_lac(ledger_id, _LAC_AT.unpack_from(entry, 16)[0])
 
         def durable(error: Exception | None) -> None:
             self.pending_adds -= 1
             if error is None:
                 self._write_bytes.inc(len(entry))
-                self._advance_lac(ledger_id, piggybacked_lac)
                 if not deferred_sync:
                     stats.success(time.perf_counter() - started)
                     done(StatusCode.EOK)
