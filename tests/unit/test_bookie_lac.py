@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import threading
 from pathlib import Path
 
 import pytest
 
-from bookkeeper.server.bookie import Bookie, BookieConfig
-from bookkeeper.storage.engine import StorageConfig
+from bookkeeper.server.bookie import Bookie
 from bookkeeper.wire.digest import DigestManager, DigestType
 from bookkeeper.wire.status import StatusCode
+
+from .held_sync import run_with_held_sync, settle
 
 KEY = b"l" * 20
 
@@ -24,20 +23,7 @@ def entry(entry_id: int) -> bytes:
 def test_a_long_poll_is_answered_by_an_arriving_entry_before_its_journal_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate = threading.Event()
-    real_fdatasync = os.fdatasync
-
-    def held_fdatasync(fd: int) -> None:
-        assert gate.wait(30), "the test never released the sync"
-        real_fdatasync(fd)
-
-    async def scenario() -> None:
-        config = BookieConfig(
-            StorageConfig(str(tmp_path / "j"), str(tmp_path / "l"), flush_interval_s=3600)
-        )
-        bookie = Bookie(config, asyncio.get_running_loop())
-        bookie.start()
-        monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
         added: list[tuple[int, StatusCode]] = []
         polls: list[tuple[StatusCode, int]] = []
         bookie.add_entry(7, 0, KEY, entry(0), False, lambda status: added.append((0, status)))
@@ -48,20 +34,12 @@ def test_a_long_poll_is_answered_by_an_arriving_entry_before_its_journal_sync(
         # not entry 2 ever becomes durable here.
         bookie.add_entry(7, 1, KEY, entry(1), False, lambda status: added.append((1, status)))
         bookie.add_entry(7, 2, KEY, entry(2), False, lambda status: added.append((2, status)))
-        for _ in range(300):
-            if polls:
-                break
-            await asyncio.sleep(0.01)
+        await settle(lambda: bool(polls))
         assert polls == [(StatusCode.EOK, 1)]
         assert added == []  # every journal sync is still held
         assert bookie.last_add_confirmed(7) == 1
         gate.set()
-        for _ in range(300):
-            if len(added) == 3:
-                break
-            await asyncio.sleep(0.01)
+        await settle(lambda: len(added) == 3)
         assert sorted(added) == [(0, StatusCode.EOK), (1, StatusCode.EOK), (2, StatusCode.EOK)]
-        monkeypatch.undo()
-        bookie.close()
 
-    asyncio.run(scenario())
+    run_with_held_sync(tmp_path, monkeypatch, scenario)

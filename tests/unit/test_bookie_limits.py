@@ -4,7 +4,6 @@ at once, and nothing already accepted is lost (issue 4)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from bookkeeper.wire.digest import DigestManager, DigestType
 from bookkeeper.wire.framing import FrameDecoder
 from bookkeeper.wire.status import StatusCode
 
+from .held_sync import run_with_held_sync, settle
 from .test_decoders_fuzz import FakeTransport
 
 KEY = b"l" * 20
@@ -26,38 +26,6 @@ KEY = b"l" * 20
 
 def entry(entry_id: int) -> bytes:
     return DigestManager(3, DigestType.CRC32C, b"").package(entry_id, entry_id - 1, 0, b"x")
-
-
-async def settle(condition, limit: int = 300) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(limit):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-
-
-def run_with_held_sync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario, **limits: int
-) -> None:  # type: ignore[no-untyped-def]
-    gate = threading.Event()
-    real_fdatasync = os.fdatasync
-
-    def held_fdatasync(fd: int) -> None:
-        assert gate.wait(30), "the test never released the sync"
-        real_fdatasync(fd)
-
-    async def main() -> None:
-        storage = StorageConfig(str(tmp_path / "j"), str(tmp_path / "l"), flush_interval_s=3600)
-        bookie = Bookie(BookieConfig(storage, **limits), asyncio.get_running_loop())  # type: ignore[arg-type]
-        bookie.start()
-        monkeypatch.setattr(os, "fdatasync", held_fdatasync)
-        try:
-            await scenario(bookie, gate)
-        finally:
-            gate.set()
-            monkeypatch.undo()
-            bookie.close()
-
-    asyncio.run(main())
 
 
 def test_pending_adds_are_bounded_per_bookie(
