@@ -47,6 +47,7 @@ _MAP_ENTRY = struct.Struct(">qq")
 LEDGERS_MAP_ENTRY_ID = -2
 WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 _BATCH = 512  # entries written by one writev of add_many (two pieces each; IOV_MAX is 1024)
+_WRITEV_MIN = 32  # fewer entries than this are buffered instead
 
 
 class EntryLogError(Exception):
@@ -153,19 +154,22 @@ class EntryLogger:
         """Writes the entries of one ledger, in order; returns their locations (durable after
         ``flush``).
 
-        A batch that fits in the active log is framed with C-level loops (``map`` over lengths,
-        checksums and headers) and handed to ``os.writev`` as is, without copying it into a
-        buffer: a checkpoint runs this for every entry of the write cache while holding the GIL,
-        which the bookie's loop and journal threads need."""
+        A batch of many entries that fits in the active log is framed with C-level loops
+        (``map`` over lengths, checksums and headers) and handed to ``os.writev`` as is, without
+        copying it into a buffer: a checkpoint runs this for every entry of the write cache while
+        holding the GIL, which the bookie's loop and journal threads need. A few entries (one at
+        a time from compaction) go into the write buffer, not a system call each."""
         locations: list[int] = []
         for start in range(0, len(entries), _BATCH):
             batch = entries[start : start + _BATCH]
             lengths = list(map(len, batch))
             batch_size = sum(lengths) + _RECORD.size * len(batch)
-            if self._active_fd < 0 or (
-                self._size + batch_size > self._limit and self._size > HEADER_SIZE
+            if (
+                len(batch) < _WRITEV_MIN
+                or self._active_fd < 0
+                or (self._size + batch_size > self._limit and self._size > HEADER_SIZE)
             ):
-                locations += self._add_one_by_one(ledger_id, batch)
+                locations += self._add_buffered(ledger_id, batch)
                 continue
             if self._buffer:
                 self._write_buffer()
@@ -184,8 +188,9 @@ class EntryLogger:
                 self._wrote()
         return locations
 
-    def _add_one_by_one(self, ledger_id: int, entries: list[bytes]) -> list[int]:
-        """``add_many`` for a batch that rolls the log on the way (or starts the first log)."""
+    def _add_buffered(self, ledger_id: int, entries: list[bytes]) -> list[int]:
+        """``add_many`` for a few entries, or a batch that rolls the log on the way (or starts
+        the first log): entry by entry into the write buffer."""
         locations: list[int] = []
         append = locations.append
         pack = _RECORD.pack
