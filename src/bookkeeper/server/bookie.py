@@ -42,7 +42,6 @@ from bookkeeper.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
 
-_LEDGER_ID = struct.Struct(">q")
 
 ReadDone = Callable[[StatusCode, bytes], None]
 StatusDone = Callable[[StatusCode], None]
