@@ -30,9 +30,21 @@ STOP_TIMEOUT_S = 20.0
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports that were free on ``host`` a moment ago: held open together
+    while they are picked, so that the system cannot hand out one of them twice (two ports probed
+    one after the other can be the same)."""
+    with contextlib.ExitStack() as stack:
+        probes = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for probe in probes:
+            probe.bind((host, 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 @dataclass
@@ -86,9 +98,13 @@ class LocalCluster:
             metadata_uri or f"sqlite:///{os.path.join(self.base_directory, 'metadata.db')}"
         )
         self._bookie_args = list(bookie_args or [])
+        ports = free_ports(2 * num_bookies)  # a bookie port and an HTTP port each, all distinct
         self.bookies = [
             BookieProcess(
-                i, free_port(), os.path.join(self.base_directory, f"bookie-{i}"), free_port()
+                i,
+                ports[2 * i],
+                os.path.join(self.base_directory, f"bookie-{i}"),
+                ports[2 * i + 1],
             )
             for i in range(num_bookies)
         ]
