@@ -24,17 +24,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 def long_poll(ledger_id: int, entry_id: int, previous_lac: int, timeout_ms: int, txn: int) -> bytes:
-    request = pb.Request()
-    request.header.CopyFrom(v3.header(pb.READ_ENTRY, txn))
-    read = request.readRequest
-    read.ledgerId, read.entryId, read.previousLAC, read.timeOut = (
-        ledger_id,
-        entry_id,
-        previous_lac,
-        timeout_ms,
-    )
-    read.flag = pb.ReadRequest.ENTRY_PIGGYBACK
-    return v3.encode(request)
+    return v3.encode(v3.long_poll_request(txn, ledger_id, entry_id, previous_lac, timeout_ms))
 
 
 def test_a_parked_reader_is_woken_by_the_next_add(cluster: LocalCluster) -> None:

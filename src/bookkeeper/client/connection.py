@@ -447,15 +447,9 @@ class BookieConnection(asyncio.Protocol):
         if not self.use_v3:
             callback(StatusCode.EBADVERSION, b"", -1)
             return
-        request = self._v3_request(pb.READ_ENTRY)
-        read = request.readRequest
-        read.ledgerId, read.entryId, read.previousLAC, read.timeOut = (
-            ledger_id,
-            entry_id,
-            previous_lac,
-            timeout_ms,
+        request = v3.long_poll_request(
+            next(self._txn_ids), ledger_id, entry_id, previous_lac, timeout_ms
         )
-        read.flag = pb.ReadRequest.ENTRY_PIGGYBACK
         sent: list[_Pending] = []
 
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:

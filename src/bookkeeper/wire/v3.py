@@ -78,3 +78,21 @@ def header(operation: int, txn_id: int, priority: int = 0) -> pb.BKPacketHeader:
     if priority:
         h.priority = priority
     return h
+
+
+def long_poll_request(
+    txn_id: int, ledger_id: int, entry_id: int, previous_lac: int, timeout_ms: int
+) -> pb.Request:
+    """A long-poll READ_ENTRY: answered once the bookie's LAC passes ``previous_lac`` (with entry
+    ``entry_id`` piggybacked if it has it) or after ``timeout_ms``."""
+    request = pb.Request()
+    request.header.CopyFrom(header(pb.READ_ENTRY, txn_id))
+    read = request.readRequest
+    read.ledgerId, read.entryId, read.previousLAC, read.timeOut = (
+        ledger_id,
+        entry_id,
+        previous_lac,
+        timeout_ms,
+    )
+    read.flag = pb.ReadRequest.ENTRY_PIGGYBACK
+    return request
