@@ -363,10 +363,10 @@ class LedgerStorage:
     def hurry(self, hurry: bool = True) -> None:
         """Lets a paced checkpoint run at full speed (the write cache fills, or the bookie stops),
         or (``False``) lets the next one be paced again."""
-        if hurry:
-            self._hurry.set()
-        else:
+        if not hurry:
             self._hurry.clear()
+        elif not self._hurry.is_set():  # called on every add while the write cache is over half
+            self._hurry.set()
 
     def settle(self) -> None:
         """Called with ``exclusive()`` held right after the index committed every location written
