@@ -24,9 +24,9 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from bookkeeper import aio
-from bookkeeper.admin import bench, limits
-from bookkeeper.testing import LocalCluster
+from bookkeeper_py import aio
+from bookkeeper_py.admin import bench, limits
+from bookkeeper_py.testing import LocalCluster
 
 
 def measure(uri: str, argv: list[str]) -> bench.Report:

@@ -19,10 +19,10 @@ import time
 import uuid
 from collections.abc import Callable
 
-from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing.zookeeper import ZooKeeperServer
-from bookkeeper.wire.digest import DigestType
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing.zookeeper import ZooKeeperServer
+from bookkeeper_py.wire.digest import DigestType
 
 
 def rate(count: int, work: Callable[[], None]) -> float:

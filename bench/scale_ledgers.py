@@ -27,12 +27,12 @@ import threading
 import time
 from typing import Any
 
-from bookkeeper.storage.cookie import Cookie, write_local
-from bookkeeper.storage.engine import StorageConfig, StorageEngine
-from bookkeeper.testing.local_cluster import free_port
-from bookkeeper.testing.raw import recv_exactly
-from bookkeeper.wire import v2
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.storage.cookie import Cookie, write_local
+from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
+from bookkeeper_py.testing.local_cluster import free_port
+from bookkeeper_py.testing.raw import recv_exactly
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.status import StatusCode
 
 HEADER = struct.Struct(">qqqq")
 KEY = b"k" * 20
@@ -124,7 +124,7 @@ class Bookie:
             [
                 sys.executable,
                 "-m",
-                "bookkeeper",
+                "bookkeeper_py",
                 "bookie",
                 "--port",
                 str(self.port),

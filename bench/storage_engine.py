@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any
 
-from bookkeeper.admin import limits
-from bookkeeper.storage.engine import StorageConfig, StorageEngine
+from bookkeeper_py.admin import limits
+from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
 
 HEADER = struct.Struct(">qqqq")
 LEDGERS = 100

@@ -10,7 +10,7 @@ adds; the writer goes on 0.2 s more, since an entry reaches readers through the 
 entries carry (the last entries of a ledger are confirmed only by its close). With client,
 reader and bookies on one small machine, the writer's own loop delays its ack timestamps, so a
 few lags come out negative (counted, and recorded as the smallest value). The measuring code is
-``bookkeeper bench reads --tail`` (``bookkeeper.admin.bench.run_tail``); this script runs it
+``bookkeeper bench reads --tail`` (``bookkeeper_py.admin.bench.run_tail``); this script runs it
 ``--runs`` times on one cluster and prints the medians.
 
     python bench/tailing_lag.py [--rate 10000] [--seconds 5] [--runs 3] [--quorum 3,2,2]
@@ -23,8 +23,8 @@ import asyncio
 import json
 import statistics
 
-from bookkeeper.admin import bench
-from bookkeeper.testing import LocalCluster
+from bookkeeper_py.admin import bench
+from bookkeeper_py.testing import LocalCluster
 
 
 def main() -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import sys
 
-from bookkeeper.wire import v2, v3
-from bookkeeper.wire.availability import AvailableEntries
-from bookkeeper.wire.errors import MalformedMessageError
-from bookkeeper.wire.framing import FrameDecoder, FrameError
+from bookkeeper_py.wire import v2, v3
+from bookkeeper_py.wire.availability import AvailableEntries
+from bookkeeper_py.wire.errors import MalformedMessageError
+from bookkeeper_py.wire.framing import FrameDecoder, FrameError
 
 
 def test_one_input(data: bytes) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from bookkeeper.testing.zookeeper import ZooKeeperNotInstalledError, ZooKeeperServer
+from bookkeeper_py.testing.zookeeper import ZooKeeperNotInstalledError, ZooKeeperServer
 
 settings.register_profile("ci", deadline=None, max_examples=200)
 settings.load_profile("ci")

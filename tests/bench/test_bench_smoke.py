@@ -89,7 +89,7 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
     import json
 
     result = subprocess.run(
-        [sys.executable, "-m", "bookkeeper", "bench", *workload, "--json"],
+        [sys.executable, "-m", "bookkeeper_py", "bench", *workload, "--json"],
         capture_output=True,
         text=True,
         timeout=600,

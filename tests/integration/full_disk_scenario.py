@@ -16,14 +16,14 @@ import subprocess
 import sys
 import time
 
-from bookkeeper import BookKeeper, DigestType
-from bookkeeper.errors import WriteError, WriteOnReadOnlyBookieError
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import recv_frame
-from bookkeeper.wire import v2
-from bookkeeper.wire.digest import DigestManager, master_key
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.errors import WriteError, WriteOnReadOnlyBookieError
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.raw import recv_frame
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.digest import DigestManager, master_key
+from bookkeeper_py.wire.status import StatusCode
 
 PASSWORD = b"full"
 ENTRY = 64 * 1024

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper import BookKeeper, DigestType, LedgerState, errors
-from bookkeeper.core.quorum import write_set
-from bookkeeper.testing import LocalCluster
+from bookkeeper_py import BookKeeper, DigestType, LedgerState, errors
+from bookkeeper_py.core.quorum import write_set
+from bookkeeper_py.testing import LocalCluster
 
 from .workloads import payload
 

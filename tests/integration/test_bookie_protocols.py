@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import frame, recv_frame
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.raw import frame, recv_frame
 
 KEY = bytes([0x22]) * 20
 LEDGER = 9_000_000_005  # not created through metadata: the bookie does not care

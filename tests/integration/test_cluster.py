@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper import BookKeeper, DigestType, LedgerState
-from bookkeeper.errors import (
+from bookkeeper_py import BookKeeper, DigestType, LedgerState
+from bookkeeper_py.errors import (
     IncorrectParameterError,
     LedgerFencedError,
     MetadataUnavailableError,
@@ -20,14 +20,14 @@ from bookkeeper.errors import (
     NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.local_cluster import free_port
-from bookkeeper.testing.raw import recv_frame
-from bookkeeper.testing.zookeeper import ZooKeeperServer
-from bookkeeper.wire import v2
-from bookkeeper.wire.digest import DigestManager, master_key
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.local_cluster import free_port
+from bookkeeper_py.testing.raw import recv_frame
+from bookkeeper_py.testing.zookeeper import ZooKeeperServer
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.digest import DigestManager, master_key
+from bookkeeper_py.wire.status import StatusCode
 
 from .workloads import mixed_sizes, payload
 
@@ -295,7 +295,7 @@ def test_simpletest_command_against_a_local_cluster(cluster: LocalCluster) -> No
         [
             sys.executable,
             "-m",
-            "bookkeeper",
+            "bookkeeper_py",
             "shell",
             "simpletest",
             "--metadata-uri",
@@ -320,7 +320,7 @@ def test_simpletest_command_against_a_local_cluster(cluster: LocalCluster) -> No
         [
             sys.executable,
             "-m",
-            "bookkeeper",
+            "bookkeeper_py",
             "shell",
             "listbookies",
             "--metadata-uri",

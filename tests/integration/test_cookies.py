@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.storage.cookie import Cookie
-from bookkeeper.testing import LocalCluster
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.storage.cookie import Cookie
+from bookkeeper_py.testing import LocalCluster
 
 
 @pytest.fixture

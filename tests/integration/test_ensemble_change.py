@@ -11,9 +11,9 @@ import sys
 import threading
 from collections.abc import Callable
 
-from bookkeeper import BookKeeper, DigestType, LedgerState
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.waiting import wait_for
+from bookkeeper_py import BookKeeper, DigestType, LedgerState
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.waiting import wait_for
 
 from .workloads import payload
 

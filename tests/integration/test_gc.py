@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from bookkeeper import BookKeeper, DigestType
-from bookkeeper.testing import LocalCluster
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.testing import LocalCluster
 
 from .workloads import payload
 

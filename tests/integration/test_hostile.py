@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from bookkeeper import BookKeeper, DigestType
-from bookkeeper.errors import WriteError
-from bookkeeper.testing import LocalCluster
-from bookkeeper.wire import v2
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.errors import WriteError
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.wire import v2
 
 
 @pytest.fixture(scope="module")

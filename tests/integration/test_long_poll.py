@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper import BookKeeper, DigestType
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import recv_frame
-from bookkeeper.wire import v3
-from bookkeeper.wire.digest import DigestManager, master_key
-from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.raw import recv_frame
+from bookkeeper_py.wire import v3
+from bookkeeper_py.wire.digest import DigestManager, master_key
+from bookkeeper_py.wire.proto import bookkeeper_protocol_pb2 as pb
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bookkeeper import BookKeeper, DigestType
-from bookkeeper.errors import NotEnoughBookiesError, WriteError
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing import LocalCluster
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.errors import NotEnoughBookiesError, WriteError
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing import LocalCluster
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from bookkeeper import BookKeeper, DigestType, LedgerEntry, LedgerState
-from bookkeeper.testing import LocalCluster
+from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerState
+from bookkeeper_py.testing import LocalCluster
 
 from .workloads import payload
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 import trustme
 
-from bookkeeper import errors
-from bookkeeper.auth import (
+from bookkeeper_py import errors
+from bookkeeper_py.auth import (
     SHARED_SECRET_PLUGIN,
     AuthenticationError,
     SharedSecretClientAuthProvider,
 )
-from bookkeeper.client.connection import BookieConnection
-from bookkeeper.client.facade import BookKeeper
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import frame, recv_frame
-from bookkeeper.tls import TlsConfig, TlsError
+from bookkeeper_py.client.connection import BookieConnection
+from bookkeeper_py.client.facade import BookKeeper
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.raw import frame, recv_frame
+from bookkeeper_py.tls import TlsConfig, TlsError
 
 SECRET = b"a shared secret of more than 16 bytes"
 KEY = bytes([0x44]) * 20

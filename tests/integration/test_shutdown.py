@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 import threading
 
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.raw import frame, recv_frame
-from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.raw import frame, recv_frame
+from bookkeeper_py.wire.proto import bookkeeper_protocol_pb2 as pb
 
 KEY = bytes([0x55]) * 20
 LEDGER = 9_200_000_001

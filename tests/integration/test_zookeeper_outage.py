@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from bookkeeper import BookKeeper, DigestType
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing import LocalCluster
-from bookkeeper.testing.waiting import wait_for
-from bookkeeper.testing.zookeeper import ZooKeeperServer
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.waiting import wait_for
+from bookkeeper_py.testing.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from workloads import payload
 
-from bookkeeper import BookKeeper, DigestType
-from bookkeeper.errors import BKError
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.errors import BKError
 
 MAX_ENTRIES = 1_000_000
 

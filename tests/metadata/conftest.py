@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.testing.zookeeper import ZooKeeperServer
+from bookkeeper_py.testing.zookeeper import ZooKeeperServer
 
 
 def _uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:

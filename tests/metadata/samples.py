@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bookkeeper.core.metadata import LedgerMetadata
-from bookkeeper.wire.digest import DigestType
+from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.wire.digest import DigestType
 
 
 def sample(ledger_id: int) -> LedgerMetadata:

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper.client.bookies import BookieWatcher
-from bookkeeper.metadata.driver import parse_uri
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing.waiting import wait_for
-from bookkeeper.testing.zookeeper import expire_session
+from bookkeeper_py.client.bookies import BookieWatcher
+from bookkeeper_py.metadata.driver import parse_uri
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing.waiting import wait_for
+from bookkeeper_py.testing.zookeeper import expire_session
 
 
 class CountingClient(MetadataClient):

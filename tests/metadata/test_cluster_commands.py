@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.admin import cli
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.storage.cookie import Cookie
+from bookkeeper_py.admin import cli
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.storage.cookie import Cookie
 
 from .samples import sample
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.errors import LedgerExistsError, MetadataUnavailableError, NoSuchLedgerError
-from bookkeeper.metadata.driver import (
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.errors import LedgerExistsError, MetadataUnavailableError, NoSuchLedgerError
+from bookkeeper_py.metadata.driver import (
     BadVersionError,
     CheckOp,
     CreateOp,
@@ -29,7 +29,7 @@ from bookkeeper.metadata.driver import (
     SetOp,
     open_store,
 )
-from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.manager import MetadataClient
 
 from .samples import sample
 
@@ -173,7 +173,7 @@ def test_sqlite_registration_expires_when_its_process_is_killed(tmp_path: Path) 
     observer.init_cluster()
     script = textwrap.dedent(f"""
         import time
-        from bookkeeper.metadata.manager import MetadataClient
+        from bookkeeper_py.metadata.manager import MetadataClient
         client = MetadataClient.connect({uri!r})
         client.register_bookie("127.0.0.1:7777", "127.0.0.1", 7777)
         print("registered", flush=True)
@@ -206,7 +206,7 @@ def test_missing_sqlite_store_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)  # a hang fails the test; the error itself must come back
 def test_unreachable_zookeeper_is_a_clear_error_not_a_hang() -> None:
-    from bookkeeper.testing.local_cluster import free_port
+    from bookkeeper_py.testing.local_cluster import free_port
 
     with pytest.raises(MetadataUnavailableError, match="could not connect to ZooKeeper"):
         open_store(f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers", connect_timeout_s=2)

@@ -6,10 +6,10 @@ import tracemalloc
 
 import pytest
 
-from bookkeeper.metadata import format as metadata_format
-from bookkeeper.metadata.driver import CreateOp
-from bookkeeper.metadata.layout import ledger_path
-from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper_py.metadata import format as metadata_format
+from bookkeeper_py.metadata.driver import CreateOp
+from bookkeeper_py.metadata.layout import ledger_path
+from bookkeeper_py.metadata.manager import MetadataClient
 
 from .samples import sample
 

@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bookkeeper.errors import LedgerIdOverflowError
-from bookkeeper.metadata import memory
-from bookkeeper.metadata.driver import parse_uri, sequence_suffix
-from bookkeeper.metadata.layout import ledger_path
-from bookkeeper.metadata.manager import MetadataClient
+from bookkeeper_py.errors import LedgerIdOverflowError
+from bookkeeper_py.metadata import memory
+from bookkeeper_py.metadata.driver import parse_uri, sequence_suffix
+from bookkeeper_py.metadata.layout import ledger_path
+from bookkeeper_py.metadata.manager import MetadataClient
 
 from .samples import sample
 

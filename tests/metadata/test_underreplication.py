@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from bookkeeper.errors import MetadataStoreError
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.metadata.underreplication import UnderReplicationManager
+from bookkeeper_py.errors import MetadataStoreError
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.underreplication import UnderReplicationManager
 
 from .test_cluster_commands import refused, shell
 

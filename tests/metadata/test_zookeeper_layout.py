@@ -11,11 +11,11 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.errors import MetadataStoreError
-from bookkeeper.metadata.manager import MetadataClient
-from bookkeeper.testing.zookeeper import ZooKeeperServer
-from bookkeeper.wire.digest import DigestType
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.errors import MetadataStoreError
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing.zookeeper import ZooKeeperServer
+from bookkeeper_py.wire.digest import DigestType
 
 pytestmark = pytest.mark.zookeeper
 

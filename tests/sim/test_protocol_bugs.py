@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from bookkeeper.core.lac import NEGATIVE_ANSWERS, LastConfirmed, LastConfirmedRead, ReadRequest
-from bookkeeper.core.recovery import Instruction, LedgerRecovery
-from bookkeeper.server.bookie import Bookie
-from bookkeeper.testing.sim.actors import BookieFaults
-from bookkeeper.testing.sim.network import NetworkFaults
-from bookkeeper.testing.sim.run import (
+from bookkeeper_py.core.lac import NEGATIVE_ANSWERS, LastConfirmed, LastConfirmedRead, ReadRequest
+from bookkeeper_py.core.recovery import Instruction, LedgerRecovery
+from bookkeeper_py.server.bookie import Bookie
+from bookkeeper_py.testing.sim.actors import BookieFaults
+from bookkeeper_py.testing.sim.network import NetworkFaults
+from bookkeeper_py.testing.sim.run import (
     FAULT_PHASE_MS,
     LEDGER_ID,
     RunResult,
@@ -24,8 +24,8 @@ from bookkeeper.testing.sim.run import (
     run_scenario,
     run_seed,
 )
-from bookkeeper.wire.digest import Entry
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.wire.digest import Entry
+from bookkeeper_py.wire.status import StatusCode
 
 SEEDS = range(60)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bookkeeper.testing.sim import Network, NetworkFaults, Simulation
+from bookkeeper_py.testing.sim import Network, NetworkFaults, Simulation
 
 
 def trace(seed: int, faults: NetworkFaults) -> list[tuple[float, str, int]]:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from bookkeeper.testing.sim.__main__ import main, sweep
-from bookkeeper.testing.sim.run import QUORUMS, run_seed
+from bookkeeper_py.testing.sim.__main__ import main, sweep
+from bookkeeper_py.testing.sim.run import QUORUMS, run_seed
 
 
 def test_two_thousand_seeds_violate_no_invariant() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.storage.cookie import (
+from bookkeeper_py.storage.cookie import (
     Cookie,
     InvalidCookieError,
     read_local,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bookkeeper.storage.disk import DiskChecker, DiskState, DiskThresholds
+from bookkeeper_py.storage.disk import DiskChecker, DiskState, DiskThresholds
 
 
 class Disks:

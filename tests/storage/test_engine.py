@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from bookkeeper.storage.engine import StorageConfig, StorageEngine
-from bookkeeper.storage.entry_log import log_name
-from bookkeeper.storage.journal import list_journal_ids, replay
-from bookkeeper.storage.last_log_mark import FILE_NAME, read_mark
-from bookkeeper.storage.ledger_storage import NoEntryError, NoLedgerError, StorageIOError
-from bookkeeper.wire.digest import DigestManager, DigestType
+from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
+from bookkeeper_py.storage.entry_log import log_name
+from bookkeeper_py.storage.journal import list_journal_ids, replay
+from bookkeeper_py.storage.last_log_mark import FILE_NAME, read_mark
+from bookkeeper_py.storage.ledger_storage import NoEntryError, NoLedgerError, StorageIOError
+from bookkeeper_py.wire.digest import DigestManager, DigestType
 
 KEY = b"m" * 20
 

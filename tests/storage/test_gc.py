@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from bookkeeper.errors import MetadataStoreError
-from bookkeeper.storage import entry_log, journal
-from bookkeeper.storage.engine import StorageEngine
-from bookkeeper.storage.gc import GarbageCollector, GcConfig
-from bookkeeper.storage.ledger_storage import LedgerStorage, NoLedgerError
+from bookkeeper_py.errors import MetadataStoreError
+from bookkeeper_py.storage import entry_log, journal
+from bookkeeper_py.storage.engine import StorageEngine
+from bookkeeper_py.storage.gc import GarbageCollector, GcConfig
+from bookkeeper_py.storage.ledger_storage import LedgerStorage, NoLedgerError
 
 from .test_engine import KEY, entry, open_engine
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.admin.cli import main
-from bookkeeper.storage.entry_log import log_name
+from bookkeeper_py.admin.cli import main
+from bookkeeper_py.storage.entry_log import log_name
 
 from .test_engine import KEY, entry, open_engine
 

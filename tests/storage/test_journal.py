@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bookkeeper.storage.journal import (
+from bookkeeper_py.storage.journal import (
     CorruptJournalError,
     Journal,
     JournalError,
@@ -17,7 +17,7 @@ from bookkeeper.storage.journal import (
     journal_name,
     replay,
 )
-from bookkeeper.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.digest import DigestManager, DigestType
 
 
 class Collector:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bookkeeper.server.bookie import Bookie, BookieConfig
-from bookkeeper.storage.engine import StorageConfig
+from bookkeeper_py.server.bookie import Bookie, BookieConfig
+from bookkeeper_py.storage.engine import StorageConfig
 
 
 async def settle(condition: Callable[[], bool], limit: int = 300) -> None:

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookkeeper.wire import availability
-from bookkeeper.wire.availability import AvailableEntries, SequenceGroup
-from bookkeeper.wire.errors import MalformedMessageError
+from bookkeeper_py.wire import availability
+from bookkeeper_py.wire.availability import AvailableEntries, SequenceGroup
+from bookkeeper_py.wire.errors import MalformedMessageError
 
 
 def group_bytes(first: int, last: int, size: int, period: int) -> bytes:

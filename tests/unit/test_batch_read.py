@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bookkeeper.wire import v2
-from bookkeeper.wire.errors import MalformedMessageError
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.errors import MalformedMessageError
+from bookkeeper_py.wire.status import StatusCode
 
 
 def test_a_batch_request_is_what_the_bookie_decodes() -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.server.bookie import Bookie, BookieConfig
-from bookkeeper.server.connection import BookieConnection
-from bookkeeper.storage.disk import DiskChecker
-from bookkeeper.storage.engine import StorageConfig
-from bookkeeper.wire import v2
-from bookkeeper.wire.digest import DigestManager, DigestType
-from bookkeeper.wire.framing import FrameDecoder
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.server.bookie import Bookie, BookieConfig
+from bookkeeper_py.server.connection import BookieConnection
+from bookkeeper_py.storage.disk import DiskChecker
+from bookkeeper_py.storage.engine import StorageConfig
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.framing import FrameDecoder
+from bookkeeper_py.wire.status import StatusCode
 
 from .held_sync import run_with_held_sync, settle
 from .test_decoders_fuzz import FakeTransport

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.server import config
-from bookkeeper.testing.local_cluster import free_port
+from bookkeeper_py.server import config
+from bookkeeper_py.testing.local_cluster import free_port
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -124,7 +124,16 @@ def test_a_bookie_runs_from_a_configuration_file(tmp_path: Path) -> None:
         f"ledgerDirectories={tmp_path / 'l'}\nflushInterval=1000\n",
     )
     bookie = subprocess.Popen(
-        [sys.executable, "-m", "bookkeeper", "bookie", "--conf", path, "--ready-file", str(ready)],
+        [
+            sys.executable,
+            "-m",
+            "bookkeeper_py",
+            "bookie",
+            "--conf",
+            path,
+            "--ready-file",
+            str(ready),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -144,7 +153,7 @@ def test_a_bookie_runs_from_a_configuration_file(tmp_path: Path) -> None:
 
 
 def test_client_options_are_checked_by_name_and_value() -> None:
-    from bookkeeper import ClientConfig, errors
+    from bookkeeper_py import ClientConfig, errors
 
     assert ClientConfig.of({"throttle": 7}).throttle == 7
     with pytest.raises(errors.IncorrectParameterError, match=r"unknown client option.*thrtotle"):

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from bookkeeper import errors
-from bookkeeper.core.placement import (
+from bookkeeper_py import errors
+from bookkeeper_py.core.placement import (
     NetworkTopology,
     Quarantine,
     RandomPlacement,
     TopologyAwarePlacement,
 )
-from bookkeeper.core.quorum import write_set
+from bookkeeper_py.core.quorum import write_set
 
 RACKS = {f"b{i}": f"/rack{i % 3}" for i in range(6)}  # two bookies in each of three racks
 

@@ -1,18 +1,18 @@
-"""The read machines of ``bookkeeper.core.reader``: replica order by health, one replica at a
+"""The read machines of ``bookkeeper_py.core.reader``: replica order by health, one replica at a
 time with failover and speculative reads, the negative rule, and the long poll."""
 
 from __future__ import annotations
 
 import pytest
 
-from bookkeeper import errors
-from bookkeeper.core.reader import (
+from bookkeeper_py import errors
+from bookkeeper_py.core.reader import (
     EntryRead,
     LastConfirmedAndEntryRead,
     ReadAttempt,
     ReplicaHealth,
 )
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.wire.status import StatusCode
 
 REPLICAS = [(1, "b1"), (2, "b2"), (0, "b0")]  # the write set of entry 1 (E=3, Qw=3)
 

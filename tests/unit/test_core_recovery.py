@@ -1,4 +1,4 @@
-"""The recovery state machine (``bookkeeper.core.recovery``) driven by scripted bookies: no I/O,
+"""The recovery state machine (``bookkeeper_py.core.recovery``) driven by scripted bookies: no I/O,
 no clock, every answer chosen by the test. The scenarios are the protocol bugs of reference
 section 3.5 and the rules of section 3.2."""
 
@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bookkeeper import errors
-from bookkeeper.core.lac import LastConfirmedRead
-from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.core.quorum import write_set
-from bookkeeper.core.recovery import (
+from bookkeeper_py import errors
+from bookkeeper_py.core.lac import LastConfirmedRead
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.core.quorum import write_set
+from bookkeeper_py.core.recovery import (
     CloseInRecovery,
     Instruction,
     LedgerRecovery,
@@ -24,8 +24,8 @@ from bookkeeper.core.recovery import (
     RecoveryFailed,
     ReplaceInRecovery,
 )
-from bookkeeper.wire.digest import DigestType, Entry
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.wire.digest import DigestType, Entry
+from bookkeeper_py.wire.status import StatusCode
 
 LEDGER = 7
 

@@ -1,4 +1,4 @@
-"""The writer state machine (``bookkeeper.core.writer``): ordered acks, the in-flight bound,
+"""The writer state machine (``bookkeeper_py.core.writer``): ordered acks, the in-flight bound,
 ensemble change (no completion during it, unacknowledged entries re-sent to the replacement,
 stale answers of replaced bookies ignored), timeouts, fencing and the explicit LAC. No I/O: the
 test plays the bookies and the metadata store."""
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookkeeper import errors
-from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.core.quorum import write_set
-from bookkeeper.core.writer import (
+from bookkeeper_py import errors
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.core.quorum import write_set
+from bookkeeper_py.core.writer import (
     ChangeEnsemble,
     Completed,
     Failed,
@@ -26,8 +26,8 @@ from bookkeeper.core.writer import (
     WriteLac,
     change_ensemble,
 )
-from bookkeeper.wire.digest import DigestType
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.wire.digest import DigestType
+from bookkeeper_py.wire.status import StatusCode
 
 OK = StatusCode.EOK
 

@@ -13,14 +13,14 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookkeeper.auth import SharedSecretBookieAuthProvider
-from bookkeeper.server.bookie import Bookie, BookieConfig
-from bookkeeper.server.connection import BookieConnection, Security
-from bookkeeper.storage.engine import StorageConfig
-from bookkeeper.tls import TlsConfig
-from bookkeeper.wire import v2, v3
-from bookkeeper.wire.errors import MalformedMessageError
-from bookkeeper.wire.framing import FrameDecoder, FrameError, encode_frame
+from bookkeeper_py.auth import SharedSecretBookieAuthProvider
+from bookkeeper_py.server.bookie import Bookie, BookieConfig
+from bookkeeper_py.server.connection import BookieConnection, Security
+from bookkeeper_py.storage.engine import StorageConfig
+from bookkeeper_py.tls import TlsConfig
+from bookkeeper_py.wire import v2, v3
+from bookkeeper_py.wire.errors import MalformedMessageError
+from bookkeeper_py.wire.framing import FrameDecoder, FrameError, encode_frame
 
 KEY = b"k" * 20
 

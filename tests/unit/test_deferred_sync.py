@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper.server.bookie import Bookie
-from bookkeeper.wire.digest import DigestManager, DigestType
-from bookkeeper.wire.status import StatusCode
+from bookkeeper_py.server.bookie import Bookie
+from bookkeeper_py.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.status import StatusCode
 
 from .held_sync import run_with_held_sync, settle
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from bookkeeper.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper.errors import MetadataStoreError
-from bookkeeper.metadata import format as metadata_format
-from bookkeeper.metadata.driver import parse_uri
-from bookkeeper.metadata.layout import iter_ledger_ids, ledger_path
-from bookkeeper.wire.digest import DigestType
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.errors import MetadataStoreError
+from bookkeeper_py.metadata import format as metadata_format
+from bookkeeper_py.metadata.driver import parse_uri
+from bookkeeper_py.metadata.layout import iter_ledger_ids, ledger_path
+from bookkeeper_py.wire.digest import DigestType
 
 HEADER = b"BookieMetadataFormatVersion\t3\n"
 SEGMENT = (
@@ -198,8 +198,8 @@ def test_uri_parsing() -> None:
 
 
 def test_metadata_uris() -> None:
-    from bookkeeper.errors import IncorrectParameterError
-    from bookkeeper.metadata.driver import parse_uri
+    from bookkeeper_py.errors import IncorrectParameterError
+    from bookkeeper_py.metadata.driver import parse_uri
 
     address = parse_uri("zk+hierarchical://zk1:2181;zk2:2181/bk/ledgers?digestAuthFile=/etc/d")
     assert (address.location, address.root, address.digest_auth_file) == (

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookkeeper.core.quorum import (
+from bookkeeper_py.core.quorum import (
     AckSet,
     CoverageSet,
     check_quorum_sizes,
     negative_threshold,
     write_set,
 )
-from bookkeeper.errors import IncorrectParameterError
+from bookkeeper_py.errors import IncorrectParameterError
 
 
 def test_write_sets_of_the_protocol_example() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from bookkeeper.auth import (
+from bookkeeper_py.auth import (
     AuthenticationError,
     PeerInfo,
     SharedSecretBookieAuthProvider,
@@ -15,7 +15,7 @@ from bookkeeper.auth import (
     bookie_provider,
     read_secret,
 )
-from bookkeeper.tls import TlsConfig, TlsConfigError, TlsError, TlsSession
+from bookkeeper_py.tls import TlsConfig, TlsConfigError, TlsError, TlsSession
 
 SECRET = b"0123456789abcdef-secret"
 

@@ -9,13 +9,13 @@ import hmac
 
 import pytest
 
-from bookkeeper.errors import DigestMismatchError
-from bookkeeper.wire import v2, v3
-from bookkeeper.wire.digest import DigestManager, DigestType, mac_key, master_key
-from bookkeeper.wire.errors import MalformedMessageError
-from bookkeeper.wire.framing import FrameDecoder, FrameError
-from bookkeeper.wire.proto import bookkeeper_protocol_pb2 as pb
-from bookkeeper.wire.status import StatusCode, from_v2, to_v2
+from bookkeeper_py.errors import DigestMismatchError
+from bookkeeper_py.wire import v2, v3
+from bookkeeper_py.wire.digest import DigestManager, DigestType, mac_key, master_key
+from bookkeeper_py.wire.errors import MalformedMessageError
+from bookkeeper_py.wire.framing import FrameDecoder, FrameError
+from bookkeeper_py.wire.proto import bookkeeper_protocol_pb2 as pb
+from bookkeeper_py.wire.status import StatusCode, from_v2, to_v2
 
 KEY = bytes([0x11]) * 20
 

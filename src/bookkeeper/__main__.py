@@ -1,3 +1,0 @@
-from bookkeeper.admin.cli import main
-
-main()

@@ -1,5 +1,0 @@
-"""Tools to test code against BookKeeper: a local cluster of real bookie processes."""
-
-from bookkeeper.testing.local_cluster import LocalCluster
-
-__all__ = ["LocalCluster"]

@@ -1,0 +1,3 @@
+from bookkeeper_py.admin.cli import main
+
+main()

@@ -1,0 +1,517 @@
+"""``bookkeeper bench``: throughput and latency of a cluster, modelled on BookKeeper's
+``bin/benchmark writes|reads``.
+
+    bookkeeper bench writes --local 3 --ensemble 3 --write-quorum 2 --ack-quorum 2 --seconds 10
+    bookkeeper bench writes --metadata-uri URI --rate 20000 --entry-size 1024 --json
+    bookkeeper bench reads --local 3 --entries 100000          # catch-up reads of closed ledgers
+    bookkeeper bench reads --local 3 --tail --rate 10000        # a tailing reader's lag
+
+Writes: ``--writers`` writers share one client (one process, one event loop), each adding to
+``--ledgers-per-writer`` ledgers in turn. With ``--rate`` the run is *open loop*: adds are issued
+on a fixed schedule and each latency is measured from the moment its add was due, so a stall
+shows up in every add it delays (no coordinated omission); without it each writer keeps
+``--in-flight`` adds outstanding (closed loop). Latencies go into an HdrHistogram (1 µs to 60 s,
+3 significant digits); ``--warmup`` seconds are left out of every figure. A progress line per
+second goes to stderr; the report (or ``--json``) to stdout.
+
+Reads: ``--entries`` entries are written to ``--ledgers-per-writer`` ledgers, which are closed,
+then read back from the start by one reader per ledger (``--read-batch`` entries per request,
+each entry from one replica), MB/s and batch latencies reported. ``--tail``: a reader in another
+process follows a live writer (long polls) and the lag from each add's acknowledgement to the
+reader's receipt is reported.
+
+``--local N`` starts N bookie processes on an embedded SQLite metadata store for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from bookkeeper_py import aio
+from bookkeeper_py.errors import BKError
+from bookkeeper_py.wire.digest import DigestType
+
+LOWEST_US, HIGHEST_US, DIGITS = 1, 60_000_000, 3
+PERCENTILES = (50.0, 95.0, 99.0, 99.9)
+
+
+def histogram() -> HdrHistogram:
+    return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
+
+
+def summary(h: HdrHistogram) -> dict[str, float]:
+    """Percentiles and max in milliseconds."""
+    out = {f"p{p:g}_ms": h.get_value_at_percentile(p) / 1000 for p in PERCENTILES}
+    out["max_ms"] = h.get_max_value() / 1000
+    out["mean_ms"] = h.get_mean_value() / 1000
+    return out
+
+
+@dataclass
+class _Tally:
+    issued: int = 0
+    acked_measured: int = 0
+    failed: int = 0
+    issuing: bool = True  # until every writer stopped issuing adds
+    first: float = 0.0  # when the first measured add was due
+    last: float = 0.0  # when the last one was acknowledged
+
+
+@dataclass
+class Report:
+    kind: str
+    entries: int
+    seconds: float
+    entry_size: int
+    latency: dict[str, float] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    failures: int = 0
+
+    @property
+    def entries_per_s(self) -> float:
+        return self.entries / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.entries_per_s * self.entry_size / 1e6
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["entries_per_s"] = self.entries_per_s
+        data["mb_per_s"] = self.mb_per_s
+        return data
+
+    def text(self) -> str:
+        what = {"writes": "adds", "reads": "entries read", "tail": "entries followed"}[self.kind]
+        latency_name = {"writes": "add latency", "reads": "batch latency", "tail": "lag"}[self.kind]
+        lines = [
+            f"{self.entries:,} {what} in {self.seconds:.2f} s: {self.entries_per_s:,.0f}/s, "
+            f"{self.mb_per_s:,.1f} MB/s ({self.entry_size} B entries)"
+            + (f", {self.failures} failed" if self.failures else ""),
+            f"{latency_name} (ms): "
+            + "  ".join(f"{k[:-3]} {v:.3f}" for k, v in self.latency.items() if k != "mean_ms"),
+        ]
+        return "\n".join(lines)
+
+
+class Progress:
+    """Latencies of a run, kept raw (an ``array`` append per add: recording into an
+    HdrHistogram in the hot path cost ~5 µs an add, a sixth of the client's work) and folded
+    into the histogram at the end; one line per second on stderr with the interval's p99."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.latencies_us = array.array("q")
+        self.count = 0  # entries done (a read batch records one latency for many)
+        self._started = time.monotonic()
+        self._last = self._started
+        self._last_count = 0
+        self._last_index = 0
+
+    def record(self, latency_us: int, entries: int = 1) -> None:
+        self.latencies_us.append(latency_us)
+        self.count += entries
+
+    def tick(self, now: float) -> None:
+        if now - self._last < 1.0:
+            return
+        if not self.quiet:
+            rate = (self.count - self._last_count) / (now - self._last)
+            interval = sorted(self.latencies_us[self._last_index :])
+            p99 = interval[int(0.99 * (len(interval) - 1))] / 1000 if interval else 0.0
+            print(
+                f"[{now - self._started:5.0f} s] {rate:12,.0f}/s   p99 {p99:8.3f} ms   "
+                f"total {self.count:,}",
+                file=sys.stderr,
+                flush=True,
+            )
+        self._last, self._last_count = now, self.count
+        self._last_index = len(self.latencies_us)
+
+    def histogram(self) -> HdrHistogram:
+        h = histogram()
+        for latency_us in self.latencies_us:
+            h.record_value(min(max(latency_us, LOWEST_US), HIGHEST_US))
+        return h
+
+
+# -- writes ------------------------------------------------------------------------------------
+
+
+async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report:
+    quorum = (args.ensemble, args.write_quorum, args.ack_quorum)
+    digest = DigestType[args.digest.upper()]
+    payload = os.urandom(args.entry_size)
+    writers = [
+        [
+            await client.create_ledger(*quorum, digest_type=digest, password=b"bench")
+            for _ in range(args.ledgers_per_writer)
+        ]
+        for _ in range(args.writers)
+    ]
+    loop = asyncio.get_running_loop()
+    progress = Progress(args.json or args.quiet)
+    start = time.monotonic()
+    warm_until = start + args.warmup
+    stop_at: float | None = (
+        start + float(args.warmup) + float(args.seconds) if args.entries is None else None
+    )
+    limit: int | None = None if args.entries is None else int(args.entries)
+    state = _Tally()
+    outstanding: set[asyncio.Future[int]] = set()
+    errors_seen: list[BKError] = []
+    all_done = loop.create_future()
+
+    def stop_issuing() -> None:
+        state.issuing = False
+        if not outstanding and not all_done.done():
+            all_done.set_result(None)
+
+    def finished_issuing(now: float) -> bool:
+        if limit is not None:
+            return state.issued >= limit
+        assert stop_at is not None
+        return now >= stop_at
+
+    def on_ack(future: asyncio.Future[int], due: float) -> None:
+        outstanding.discard(future)
+        now = time.monotonic()
+        if future.cancelled() or future.exception() is not None:
+            state.failed += 1
+        elif due >= warm_until:
+            latency_us = int((now - due) * 1e6)
+            progress.record(latency_us)
+            if state.acked_measured == 0:
+                state.first = due
+            state.acked_measured += 1
+            state.last = now
+        if not outstanding and not state.issuing and not all_done.done():
+            all_done.set_result(None)
+
+    def issue(writer: int, due: float) -> asyncio.Future[int] | None:
+        """Sends one add; None once the writer failed (its error is counted, and the run ends
+        when nothing is left outstanding)."""
+        handles = writers[writer]
+        handle = handles[state.issued % len(handles)]
+        state.issued += 1
+        try:
+            future = handle.add_entry_async(payload)
+        except BKError as error:
+            state.failed += 1
+            errors_seen.append(error)
+            return None
+        outstanding.add(future)
+        future.add_done_callback(lambda f: on_ack(f, due))
+        return future
+
+    if args.rate:
+        # Open loop: every writer issues its share on a fixed schedule.
+        interval = args.writers / args.rate
+
+        async def paced(writer: int) -> None:
+            due = start + writer * interval / args.writers
+            while True:
+                now = time.monotonic()
+                while due <= now:
+                    if finished_issuing(due) or errors_seen:
+                        return
+                    issue(writer, due)
+                    due += interval
+                progress.tick(now)
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+        await asyncio.gather(*(paced(w) for w in range(args.writers)))
+        stop_issuing()
+    else:
+        # Closed loop: each writer keeps --in-flight adds outstanding.
+        def refill(writer: int) -> Callable[..., None]:
+            def again(_: asyncio.Future[int] | None = None) -> None:
+                now = time.monotonic()
+                progress.tick(now)
+                if not finished_issuing(now) and not errors_seen:
+                    future = issue(writer, now)
+                    if future is not None:
+                        future.add_done_callback(again)
+                        return
+                stop_issuing()  # every writer stops on the same condition
+
+            return again
+
+        for writer in range(args.writers):
+            for _ in range(args.in_flight):
+                refill(writer)()
+    await all_done
+    if errors_seen and not (args.json or args.quiet):
+        print(f"the writers failed: {errors_seen[0]}", file=sys.stderr)
+    for handles in writers:
+        for handle in handles:
+            await handle.close()
+    seconds = max(state.last - max(state.first, warm_until), 1e-9)
+    return Report(
+        "writes",
+        state.acked_measured,
+        seconds,
+        args.entry_size,
+        summary(progress.histogram()),
+        settings(args),
+        state.failed,
+    )
+
+
+# -- reads -------------------------------------------------------------------------------------
+
+
+async def run_catchup_reads(client: aio.BookKeeper, args: argparse.Namespace) -> Report:
+    quorum = (args.ensemble, args.write_quorum, args.ack_quorum)
+    digest = DigestType[args.digest.upper()]
+    payload = os.urandom(args.entry_size)
+    total = args.entries or 100_000
+    ledgers = []
+    per_ledger = max(1, total // args.ledgers_per_writer)
+    for _ in range(args.ledgers_per_writer):
+        handle = await client.create_ledger(*quorum, digest_type=digest, password=b"bench")
+        futures = [handle.add_entry_async(payload) for _ in range(per_ledger)]
+        await asyncio.gather(*futures)
+        await handle.close()
+        ledgers.append(handle.ledger_id)
+    if not (args.json or args.quiet):
+        print(f"wrote {per_ledger * len(ledgers):,} entries; reading", file=sys.stderr)
+    progress = Progress(args.json or args.quiet)
+
+    async def read_ledger(ledger_id: int) -> int:
+        reader = await client.open_ledger(ledger_id, b"bench")
+        count = 0
+        for first in range(0, reader.last_add_confirmed + 1, args.read_batch):
+            last = min(first + args.read_batch - 1, reader.last_add_confirmed)
+            started = time.monotonic()
+            entries = await reader.read_entries(first, last)
+            progress.record(int((time.monotonic() - started) * 1e6), len(entries))
+            progress.tick(time.monotonic())
+            count += len(entries)
+        return count
+
+    start = time.monotonic()
+    counts = await asyncio.gather(*(read_ledger(ledger_id) for ledger_id in ledgers))
+    seconds = time.monotonic() - start
+    return Report(
+        "reads",
+        sum(counts),
+        seconds,
+        args.entry_size,
+        summary(progress.histogram()),
+        settings(args),
+    )
+
+
+async def _follow(uri: str, ledger_id: int, count: int, pipe: Connection) -> None:
+    client = await aio.BookKeeper.connect(uri)
+    try:
+        handle = await client.open_ledger_no_recovery(ledger_id, b"bench")
+        pipe.send("ready")
+        seen = [0.0] * count
+        got = 0
+        async for entry in handle.follow(0, timeout_ms=1000):
+            if entry.entry_id < count:
+                seen[entry.entry_id] = time.monotonic()
+                got += 1
+            if got == count:
+                break
+        pipe.send(seen)
+    finally:
+        await client.close()
+
+
+def _follower(uri: str, ledger_id: int, count: int, pipe: Connection) -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_follow(uri, ledger_id, count, pipe))
+
+
+async def run_tail(client: aio.BookKeeper, uri: str, args: argparse.Namespace) -> Report:
+    """A writer at ``--rate`` and a reader in another process following it; lag per entry =
+    the reader's receipt - the writer's ack (CLOCK_MONOTONIC, shared by the processes). The
+    writer goes on 0.2 s past the measured entries: readers learn of an entry from the LAC that
+    later entries carry."""
+    rate = args.rate or 10_000
+    measured_count = int(rate * args.seconds)
+    count = measured_count + int(rate * 0.2) + 1
+    quorum = (args.ensemble, args.write_quorum, args.ack_quorum)
+    handle = await client.create_ledger(
+        *quorum, digest_type=DigestType[args.digest.upper()], password=b"bench"
+    )
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    reader = context.Process(
+        target=_follower, args=(uri, handle.ledger_id, measured_count, theirs), daemon=True
+    )
+    reader.start()
+    try:
+        if not ours.poll(60) or ours.recv() != "ready":
+            raise RuntimeError("the tailing reader did not start within 60 s")
+        acked = [0.0] * count
+        payload = os.urandom(args.entry_size)
+        futures = []
+        start = time.monotonic()
+        issued = 0
+        while issued < count:
+            due = min(count, int((time.monotonic() - start) * rate) + 1)
+            while issued < due:
+                future = handle.add_entry_async(payload)
+                future.add_done_callback(partial(_note_time, acked, issued))
+                futures.append(future)
+                issued += 1
+            await asyncio.sleep(max(0.0, start + issued / rate - time.monotonic()))
+        await asyncio.gather(*futures)
+        elapsed = time.monotonic() - start
+        await handle.close()
+        if not await asyncio.to_thread(ours.poll, 120):
+            raise RuntimeError("the tailing reader did not see every entry within 120 s")
+        seen = ours.recv()
+    finally:
+        reader.join(30)
+        if reader.is_alive():
+            reader.kill()
+    lags = histogram()
+    negative = 0
+    for i in range(measured_count):
+        lag_us = int((seen[i] - acked[i]) * 1e6)
+        negative += lag_us < 0
+        lags.record_value(min(max(lag_us, LOWEST_US), HIGHEST_US))
+    report = Report("tail", count, elapsed, args.entry_size, summary(lags), settings(args))
+    report.settings["lag_measured_entries"] = measured_count
+    report.settings["negative_lags"] = negative  # the writer's loop noted its ack late
+    return report
+
+
+def _note_time(times: list[float], index: int, _future: object) -> None:
+    times[index] = time.monotonic()
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    keep = (
+        "local",
+        "writers",
+        "ledgers_per_writer",
+        "entry_size",
+        "ensemble",
+        "write_quorum",
+        "ack_quorum",
+        "digest",
+        "in_flight",
+        "rate",
+        "seconds",
+        "entries",
+        "warmup",
+        "read_batch",
+        "use_v3",
+    )
+    return {k: getattr(args, k) for k in keep if hasattr(args, k)}
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cluster_for(args: argparse.Namespace) -> Iterator[str]:
+    if args.local:
+        from bookkeeper_py.testing.local_cluster import LocalCluster
+
+        with LocalCluster(args.local) as cluster:
+            yield cluster.metadata_uri
+        return
+    uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
+    if not uri:
+        sys.exit("bench: pass --local N or --metadata-uri URI (or set BOOKKEEPER_METADATA_URI)")
+    yield uri
+
+
+async def measure(uri: str, args: argparse.Namespace) -> Report:
+    """One measurement against the cluster at ``uri`` (``args`` from ``build_arguments``)."""
+    client = await aio.BookKeeper.connect(
+        uri,
+        use_v3=args.use_v3,
+        throttle=max(args.in_flight, 1) if not args.rate else 100_000,
+        request_timeout_s=30.0,
+    )
+    # The objects of the process so far (modules, the client) out of the collector's sight while
+    # measuring: a full collection over them pauses the loop for tens of ms, which would show in
+    # the latencies as a stall of the cluster.
+    gc.collect()
+    gc.freeze()
+    try:
+        if args.workload == "writes":
+            return await run_writes(client, args)
+        if args.tail:
+            return await run_tail(client, uri, args)
+        return await run_catchup_reads(client, args)
+    finally:
+        gc.unfreeze()
+        await client.close()
+
+
+def run(args: argparse.Namespace) -> Report:
+    if not getattr(args, "verbose", False):
+        logging.getLogger().setLevel(logging.WARNING)  # the report and progress lines only
+    if args.ensemble < args.write_quorum or args.write_quorum < args.ack_quorum:
+        sys.exit("bench: need ensemble >= write quorum >= ack quorum")
+    if args.local and args.local < args.ensemble:
+        sys.exit(f"bench: --local {args.local} bookies cannot hold an ensemble of {args.ensemble}")
+    try:
+        import uvloop
+
+        runner: Callable[[Any], Any] = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    with cluster_for(args) as uri:
+        report: Report = runner(measure(uri, args))
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print(report.text())
+    return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", choices=("writes", "reads"))
+    parser.add_argument("--metadata-uri", help="a running cluster ($BOOKKEEPER_METADATA_URI)")
+    parser.add_argument("--local", type=int, default=0, help="start N bookies for the run")
+    parser.add_argument("--writers", type=int, default=1)
+    parser.add_argument("--ledgers-per-writer", type=int, default=1)
+    parser.add_argument("--entry-size", type=int, default=1024)
+    parser.add_argument("--ensemble", "-e", type=int, default=3)
+    parser.add_argument("--write-quorum", "-w", type=int, default=2)
+    parser.add_argument("--ack-quorum", "-a", type=int, default=2)
+    parser.add_argument("--digest", default="crc32c", choices=("crc32", "crc32c", "mac", "dummy"))
+    parser.add_argument("--in-flight", type=int, default=1000, help="closed loop, per writer")
+    parser.add_argument("--rate", type=float, default=0.0, help="adds/s, open loop (0: closed)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured duration")
+    parser.add_argument("--entries", type=int, default=None, help="instead of --seconds")
+    parser.add_argument("--warmup", type=float, default=0.0, help="seconds left out")
+    parser.add_argument("--read-batch", type=int, default=1000)
+    parser.add_argument("--tail", action="store_true", help="reads: a tailing reader's lag")
+    parser.add_argument("--use-v3", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def build_arguments(argv: list[str]) -> argparse.Namespace:
+    """``bookkeeper bench`` arguments, for scripts that measure without the command line."""
+    parser = argparse.ArgumentParser(prog="bookkeeper bench")
+    add_arguments(parser)
+    return parser.parse_args(argv)

@@ -1,0 +1,321 @@
+"""The ``bookkeeper`` command (modelled on Apache BookKeeper's ``bin/bookkeeper``).
+
+    bookkeeper bookie --journal-dir DIR --port P --metadata-uri URI
+    bookkeeper localbookie N [--data-dir DIR] [--demo] [--exit-after-demo]
+    bookkeeper shell simpletest|listbookies|listledgers|ledgermetadata ... [--metadata-uri URI]
+    bookkeeper shell initnewcluster|metaformat|nukeexistingcluster|whatisinstanceid ...
+    bookkeeper shell cookie_get|cookie_create|cookie_update|cookie_delete BOOKIE_ID ...
+    bookkeeper bench writes|reads [--local N | --metadata-uri URI] ...
+
+The metadata URI of shell commands comes from ``--metadata-uri`` or $BOOKKEEPER_METADATA_URI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from bookkeeper_py.admin import bench as bench_module
+from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
+from bookkeeper_py.errors import BKError
+from bookkeeper_py.wire.digest import DigestType
+
+DIGESTS = {
+    "crc32": DigestType.CRC32,
+    "mac": DigestType.MAC,
+    "crc32c": DigestType.CRC32C,
+    "dummy": DigestType.DUMMY,
+}
+
+
+def _metadata_uri(args: argparse.Namespace) -> str:
+    uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
+    if not uri:
+        sys.exit("no metadata service URI: pass --metadata-uri or set BOOKKEEPER_METADATA_URI")
+    return str(uri)
+
+
+def _cmd_bookie(args: argparse.Namespace) -> None:
+    from bookkeeper_py.server import main as bookie_main
+
+    bookie_main.main(args)
+
+
+def _cmd_localbookie(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.workload import simple_test
+    from bookkeeper_py.client.facade import BookKeeper
+    from bookkeeper_py.testing.local_cluster import LocalCluster
+
+    data_directory = os.path.abspath(args.data_dir) if args.data_dir else None
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"starting {args.bookies} bookies on the embedded SQLite metadata store ...", flush=True)
+    with LocalCluster(args.bookies, base_directory=data_directory) as cluster:
+        print(f"metadata service URI: {cluster.metadata_uri}", flush=True)
+        print(f"bookies: {', '.join(cluster.bookie_ids)}", flush=True)
+        print(f"data directory: {cluster.base_directory}", flush=True)
+        if args.demo:
+            ensemble = min(3, args.bookies)
+            quorum = min(2, ensemble)
+            with BookKeeper(cluster.metadata_uri) as bk:
+                for digest in DigestType:
+                    result = simple_test(
+                        bk,
+                        entries=args.demo_entries,
+                        entry_size=1024,
+                        ensemble_size=ensemble,
+                        write_quorum_size=quorum,
+                        ack_quorum_size=quorum,
+                        digest_type=digest,
+                    )
+                    print(
+                        f"ledger {result.ledger_id} ({digest.name}, E={ensemble} Qw={quorum} Qa={quorum}): "
+                        f"wrote {result.entries} x 1 KiB entries in {result.write_seconds:.2f} s "
+                        f"({result.entries / result.write_seconds:,.0f} adds/s), closed, reopened and read "
+                        f"them back in {result.read_seconds:.2f} s: every byte matches",
+                        flush=True,
+                    )
+                print(f"ledgers in the cluster: {bk.list_ledgers()}", flush=True)
+        if args.exit_after_demo:
+            return
+        print(
+            "cluster is up; try: bookkeeper shell simpletest --metadata-uri "
+            + cluster.metadata_uri
+            + "\npress Ctrl-C to stop",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            for bookie in cluster.bookies:
+                if not bookie.running:
+                    print(f"bookie {bookie.bookie_id} exited; restarting it", flush=True)
+                    cluster.start_bookie(bookie.index)
+        print("stopping the cluster ...", flush=True)
+
+
+def _cmd_simpletest(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.workload import simple_test
+    from bookkeeper_py.client.facade import BookKeeper
+
+    with BookKeeper(_metadata_uri(args)) as bk:
+        result = simple_test(
+            bk,
+            entries=args.num_entries,
+            entry_size=args.entry_size,
+            ensemble_size=args.ensemble,
+            write_quorum_size=args.writeQuorum,
+            ack_quorum_size=args.ackQuorum,
+            digest_type=DIGESTS[args.digest],
+        )
+    print(
+        f"ledger {result.ledger_id}: wrote {result.entries} entries ({result.bytes:,} bytes) in "
+        f"{result.write_seconds:.2f} s, read and verified them in {result.read_seconds:.2f} s"
+    )
+
+
+def _cmd_listbookies(args: argparse.Namespace) -> None:
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        if not args.readonly:
+            for bookie in metadata.writable_bookies():
+                print(bookie)
+        if not args.readwrite:
+            for bookie in metadata.readonly_bookies():
+                print(f"{bookie} (read-only)")
+
+
+def _cmd_listledgers(args: argparse.Namespace) -> None:
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        for ledger_id in metadata.list_ledgers():
+            print(ledger_id)
+
+
+def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        ledger, version = metadata.read_ledger_metadata(args.ledgerid)
+    print(
+        f"ledger {ledger.ledger_id} (metadata version {version}, format v{ledger.format_version})"
+    )
+    print(
+        f"  state: {ledger.state.name}  last entry: {ledger.last_entry_id}  length: {ledger.length}"
+    )
+    print(
+        f"  E={ledger.ensemble_size} Qw={ledger.write_quorum_size} Qa={ledger.ack_quorum_size} "
+        f"digest: {ledger.digest_type.name}"
+    )
+    for first, bookies in ledger.ensembles:
+        print(f"  from entry {first}: {', '.join(bookies)}")
+    for key, value in sorted(ledger.custom_metadata.items()):
+        print(f"  custom {key} = {value!r}")
+
+
+def _cmd_lastmark(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.inspect import last_mark
+
+    mark = last_mark(args.ledger_dir)
+    if mark is None:
+        print(f"no LastLogMark in {args.ledger_dir}: every journal file present would be replayed")
+    else:
+        print(f"LastLogMark: journal file {mark[0]:x} ({mark[0]}), offset {mark[1]}")
+
+
+def _cmd_readjournal(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.inspect import journal_records
+
+    counts: dict[str, int] = {}
+    for record in journal_records(args.journal_dir, int(args.id, 16) if args.id else None):
+        counts[record.record_type.name] = counts.get(record.record_type.name, 0) + 1
+        if not args.summary:
+            entry = "" if record.entry_id is None else f" entry {record.entry_id}"
+            print(
+                f"journal {record.file_id:x} group ending at {record.group_end}: "
+                f"{record.record_type.name} ledger {record.ledger_id}{entry} ({record.length} bytes)"
+            )
+    summary = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+    print(f"records: {summary}" if counts else "no records")
+
+
+def _cmd_readlog(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.inspect import log_records
+
+    count = 0
+    for record in log_records(args.ledger_dir, int(args.logid, 16)):
+        if args.ledgerid is not None and record.ledger_id != args.ledgerid:
+            continue
+        count += 1
+        if not args.summary:
+            print(
+                f"offset {record.offset}: ledger {record.ledger_id} entry {record.entry_id} ({record.length} bytes)"
+            )
+    print(f"{count} entries")
+
+
+def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.inspect import local_consistency_check
+
+    report = local_consistency_check(args.ledger_dir)
+    for problem in report.problems or []:
+        print(f"PROBLEM: {problem}")
+    print(
+        f"checked {report.entries} entries of {report.ledgers} ledgers: {'ok' if report.ok else 'PROBLEMS FOUND'}"
+    )
+    if not report.ok:
+        sys.exit(1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from bookkeeper_py.server import main as bookie_main
+
+    parser = argparse.ArgumentParser(
+        prog="bookkeeper", description="bookkeeper-py: Apache BookKeeper in Python"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    bookie = commands.add_parser("bookie", help="run a bookie")
+    bookie_main.add_arguments(bookie)
+    bookie.set_defaults(run=_cmd_bookie)
+
+    local = commands.add_parser("localbookie", help="run N bookies on the embedded metadata store")
+    local.add_argument("bookies", type=int, help="number of bookies")
+    local.add_argument(
+        "--data-dir", help="directory for metadata and bookie data (default: a temporary one)"
+    )
+    local.add_argument(
+        "--demo", action="store_true", help="write and read back ledgers of each digest type"
+    )
+    local.add_argument("--demo-entries", type=int, default=2000, help="entries per demo ledger")
+    local.add_argument(
+        "--exit-after-demo", action="store_true", help="stop the cluster once the demo is done"
+    )
+    local.set_defaults(run=_cmd_localbookie)
+
+    bench = commands.add_parser(
+        "bench",
+        help="throughput and latency of writes or reads (see bookkeeper_py.admin.bench)",
+        description=bench_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_module.add_arguments(bench)
+    bench.set_defaults(run=bench_module.run)
+
+    shell = commands.add_parser("shell", help="admin and test commands")
+    shell_commands = shell.add_subparsers(dest="shell_command", required=True)
+
+    def shell_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+        sub = shell_commands.add_parser(name, help=help_text)
+        sub.add_argument("--metadata-uri", help="metadataServiceUri (or $BOOKKEEPER_METADATA_URI)")
+        sub.set_defaults(run=run)
+        return sub
+
+    simple = shell_command(
+        "simpletest", "create a ledger, write N entries, read them back, verify", _cmd_simpletest
+    )
+    simple.add_argument("-e", "--ensemble", type=int, default=3)
+    simple.add_argument("-w", "--writeQuorum", type=int, default=2)
+    simple.add_argument("-a", "--ackQuorum", type=int, default=2)
+    simple.add_argument("-n", "--num-entries", type=int, default=1000)
+    simple.add_argument("--entry-size", type=int, default=1024)
+    simple.add_argument("--digest", choices=sorted(DIGESTS), default="crc32c")
+    listbookies = shell_command("listbookies", "list registered bookies", _cmd_listbookies)
+    listbookies.add_argument(
+        "-rw", "--readwrite", action="store_true", help="only writable bookies"
+    )
+    listbookies.add_argument(
+        "-ro", "--readonly", action="store_true", help="only read-only bookies"
+    )
+    shell_command("listledgers", "list ledger ids", _cmd_listledgers)
+    ledgermetadata = shell_command(
+        "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
+    )
+    ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
+    add_cluster_commands(shell_command, _metadata_uri)
+
+    def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+        sub = shell_commands.add_parser(name, help=help_text)
+        sub.set_defaults(run=run)
+        return sub
+
+    lastmark = local_command(
+        "lastmark", "print the LastLogMark of a ledger directory", _cmd_lastmark
+    )
+    lastmark.add_argument("--ledger-dir", required=True)
+    readjournal = local_command(
+        "readjournal", "list the records of journal files", _cmd_readjournal
+    )
+    readjournal.add_argument("--journal-dir", required=True)
+    readjournal.add_argument("--id", help="journal file id in hex (default: every file)")
+    readjournal.add_argument("--summary", action="store_true", help="only count records by type")
+    readlog = local_command("readlog", "list the entries of an entry log", _cmd_readlog)
+    readlog.add_argument("--ledger-dir", required=True)
+    readlog.add_argument("-l", "--logid", required=True, help="entry log id in hex")
+    readlog.add_argument("--ledgerid", type=int, help="only this ledger's entries")
+    readlog.add_argument("--summary", action="store_true", help="only count entries")
+    consistency = local_command(
+        "localconsistencycheck",
+        "read every indexed entry back and check it",
+        _cmd_localconsistencycheck,
+    )
+    consistency.add_argument("--ledger-dir", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        args.run(args)
+    except BKError as error:
+        sys.exit(f"error: {type(error).__name__}: {error}")

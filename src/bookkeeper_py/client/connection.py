@@ -1,0 +1,673 @@
+"""A client connection to one bookie.
+
+Adds and reads go over v2 by default (BookKeeper's fast path; responses matched by operation,
+ledger and entry, in order per key) or over v3 (matched by txnId). Every request has a deadline;
+a periodic check fails the overdue ones with ``TimeoutError``. When the connection drops, every
+pending request fails with ``BookieHandleNotAvailableError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from typing import cast
+
+from bookkeeper_py import errors
+from bookkeeper_py.auth import MAX_AUTH_ROUNDS, AuthenticationError, ClientAuthProvider
+from bookkeeper_py.tls import TlsConfig, TlsError, TlsSession
+from bookkeeper_py.wire import v2, v3
+from bookkeeper_py.wire.errors import MalformedMessageError
+from bookkeeper_py.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameError
+from bookkeeper_py.wire.output import OutputBuffer
+from bookkeeper_py.wire.proto import bookkeeper_protocol_pb2 as pb
+from bookkeeper_py.wire.status import StatusCode
+
+log = logging.getLogger(__name__)
+
+# v2 opcodes of the pending-request keys as plain ints: an IntEnum member costs a lookup per
+# request and hashes slower.
+_ADD_ENTRY = int(v2.OpCode.ADD_ENTRY)
+_READ_ENTRY = int(v2.OpCode.READ_ENTRY)
+
+# Called with (status, body) on an answer, or (None, error) when the request failed locally.
+Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
+# A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
+LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
+
+
+class _Pending:
+    __slots__ = ("callback", "deadline", "done", "key", "max_lac")
+
+    def __init__(
+        self, key: tuple[int, int, int] | int, callback: Callback, deadline: float
+    ) -> None:
+        self.key = key
+        self.callback = callback
+        self.deadline = deadline
+        self.done = False
+        self.max_lac = -1  # a v3 read answer's maxLAC
+
+
+class BookieConnection(asyncio.Protocol):
+    """One TCP connection to a bookie, speaking v2 (default) or v3."""
+
+    def __init__(self, bookie_id: str, use_v3: bool, request_timeout_s: float) -> None:
+        self.bookie_id = bookie_id
+        self._tls: TlsSession | None = None
+        # While connecting: the TLS handshake, then the START_TLS / AUTH answers, one at a time.
+        self._handshake: asyncio.Future[None] | None = None
+        self._setup_answer: asyncio.Future[bytes] | None = None
+        self.use_v3 = use_v3
+        self.request_timeout_s = request_timeout_s
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_SIZE)
+        # (operation, ledger, entry) -> requests in the order sent (nearly always one)
+        self._v2_pending: dict[tuple[int, int, int], list[_Pending]] = {}
+        self._v3_pending: dict[int, _Pending] = {}
+        self._txn_ids = itertools.count(1)
+        self._closed_error: errors.BKError | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._output: OutputBuffer | None = None  # frames of this loop pass, written together
+
+    @classmethod
+    async def connect(
+        cls,
+        bookie_id: str,
+        host: str,
+        port: int,
+        *,
+        use_v3: bool,
+        connect_timeout_s: float,
+        request_timeout_s: float,
+        tls: TlsConfig | None = None,
+        auth: ClientAuthProvider | None = None,
+        tls_context: ssl.SSLContext | None = None,
+    ) -> BookieConnection:
+        """A connection ready for requests: connected, then upgraded to TLS and authenticated
+        when ``tls`` / ``auth`` are given, all within ``connect_timeout_s``. ``tls_context`` is
+        ``tls.client_context()`` made once by the caller (it reads the trust files)."""
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: cls(bookie_id, use_v3, request_timeout_s), host, port
+                ),
+                connect_timeout_s,
+            )
+        except (TimeoutError, OSError) as error:
+            raise errors.BookieHandleNotAvailableError(
+                f"cannot connect to bookie {bookie_id} at {host}:{port}: {error or 'timed out'}"
+            ) from error
+        if tls is None and auth is None:
+            return protocol
+        try:
+            if tls is not None and tls_context is None:
+                tls_context = tls.client_context()
+            await asyncio.wait_for(
+                protocol._secure(host, tls, tls_context, auth), connect_timeout_s
+            )
+        except TimeoutError as error:
+            protocol.close()
+            raise errors.BookieHandleNotAvailableError(
+                f"bookie {bookie_id} did not complete TLS / authentication within "
+                f"{connect_timeout_s:g} s"
+            ) from error
+        except BaseException:
+            protocol.close()
+            raise
+        return protocol
+
+    # -- connection set-up: START_TLS, the TLS handshake, AUTH ---------------------------------
+
+    async def _secure(
+        self,
+        host: str,
+        tls: TlsConfig | None,
+        context: ssl.SSLContext | None,
+        auth: ClientAuthProvider | None,
+    ) -> None:
+        if tls is not None:
+            assert context is not None
+            if tls.start_tls:
+                request = self._v3_request(pb.START_TLS)
+                request.startTLSRequest.SetInParent()
+                answer = v3.decode_response(await self._setup_exchange(v3.encode(request)))
+                if answer.status != pb.EOK:
+                    raise TlsError(
+                        f"bookie {self.bookie_id} refused START_TLS "
+                        f"({StatusCode(answer.status).name}): it has no TLS configured"
+                    )
+            assert self._transport is not None and self._loop is not None
+            assert self._output is not None
+            self._output.flush()  # nothing may be wrapped that was sent before TLS
+            self._tls = TlsSession(context, server_side=False, server_hostname=host)
+            self._handshake = self._loop.create_future()
+            self._tls.start()
+            self._transport.write(self._tls.take_outgoing())
+            await self._handshake
+        if auth is not None:
+            await self._authenticate(auth)
+
+    async def _setup_exchange(self, data: bytes) -> bytes:
+        """Sends one set-up message and waits for the bookie's answer frame."""
+        if self._transport is None:
+            raise self._closed_error or errors.BookieHandleNotAvailableError(
+                f"connection to bookie {self.bookie_id} closed while connecting"
+            )
+        assert self._loop is not None
+        self._setup_answer = self._loop.create_future()
+        self._write(data)
+        try:
+            return await self._setup_answer
+        finally:
+            self._setup_answer = None
+
+    async def _authenticate(self, provider: ClientAuthProvider) -> None:
+        session = provider.new_session()
+        payload: bytes | None = session.initial()
+        for _ in range(MAX_AUTH_ROUNDS):
+            assert payload is not None
+            try:
+                reply = await self._auth_exchange(provider.plugin_name, payload)
+            except errors.BookieHandleNotAvailableError as error:
+                raise AuthenticationError(
+                    f"bookie {self.bookie_id} closed the connection during authentication: it "
+                    f"refused the credentials or runs another plugin than {provider.plugin_name!r}"
+                ) from error
+            payload = session.process(reply)
+            if payload is None:
+                return
+        raise AuthenticationError(
+            f"bookie {self.bookie_id}: authentication not done after {MAX_AUTH_ROUNDS} exchanges"
+        )
+
+    async def _auth_exchange(self, plugin_name: str, payload: bytes) -> bytes:
+        if not self.use_v3:
+            answer = v2.decode_auth(
+                await self._setup_exchange(v2.encode_auth(plugin_name, payload))
+            )
+            return answer.payload
+        request = self._v3_request(pb.AUTH)
+        request.authRequest.authPluginName = plugin_name
+        request.authRequest.payload = payload
+        response = v3.decode_response(await self._setup_exchange(v3.encode(request)))
+        if response.status != pb.EOK or not response.HasField("authResponse"):
+            raise AuthenticationError(
+                f"bookie {self.bookie_id} refused authentication "
+                f"({StatusCode(response.status).name}): wrong credentials, or it runs another "
+                f"plugin than {plugin_name!r}"
+            )
+        return response.authResponse.payload
+
+    def _v3_request(self, operation: int, priority: int = 0) -> pb.Request:
+        """A v3 request with its header (the next txnId)."""
+        request = pb.Request()
+        request.header.CopyFrom(v3.header(operation, next(self._txn_ids), priority))
+        return request
+
+    def _write(self, data: bytes) -> None:
+        assert self._transport is not None and self._output is not None
+        self._output.write(data)
+
+    def _send_now(self, data: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(data if self._tls is None else self._tls.wrap(data))
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and self._closed_error is None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
+        self._output = OutputBuffer(self._loop, self._send_now)
+        self._schedule_timeout_check()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(
+            errors.BookieHandleNotAvailableError(
+                f"connection to bookie {self.bookie_id} closed" + (f": {exc}" if exc else "")
+            )
+        )
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        self._fail_all(
+            errors.ClientClosedError(
+                f"connection to bookie {self.bookie_id} was closed by the client"
+            )
+        )
+
+    def _fail_all(self, error: errors.BKError) -> None:
+        if self._closed_error is None:
+            self._closed_error = error
+        self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for waiter in (self._handshake, self._setup_answer):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(error)
+        pending = [p for queue in self._v2_pending.values() for p in queue]
+        pending.extend(self._v3_pending.values())
+        self._v2_pending.clear()
+        self._v3_pending.clear()
+        for request in pending:
+            self._finish(request, None, error)
+
+    @staticmethod
+    def _finish(request: _Pending, status: StatusCode | None, body: bytes | errors.BKError) -> None:
+        if request.done:
+            return
+        request.done = True
+        try:
+            request.callback(status, body)
+        except Exception:  # a callback bug must not take the connection down
+            log.exception("callback for a bookie response failed")
+
+    # -- timeouts ------------------------------------------------------------------------------
+
+    def _schedule_timeout_check(self) -> None:
+        assert self._loop is not None
+        period = max(min(self.request_timeout_s / 2, 1.0), 0.05)
+        self._timer = self._loop.call_later(period, self._check_timeouts)
+
+    def _check_timeouts(self) -> None:
+        now = time.monotonic()
+        expired = [p for queue in self._v2_pending.values() for p in queue if p.deadline <= now]
+        expired.extend(p for p in self._v3_pending.values() if p.deadline <= now)
+        for request in expired:
+            self._forget(request)
+            self._finish(
+                request,
+                None,
+                errors.TimeoutError(
+                    f"bookie {self.bookie_id} did not answer within {self.request_timeout_s:g} s"
+                ),
+            )
+        if self._transport is not None:
+            self._schedule_timeout_check()
+
+    def _forget(self, request: _Pending) -> None:
+        key = request.key
+        if isinstance(key, int):
+            self._v3_pending.pop(key, None)
+            return
+        queue = self._v2_pending.get(key)
+        if queue is not None:
+            try:
+                queue.remove(request)
+            except ValueError:
+                pass
+            if not queue:
+                del self._v2_pending[key]
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _register_v2(self, key: tuple[int, int, int], callback: Callback) -> bool:
+        if self._transport is None:
+            callback(
+                None,
+                self._closed_error
+                or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
+            )
+            return False
+        request = _Pending(key, callback, time.monotonic() + self.request_timeout_s)
+        queue = self._v2_pending.get(key)
+        if queue is None:
+            self._v2_pending[key] = [request]
+        else:
+            queue.append(request)
+        return True
+
+    def _send_v3(
+        self, request: pb.Request, callback: Callback, extra_wait_s: float = 0.0
+    ) -> _Pending | None:
+        if self._transport is None:
+            callback(
+                None,
+                self._closed_error
+                or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
+            )
+            return None
+        txn_id = request.header.txnId
+        pending = _Pending(
+            txn_id, callback, time.monotonic() + self.request_timeout_s + extra_wait_s
+        )
+        self._v3_pending[txn_id] = pending
+        self._write(v3.encode(request))
+        return pending
+
+    def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes,
+        recovery: bool,
+        callback: Callback,
+        deferred_sync: bool = False,
+        frame: bytes | None = None,
+    ) -> None:
+        """Sends an add; ``callback(status, b"")`` on the answer. ``deferred_sync`` (v3 write
+        flag DEFERRED_SYNC): the bookie answers before its journal sync; v2 cannot carry it
+        and answers EBADVERSION, as BookKeeper refuses the combination. ``frame``: the v2
+        request already encoded (a writer encodes an entry once for its whole write set)."""
+        if deferred_sync and not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
+        if self.use_v3:
+            request = self._v3_request(pb.ADD_ENTRY, 1 if recovery else 0)
+            add = request.addRequest
+            add.ledgerId, add.entryId, add.masterKey, add.body = (
+                ledger_id,
+                entry_id,
+                master_key,
+                entry,
+            )
+            if recovery:
+                add.flag = pb.AddRequest.RECOVERY_ADD
+            if deferred_sync:
+                add.writeFlags = v3.WRITE_FLAG_DEFERRED_SYNC
+            self._send_v3(request, callback)
+            return
+        if self._register_v2((_ADD_ENTRY, ledger_id, entry_id), callback):
+            assert self._transport is not None
+            if frame is None:
+                flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
+                frame = v2.encode_add_request(master_key, entry, flags)
+            self._write(frame)
+
+    def read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        fence: bool,
+        master_key: bytes | None,
+        callback: Callback,
+    ) -> None:
+        """Sends a read (a fencing read when ``fence``); ``callback(status, entry bytes)``."""
+        if self.use_v3:
+            request = self._v3_request(pb.READ_ENTRY, 1 if fence else 0)
+            read = request.readRequest
+            read.ledgerId, read.entryId = ledger_id, entry_id
+            if fence:
+                read.flag = pb.ReadRequest.FENCE_LEDGER
+                read.masterKey = master_key or b""
+            self._send_v3(request, callback)
+            return
+        if self._register_v2((_READ_ENTRY, ledger_id, entry_id), callback):
+            assert self._transport is not None
+            flags = v2.FLAG_DO_FENCING | v2.FLAG_HIGH_PRIORITY if fence else v2.FLAG_NONE
+            self._write(
+                v2.encode_read_request(ledger_id, entry_id, flags, master_key if fence else None)
+            )
+
+    def batch_read(
+        self,
+        ledger_id: int,
+        start_entry_id: int,
+        max_count: int,
+        max_size: int,
+        callback: Callback,
+    ) -> None:
+        """BATCH_READ_ENTRY (v2 only, as in BookKeeper): entries from ``start_entry_id`` on;
+        ``callback(status, body)`` with the answer's body (``v2.batch_entries`` splits it). A v3
+        connection answers EBADVERSION."""
+        if self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
+        key = (v2.OpCode.BATCH_READ_ENTRY, ledger_id, start_entry_id)
+        if self._register_v2(key, callback):
+            self._write(
+                v2.encode_batch_read_request(
+                    ledger_id, start_entry_id, next(self._txn_ids), max_count, max_size
+                )
+            )
+
+    def read_long_poll(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        previous_lac: int,
+        timeout_ms: int,
+        callback: LongPollCallback,
+    ) -> None:
+        """A long-poll read (v3 READ_ENTRY with previousLAC, timeOut and ENTRY_PIGGYBACK): the
+        bookie answers once its LAC passes ``previous_lac`` (with entry ``entry_id`` if it has
+        it) or after ``timeout_ms`` (EOK, its LAC, no entry). v3 only: a v2 connection answers
+        EBADVERSION."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"", -1)
+            return
+        request = v3.long_poll_request(
+            next(self._txn_ids), ledger_id, entry_id, previous_lac, timeout_ms
+        )
+        sent: list[_Pending] = []
+
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            callback(status, body, sent[0].max_lac if sent and status is not None else -1)
+
+        pending = self._send_v3(request, answered, extra_wait_s=timeout_ms / 1000)
+        if pending is not None:
+            sent.append(pending)
+
+    def force_ledger(self, ledger_id: int, callback: Callback) -> None:
+        """FORCE_LEDGER (v3 only): the bookie answers once every entry of the ledger it
+        acknowledged is durable."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
+        request = self._v3_request(pb.FORCE_LEDGER)
+        request.forceLedgerRequest.ledgerId = ledger_id
+        self._send_v3(request, callback)
+
+    def write_lac(
+        self, ledger_id: int, lac: int, master_key: bytes, body: bytes, callback: Callback
+    ) -> None:
+        """Writes an explicit LAC (``body``: the digest-packaged LAC); ``callback(status, b"")``.
+        Protocol v3 only, as in BookKeeper: a v2 connection answers EBADVERSION."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"")
+            return
+        request = self._v3_request(pb.WRITE_LAC)
+        write = request.writeLacRequest
+        write.ledgerId, write.lac, write.masterKey, write.body = ledger_id, lac, master_key, body
+        self._send_v3(request, callback)
+
+    # -- responses -----------------------------------------------------------------------------
+
+    def _decrypt(self, data: bytes) -> bytes:
+        assert self._tls is not None
+        plaintext, outgoing = self._tls.unwrap(data)
+        if outgoing and self._transport is not None:
+            self._transport.write(outgoing)
+        if self._handshake is not None and self._tls.handshake_done:
+            if not self._handshake.done():
+                self._handshake.set_result(None)
+            self._handshake = None
+        return plaintext
+
+    def data_received(self, data: bytes) -> None:
+        if self._tls is not None:
+            try:
+                data = self._decrypt(data)
+            except TlsError as error:
+                log.error("TLS with bookie %s failed: %s", self.bookie_id, error)
+                if self._transport is not None:
+                    self._transport.abort()
+                self._fail_all(TlsError(f"TLS with bookie {self.bookie_id} failed: {error}"))
+                return
+        try:
+            frames = self._decoder.feed(data)
+            for frame in frames:
+                if self._setup_answer is not None and not self._setup_answer.done():
+                    self._setup_answer.set_result(frame)
+                elif self.use_v3:
+                    self._on_v3(v3.decode_response(frame))
+                else:
+                    self._on_v2(v2.decode_response(frame))
+        except (FrameError, MalformedMessageError) as error:
+            log.error(
+                "bookie %s sent a bad response (%s); dropping the connection", self.bookie_id, error
+            )
+            if self._transport is not None:
+                self._transport.abort()
+            self._fail_all(
+                errors.ProtocolError(f"bookie {self.bookie_id} sent a malformed response: {error}")
+            )
+
+    def _on_v2(self, response: v2.Response) -> None:
+        key = (response.opcode, response.ledger_id, response.entry_id)
+        queue = self._v2_pending.get(key)
+        if not queue:
+            log.debug(
+                "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
+            )
+            return
+        request = queue.pop(0)
+        if not queue:
+            del self._v2_pending[key]
+        self._finish(request, response.status, response.body)
+
+    def _on_v3(self, response: pb.Response) -> None:
+        request = self._v3_pending.pop(response.header.txnId, None)
+        if request is None:
+            return
+        status = StatusCode(response.status)
+        body = b""
+        if response.HasField("readResponse"):
+            status = StatusCode(response.readResponse.status)
+            body = response.readResponse.body
+            if response.readResponse.HasField("maxLAC"):
+                request.max_lac = response.readResponse.maxLAC
+        elif response.HasField("addResponse"):
+            status = StatusCode(response.addResponse.status)
+        elif response.HasField("writeLacResponse"):
+            status = StatusCode(response.writeLacResponse.status)
+        elif response.HasField("forceLedgerResponse"):
+            status = StatusCode(response.forceLedgerResponse.status)
+        self._finish(request, status, body)
+
+
+STATUS_ERRORS: dict[StatusCode, type[errors.BKError]] = {
+    StatusCode.ENOLEDGER: errors.NoSuchLedgerError,
+    StatusCode.ENOENTRY: errors.NoSuchEntryError,
+    StatusCode.EBADREQ: errors.ProtocolError,
+    StatusCode.EIO: errors.BookieIOError,
+    StatusCode.EUA: errors.UnauthorizedAccessError,
+    StatusCode.EBADVERSION: errors.ProtocolError,
+    StatusCode.EFENCED: errors.LedgerFencedError,
+    StatusCode.EREADONLY: errors.WriteOnReadOnlyBookieError,
+    StatusCode.ETOOMANYREQUESTS: errors.TooManyRequestsError,
+    StatusCode.EUNKNOWNLEDGERSTATE: errors.UnknownLedgerStateError,
+}
+
+
+STATUS_MEANINGS: dict[StatusCode, str] = {
+    StatusCode.ENOLEDGER: "the bookie holds nothing of this ledger",
+    StatusCode.ENOENTRY: "the bookie does not hold this entry",
+    StatusCode.EBADREQ: "the bookie could not make sense of the request",
+    StatusCode.EIO: "the bookie hit an I/O error or corrupt data; the answer is unknown",
+    StatusCode.EUA: "the master key (password) does not match the ledger's",
+    StatusCode.EBADVERSION: "the bookie does not speak this protocol version",
+    StatusCode.EFENCED: "the ledger was fenced by a recovering reader; this writer may add nothing more",
+    StatusCode.EREADONLY: "the bookie is read-only",
+    StatusCode.ETOOMANYREQUESTS: "the bookie's queues are full; retry later",
+    StatusCode.EUNKNOWNLEDGERSTATE: "the bookie cannot tell whether it holds the ledger",
+}
+
+
+def describe(status: StatusCode | None, problem: object) -> str:
+    """A short account of a failed request: the bookie's status, or the local error."""
+    return status.name if status is not None else str(problem)
+
+
+def status_error(status: StatusCode, bookie_id: str, what: str) -> errors.BKError:
+    """The exception for a bookie's non-OK answer."""
+    meaning = STATUS_MEANINGS.get(status, "unexpected status")
+    return STATUS_ERRORS.get(status, errors.BKError)(
+        f"bookie {bookie_id} answered {status.name} to {what}: {meaning}"
+    )
+
+
+class BookiePool:
+    """One connection per bookie, opened on first use and reopened after it drops."""
+
+    def __init__(
+        self,
+        resolve: Callable[[str], tuple[str, int]],
+        *,
+        use_v3: bool = False,
+        connect_timeout_s: float = 5.0,
+        request_timeout_s: float = 5.0,
+        tls: TlsConfig | None = None,
+        auth: ClientAuthProvider | None = None,
+    ) -> None:
+        self._resolve = resolve
+        self._use_v3 = use_v3
+        self._tls = tls
+        self._tls_context = tls.client_context() if tls is not None else None
+        self._auth = auth
+        self._connect_timeout_s = connect_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._closed = False
+        self._connections: dict[tuple[str, bool], BookieConnection] = {}
+        self._connecting: dict[tuple[str, bool], asyncio.Future[BookieConnection]] = {}
+
+    def ready(self, bookie_id: str, v3: bool = False) -> BookieConnection | None:
+        """An open connection to ``bookie_id``, if there is one (no waiting); with ``v3`` one
+        speaking protocol v3 (a second connection when the pool speaks v2: long polls and the
+        LAC requests exist only in v3, as in BookKeeper's client)."""
+        connection = self._connections.get((bookie_id, v3 or self._use_v3))
+        return connection if connection is not None and connection.is_open else None
+
+    async def get(self, bookie_id: str, v3: bool = False) -> BookieConnection:
+        connection = self.ready(bookie_id, v3)
+        if connection is not None:
+            return connection
+        key = (bookie_id, v3 or self._use_v3)
+        pending = self._connecting.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._connect(*key))
+            self._connecting[key] = pending
+        return await asyncio.shield(pending)
+
+    async def _connect(self, bookie_id: str, use_v3: bool) -> BookieConnection:
+        try:
+            host, port = await asyncio.to_thread(self._resolve, bookie_id)
+            connection = await BookieConnection.connect(
+                bookie_id,
+                host,
+                port,
+                use_v3=use_v3,
+                connect_timeout_s=self._connect_timeout_s,
+                request_timeout_s=self._request_timeout_s,
+                tls=self._tls,
+                auth=self._auth,
+                tls_context=self._tls_context,
+            )
+            if self._closed:
+                connection.close()
+                raise errors.ClientClosedError("the client was closed while connecting")
+            self._connections[bookie_id, use_v3] = connection
+            return connection
+        finally:
+            self._connecting.pop((bookie_id, use_v3), None)
+
+    def close(self) -> None:
+        """Closes every connection, and stops those still being made (a connection that
+        completed after the close would keep its socket, and the loop, alive)."""
+        self._closed = True
+        for pending in list(self._connecting.values()):
+            pending.cancel()
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()

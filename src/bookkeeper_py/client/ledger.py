@@ -1,0 +1,917 @@
+"""Ledger handles of the asyncio client: writing (ordered acks), closing, reading, recovery.
+
+The decisions come from ``bookkeeper_py.core`` (write sets, ack quorums, coverage, the negative
+rule); this module sends the requests and feeds the answers back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+from bookkeeper_py import errors
+from bookkeeper_py.client.connection import BookieConnection, Callback, describe, status_error
+from bookkeeper_py.core.lac import NEGATIVE_ANSWERS, LastConfirmedRead, ReadRequest
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.core.quorum import negative_threshold, write_set
+from bookkeeper_py.core.reader import EntryRead, LastConfirmedAndEntryRead, LongPoll, ReadAttempt
+from bookkeeper_py.core.writer import (
+    ChangeEnsemble,
+    Completed,
+    Failed,
+    Force,
+    Forced,
+    Instruction,
+    LedgerWriter,
+    SendAdd,
+    WriteLac,
+    change_ensemble,
+)
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.digest import DigestManager, Entry, master_key
+from bookkeeper_py.wire.errors import MalformedMessageError
+from bookkeeper_py.wire.status import StatusCode
+
+if TYPE_CHECKING:
+    from bookkeeper_py.client.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+READ_WINDOW = 128  # entries read concurrently by a range read
+# Ledgers with E = Qw are read in BATCH_READ_ENTRY requests (v2), as BookKeeper's batch reads:
+BATCH_ENTRIES = 512  # entries asked for per batch
+BATCH_BYTES = 4 * 1024 * 1024  # answer size asked for (the bookie cuts to its frame limit)
+BATCHES_IN_FLIGHT = 4
+TICK_S = 0.05  # how often a writer with adds pending checks timeouts and the explicit LAC
+
+
+def _changed(
+    current: LedgerMetadata,
+    first_entry: int,
+    based_on: tuple[int, tuple[str, ...]],
+    ensemble: tuple[str, ...],
+) -> LedgerMetadata:
+    updated = change_ensemble(current, first_entry, based_on, ensemble)
+    assert updated is not None, "only called when the change is still to be made"
+    return updated
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """An entry read from a ledger."""
+
+    ledger_id: int
+    entry_id: int
+    data: bytes
+
+    @property
+    def length(self) -> int:
+        return len(self.data)
+
+
+class ReadHandle:
+    """A handle for reading a ledger (opened with or without recovery)."""
+
+    def __init__(self, client: BookKeeper, metadata: LedgerMetadata, password: bytes) -> None:
+        self._client = client
+        self.metadata = metadata
+        self._digest = DigestManager(metadata.ledger_id, metadata.digest_type, password)
+        self._master_key = master_key(password)
+        self.last_add_confirmed = metadata.last_entry_id if metadata.is_closed else -1
+        self.length = metadata.length if metadata.is_closed else 0
+        self._closed = False
+        self._tasks: set[asyncio.Future[None]] = set()  # connects, long polls, metadata work
+        # (fragment start, entry % E) -> (that fragment's ensemble, its replicas in read order)
+        self._replica_cache: dict[
+            tuple[int, int], tuple[tuple[str, ...], list[tuple[int, str]]]
+        ] = {}
+
+    @property
+    def ledger_id(self) -> int:
+        return self.metadata.ledger_id
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the ledger is closed in the metadata this handle knows."""
+        return self.metadata.is_closed
+
+    # -- single-request helpers ----------------------------------------------------------------
+
+    async def _request(
+        self, bookie_id: str, send: Callable[[BookieConnection, Callback], None]
+    ) -> tuple[StatusCode, bytes]:
+        """One request to one bookie (``send`` issues it with the answer callback); connection
+        and timeout failures raise."""
+        connection = await self._client.pool.get(bookie_id)
+        future: asyncio.Future[tuple[StatusCode, bytes]] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            if future.done():
+                return
+            if status is None:
+                assert isinstance(body, errors.BKError)
+                future.set_exception(body)
+            else:
+                assert isinstance(body, bytes)
+                future.set_result((status, body))
+
+        send(connection, answered)
+        return await future
+
+    async def _read_from(
+        self, bookie_id: str, entry_id: int, fence: bool
+    ) -> tuple[StatusCode, bytes]:
+        key = self._master_key if fence else None
+        return await self._request(
+            bookie_id,
+            lambda connection, answered: connection.read(
+                self.ledger_id, entry_id, fence, key, answered
+            ),
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _replicas(self, entry_id: int) -> list[tuple[int, str]]:
+        """The replicas of ``entry_id`` in the order to try them: the placement policy's read
+        order (local region first), then by health (recent failures, pending reads)."""
+        start, ensemble = self.metadata.fragment_of(entry_id)
+        key = (start, entry_id % self.metadata.ensemble_size)
+        replicas = self._replica_cache.get(key)
+        if replicas is None or replicas[0] is not ensemble:
+            members = write_set(
+                entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size
+            )
+            ordered = self._client.placement.read_order([(i, ensemble[i]) for i in members])
+            replicas = (ensemble, list(ordered))
+            self._replica_cache[key] = replicas
+        if self._client.config.reorder_read_sequence:
+            return self._client.replica_health.order(replicas[1], self._client.now_ms())
+        return replicas[1]
+
+    def _on_bookie(
+        self,
+        bookie_id: str,
+        issue: Callable[[BookieConnection], None],
+        answered: Callback,
+        v3: bool = False,
+    ) -> None:
+        """``issue(connection)`` sends a request to ``bookie_id``: at once on an open
+        connection, else once one is made; a connection that cannot be made is the request's
+        answer (``answered(None, error)``)."""
+        connection = self._client.pool.ready(bookie_id, v3)
+        if connection is not None:
+            issue(connection)
+            return
+
+        async def connect_then_send() -> None:
+            try:
+                connection = await self._client.pool.get(bookie_id, v3)
+            except errors.BKError as error:
+                answered(None, error)
+                return
+            issue(connection)
+
+        self._spawn(connect_then_send())
+
+    def _spawn(self, coroutine: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)  # keep a reference until it ran (asyncio holds tasks weakly)
+        task.add_done_callback(self._tasks.discard)
+
+    def _send_read(
+        self,
+        attempt: ReadAttempt,
+        answer: Callable[[ReadAttempt, StatusCode | None, bytes | errors.BKError], None],
+    ) -> None:
+        answered = partial(answer, attempt)
+        self._on_bookie(
+            attempt.bookie,
+            lambda connection: connection.read(
+                self.ledger_id, attempt.entry_id, False, None, answered
+            ),
+            answered,
+        )
+
+    async def read_entry(self, entry_id: int) -> LedgerEntry:
+        """One entry, even past the LAC (``read_unconfirmed_entries`` of one)."""
+        return (await self._read_range(entry_id, entry_id))[0]
+
+    async def _read_range(self, first: int, last: int) -> list[LedgerEntry]:
+        if first < 0 or last < first:
+            raise errors.IncorrectParameterError(
+                f"bad entry range [{first}, {last}] for ledger {self.ledger_id}"
+            )
+        self._check_open()
+        if self.metadata.is_closed and last > self.metadata.last_entry_id:
+            raise errors.NoSuchEntryError(
+                f"ledger {self.ledger_id} is closed at entry {self.metadata.last_entry_id}: "
+                f"entry {last} does not exist"
+            )
+        return await _RangeRead(self, first, last).run()
+
+    async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first``..``last`` (inclusive); only up to the last add confirmed."""
+        if last > self.last_add_confirmed:
+            raise errors.NoSuchEntryError(
+                f"ledger {self.ledger_id}: entry {last} is beyond the last add confirmed "
+                f"({self.last_add_confirmed}); use read_unconfirmed_entries to read past it"
+            )
+        return await self._read_range(first, last)
+
+    async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first``..``last`` even past the LAC (they may not be durable on Qa bookies)."""
+        return await self._read_range(first, last)
+
+    async def read_last_add_confirmed_and_entry(
+        self, entry_id: int, timeout_ms: int, parallel: bool = False
+    ) -> tuple[int, LedgerEntry | None]:
+        """Long poll (BookKeeper's readLastAddConfirmedAndEntry): waits up to ``timeout_ms`` on
+        a bookie of ``entry_id``'s write set until the LAC passes this handle's, and returns the
+        new LAC with entry ``entry_id`` if it is now confirmed. ``parallel`` asks the whole
+        write set at once. Nothing new within the timeout returns the unchanged LAC and None."""
+        self._check_open()
+        if self.metadata.is_closed:
+            if entry_id > self.last_add_confirmed:
+                return self.last_add_confirmed, None
+            return self.last_add_confirmed, await self.read_entry(entry_id)
+        previous = self.last_add_confirmed
+        poll = LastConfirmedAndEntryRead(
+            self.ledger_id,
+            entry_id,
+            previous,
+            self._replicas(entry_id),
+            timeout_ms,
+            parallel=parallel,
+        )
+        finished: asyncio.Future[LedgerEntry | None] = asyncio.get_running_loop().create_future()
+
+        def answer(
+            request: LongPoll, status: StatusCode | None, body: bytes | errors.BKError, lac: int
+        ) -> None:
+            if finished.done():
+                return
+            entry: Entry | None = None
+            problem = "" if status is not None else str(body)
+            if status == StatusCode.EOK and isinstance(body, bytes) and body:
+                try:
+                    entry = self._digest.verify(body, entry_id)
+                except errors.DigestMismatchError as error:
+                    status, problem = None, str(error)
+            elif status not in (StatusCode.EOK, None):
+                problem = describe(status, body)
+            try:
+                more = poll.on_answer(request.bookie_index, status, lac, entry is not None, problem)
+            except errors.BKError as error:
+                finished.set_exception(error)
+                return
+            if poll.result is not None:
+                if poll.result.last_add_confirmed > self.last_add_confirmed:
+                    self.last_add_confirmed = poll.result.last_add_confirmed
+                found = entry if poll.result.entry_from is not None else None
+                finished.set_result(
+                    None if found is None else LedgerEntry(self.ledger_id, entry_id, found.payload)
+                )
+                return
+            send(more)
+
+        def send(requests: list[LongPoll]) -> None:
+            for request in requests:
+                self._long_poll(request, partial(answer, request))
+
+        send(poll.start())
+        found = await finished
+        return self.last_add_confirmed, found
+
+    def _long_poll(
+        self,
+        request: LongPoll,
+        answer: Callable[[StatusCode | None, bytes | errors.BKError, int], None],
+    ) -> None:
+        def issue(connection: BookieConnection) -> None:
+            connection.read_long_poll(
+                self.ledger_id, request.entry_id, request.previous_lac, request.timeout_ms, answer
+            )
+
+        def failed(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            answer(status, body, -1)
+
+        self._on_bookie(request.bookie, issue, failed, v3=True)
+
+    async def refresh_metadata(self) -> LedgerMetadata:
+        """Reads the ledger's metadata again (a tailing reader learns of ensemble changes and
+        of the close this way); a closed ledger's LAC becomes its last entry."""
+        metadata, _ = await asyncio.to_thread(
+            self._client.metadata.read_ledger_metadata, self.ledger_id
+        )
+        if metadata.stores_password:
+            self.metadata = metadata
+        else:  # legacy format: keep the digest type and password the handle was opened with
+            self.metadata = replace(
+                metadata, password=self.metadata.password, digest_type=self.metadata.digest_type
+            )
+        if metadata.is_closed:
+            self.last_add_confirmed = metadata.last_entry_id
+            self.length = metadata.length
+        return self.metadata
+
+    async def follow(
+        self, start: int = 0, *, timeout_ms: int = 10_000, batch: int = READ_WINDOW
+    ) -> AsyncGenerator[LedgerEntry, None]:
+        """Every entry from ``start`` on as it is confirmed, following a live writer with long
+        polls; ends after the last entry once the ledger is closed. Never fences."""
+        next_entry = start
+        while True:
+            self._check_open()
+            if next_entry <= self.last_add_confirmed:
+                last = min(self.last_add_confirmed, next_entry + batch - 1)
+                for confirmed in await self._read_range(next_entry, last):
+                    yield confirmed
+                next_entry = last + 1
+                continue
+            if self.metadata.is_closed:
+                return
+            lac, entry = await self.read_last_add_confirmed_and_entry(next_entry, timeout_ms)
+            if entry is not None:
+                yield entry
+                next_entry += 1
+            elif lac < next_entry:
+                # Nothing new for a whole poll: the writer may have closed the ledger or moved to
+                # a new ensemble this handle does not know yet.
+                await self.refresh_metadata()
+
+    async def read_last_add_confirmed(self) -> int:
+        """The largest LAC any bookie of the last ensemble has seen, read until the ensemble is
+        covered (no fencing); also advances this handle's LAC."""
+        if self.metadata.is_closed:
+            return self.last_add_confirmed
+        lac = await self._last_confirmed()
+        if lac > self.last_add_confirmed:
+            self.last_add_confirmed = lac
+        return self.last_add_confirmed
+
+    async def _last_confirmed(self) -> int:
+        """The largest LAC piggybacked on the last entries of the last ensemble's bookies, read
+        until the ensemble is covered (``core.lac``), without fencing."""
+        read = LastConfirmedRead(self.metadata, fence=False)
+
+        async def ask(request: ReadRequest) -> tuple[int, StatusCode | None, Entry | None, str]:
+            try:
+                status, body = await self._read_from(
+                    request.bookie, request.entry_id, request.fence
+                )
+            except errors.BKError as error:
+                return request.bookie_index, None, None, f"{request.bookie}: {error}"
+            if status != StatusCode.EOK:
+                return (
+                    request.bookie_index,
+                    status,
+                    None,
+                    f"{request.bookie}: {describe(status, body)}",
+                )
+            try:
+                entry = self._digest.verify_read(body, request.entry_id)
+            except (ValueError, errors.DigestMismatchError) as error:
+                return request.bookie_index, None, None, f"{request.bookie}: {error}"
+            return request.bookie_index, status, entry, ""
+
+        pending = {asyncio.ensure_future(ask(request)) for request in read.start()}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    outcome = read.on_answer(*task.result())
+                    if outcome is not None:
+                        return outcome.lac
+        finally:
+            for task in pending:
+                task.cancel()
+        raise errors.LedgerRecoveryError(f"ledger {self.ledger_id}: the LAC read did not end")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.ClientClosedError(f"handle of ledger {self.ledger_id} is closed")
+
+    async def close(self) -> None:
+        """Releases the handle (a read handle changes nothing in the ledger)."""
+        self._closed = True
+
+
+class _RangeRead:
+    """Entries ``first``..``last`` read with ``core.reader.EntryRead`` each, ``READ_WINDOW`` at
+    a time: one replica per entry, the next on a failure, a speculative read when one is slow.
+    One timer per range (not per entry) sends the speculative reads that are due."""
+
+    def __init__(self, handle: ReadHandle, first: int, last: int) -> None:
+        self.handle = handle
+        self.client = handle._client
+        self.first, self.last = first, last
+        self.results: list[LedgerEntry | None] = [None] * (last - first + 1)
+        self.reads: dict[int, EntryRead] = {}
+        self.next = first
+        self.left = last - first + 1
+        self.loop = asyncio.get_running_loop()
+        self.finished: asyncio.Future[None] = self.loop.create_future()
+        self.ticker: asyncio.TimerHandle | None = None
+        self.batched = False
+        self.batches = 0
+        self.open_batches: dict[int, tuple[int, int]] = {}  # start -> (end, deadline ms)
+        config = self.client.config
+        self.speculative_ms = config.speculative_read_timeout_ms
+        self.max_speculative_ms = config.max_speculative_read_timeout_ms
+        metadata = handle.metadata
+        self.negatives_needed = negative_threshold(
+            metadata.write_quorum_size, metadata.ack_quorum_size
+        )
+
+    async def run(self) -> list[LedgerEntry]:
+        metadata = self.handle.metadata
+        self.batched = (
+            metadata.ensemble_size == metadata.write_quorum_size
+            and not self.client.config.use_v3
+            and self.left > 1
+        )
+        if self.batched:
+            for _ in range(BATCHES_IN_FLIGHT):
+                self._next_batch()
+        else:
+            for _ in range(min(READ_WINDOW, self.left)):
+                self._start_next()
+        try:
+            await self.finished
+        finally:
+            if self.ticker is not None:
+                self.ticker.cancel()
+        return [entry for entry in self.results if entry is not None]
+
+    # -- batches (E = Qw: every bookie of a fragment holds all of its entries) ------------------
+
+    def _next_batch(self) -> None:
+        """A batch for the next entries of one fragment (a batch stays in one fragment)."""
+        start = self.next
+        if start > self.last:
+            return
+        end = min(self.last, start + BATCH_ENTRIES - 1)
+        for first, _ in self.handle.metadata.ensembles:
+            if start < first <= end:
+                end = first - 1
+        self.next = end + 1
+        self._send_batch(start, end)
+
+    def _send_batch(self, start: int, end: int) -> None:
+        """BATCH_READ_ENTRY of ``start``..``end`` to one replica (round robin over the write
+        set); the answer's entries are checked one by one."""
+        # Every bookie of the fragment holds all of it: take them in turn by ensemble index
+        # (the write set's order rotates with the start entry), slow ones given up on below.
+        replicas = sorted(self.handle._replicas(start))
+        self.batches += 1
+        _, bookie = replicas[self.batches % len(replicas)]
+        answered = partial(self._batch_answer, start, end, bookie)
+        if self.speculative_ms > 0:
+            self.open_batches[start] = (end, self.client.now_ms() + self.speculative_ms)
+            if self.ticker is None:
+                self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
+        else:
+            self.open_batches[start] = (end, 2**62)
+        self.handle._on_bookie(
+            bookie,
+            lambda connection: connection.batch_read(
+                self.handle.ledger_id, start, end - start + 1, BATCH_BYTES, answered
+            ),
+            answered,
+        )
+
+    def _batch_answer(
+        self,
+        start: int,
+        end: int,
+        bookie: str,
+        status: StatusCode | None,
+        body: bytes | errors.BKError,
+    ) -> None:
+        if self.finished.done() or self.open_batches.pop(start, None) is None:
+            return  # done, or given up as slow (its entries are being read one by one)
+        entry_id = start
+        if status == StatusCode.EOK and isinstance(body, bytes):
+            verify = self.handle._digest.verify
+            try:
+                for raw in v2.batch_entries(body):
+                    if entry_id > end:
+                        break
+                    entry = verify(raw, entry_id)
+                    self.results[entry_id - self.first] = LedgerEntry(
+                        self.handle.ledger_id, entry_id, entry.payload
+                    )
+                    entry_id += 1
+                    self.left -= 1
+            except (errors.DigestMismatchError, MalformedMessageError) as error:
+                log.info("ledger %d: batch read from %s: %s", self.handle.ledger_id, bookie, error)
+                status = None
+        if self.left == 0:
+            self.finished.set_result(None)
+            return
+        if entry_id <= end:
+            if status == StatusCode.EOK and entry_id > start:
+                self._send_batch(entry_id, end)  # cut by its size limit: ask for the rest
+                return
+            # An error, or nothing served: each entry of the batch goes the careful way
+            # (one replica at a time, failover, speculative reads).
+            for missing in range(entry_id, end + 1):
+                self._start_entry(missing)
+            return
+        self._next_batch()
+
+    # -- one entry at a time ---------------------------------------------------------------------
+
+    def _start_next(self) -> None:
+        entry_id = self.next
+        self.next += 1
+        self._start_entry(entry_id)
+
+    def _start_entry(self, entry_id: int) -> None:
+        read = EntryRead(
+            self.handle.ledger_id,
+            entry_id,
+            self.handle._replicas(entry_id),
+            negatives_needed=self.negatives_needed,
+            speculative_ms=self.speculative_ms,
+            max_speculative_ms=self.max_speculative_ms,
+        )
+        self.reads[entry_id] = read
+        self._send(read.start(self.client.now_ms()))
+        if read.deadline is not None and self.ticker is None:
+            self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
+
+    def _send(self, attempts: list[ReadAttempt]) -> None:
+        health = self.client.replica_health
+        for attempt in attempts:
+            health.sent(attempt.bookie)
+            self.handle._send_read(attempt, self._answer)
+
+    def _tick(self) -> None:
+        """Speculative reads for every entry whose current replica is slow."""
+        self.ticker = None
+        if self.finished.done():
+            return
+        now = self.client.now_ms()
+        for start, (end, deadline) in list(self.open_batches.items()):
+            if deadline <= now:
+                # A slow batch: its entries go the careful way (failover, speculative reads);
+                # its late answer is ignored.
+                del self.open_batches[start]
+                self.client.speculative_reads += 1
+                for entry_id in range(start, end + 1):
+                    self._start_entry(entry_id)
+        soonest: int | None = min((d for _, d in self.open_batches.values()), default=None)
+        for read in list(self.reads.values()):
+            attempts = read.tick(now)
+            if attempts:
+                self.client.speculative_reads += len(attempts)
+                self._send(attempts)
+            if read.deadline is not None and (soonest is None or read.deadline < soonest):
+                soonest = read.deadline
+        if soonest is not None:
+            self.ticker = self.loop.call_later(max(0, soonest - now) / 1000, self._tick)
+
+    def _answer(
+        self, attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
+    ) -> None:
+        health = self.client.replica_health
+        health.answered(attempt.bookie)
+        read = self.reads.get(attempt.entry_id)
+        if read is None or self.finished.done():
+            return  # settled already (a slower replica's answer)
+        problem = ""
+        entry: Entry | None = None
+        if status == StatusCode.EOK:
+            assert isinstance(body, bytes)
+            try:
+                entry = self.handle._digest.verify(body, attempt.entry_id)
+            except errors.DigestMismatchError as error:
+                status, problem = None, str(error)
+        elif status is None:
+            problem = str(body)
+        if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
+            health.failed(attempt.bookie, self.client.now_ms())
+        self._send(read.on_answer(attempt.bookie_index, status, problem, self.client.now_ms()))
+        if not read.done:
+            if read.deadline is not None and self.ticker is None:
+                delay_ms = max(0, read.deadline - self.client.now_ms())
+                self.ticker = self.loop.call_later(delay_ms / 1000, self._tick)
+            return
+        del self.reads[attempt.entry_id]
+        if entry is None:
+            self.finished.set_exception(read.error or errors.ReadError("read failed"))
+            return
+        self.results[attempt.entry_id - self.first] = LedgerEntry(
+            self.handle.ledger_id, attempt.entry_id, entry.payload
+        )
+        self.left -= 1
+        if self.left == 0:
+            self.finished.set_result(None)
+        elif self.next <= self.last and not self.batched:
+            self._start_next()
+
+
+class WriteHandle(ReadHandle):
+    """The single writer of a ledger: executes ``core.writer.LedgerWriter``'s instructions.
+
+    Adds are acknowledged in entry-id order after Qa acks; a failed bookie is replaced by an
+    ensemble change (placement policy, CAS of a new fragment) and the unacknowledged entries are
+    sent again to its replacement. Add timeouts are the connections' request timeouts: a request
+    not answered in time comes back as a failed answer. With ``deferred_sync`` the bookies
+    answer before their journal sync (over v3) and ``force`` makes the entries durable and
+    confirmed. ``LedgerHandle`` numbers the entries; ``LedgerHandleAdv`` takes the caller's."""
+
+    def __init__(
+        self,
+        client: BookKeeper,
+        metadata: LedgerMetadata,
+        password: bytes,
+        deferred_sync: bool = False,
+    ) -> None:
+        super().__init__(client, metadata, password)
+        self.last_add_confirmed = -1
+        self.length = 0  # bytes of the completed entries
+        self.deferred_sync = deferred_sync
+        self._writer = LedgerWriter(
+            metadata,
+            max_in_flight=client.config.throttle,
+            delay_ensemble_change=client.config.delay_ensemble_change,
+            explicit_lac_interval_ms=int(client.config.explicit_lac_interval_s * 1000),
+            deferred_sync=deferred_sync,
+        )
+        self._force_futures: dict[int, asyncio.Future[int]] = {}
+        self._loop = asyncio.get_running_loop()
+        self._futures: dict[int, asyncio.Future[int]] = {}
+        self._entries: dict[int, bytes] = {}  # packaged once, sent to every bookie (and resent)
+        self._ticker: asyncio.TimerHandle | None = None
+
+    @property
+    def last_add_pushed(self) -> int:
+        return self._writer.last_add_pushed
+
+    @property
+    def ensemble_changes(self) -> int:
+        """Ensemble changes this writer made (a failed or slow bookie replaced)."""
+        return self._writer.ensemble_changes
+
+    def _now(self) -> int:
+        return self._client.now_ms()
+
+    def _add(self, data: bytes, entry_id: int | None) -> asyncio.Future[int]:
+        if self._closed:
+            raise errors.LedgerClosedError(f"ledger {self.ledger_id} is closed by this writer")
+        data = bytes(data)
+        # raises once the writer failed, or for an entry id taken already
+        accepted = self._writer.add(len(data), self._now(), entry_id)
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._futures[accepted.entry_id] = future
+        self._entries[accepted.entry_id] = self._digest.package(
+            accepted.entry_id, accepted.last_add_confirmed, accepted.length, data
+        )
+        self._execute(accepted.instructions)
+        return future
+
+    async def force(self) -> int:
+        """Makes every acknowledged entry durable on every bookie of the ensemble and confirmed
+        (DEFERRED_SYNC); returns the LAC. Nothing to do for other ledgers."""
+        instructions = self._writer.force()
+        first = instructions[0]
+        assert isinstance(first, Force | Forced)
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._force_futures[first.force_id] = future
+        self._execute(instructions)
+        return await future
+
+    # -- executing the writer's instructions -----------------------------------------------------
+
+    def _execute(self, instructions: list[Instruction]) -> None:
+        for instruction in instructions:
+            if isinstance(instruction, SendAdd):
+                entry = self._entries[instruction.entry_id]
+                # Encoded once, the same bytes to every bookie of the write set.
+                frame = (
+                    None
+                    if self._client.config.use_v3 or self.deferred_sync
+                    else (v2.encode_add_request(self._master_key, entry))
+                )
+                for index, bookie in instruction.targets:
+                    self._send_add(bookie, index, instruction.entry_id, entry, frame)
+            elif isinstance(instruction, Completed):
+                self.last_add_confirmed = self._writer.last_add_confirmed
+                self.length = instruction.length
+                for entry_id in range(instruction.first, instruction.last + 1):
+                    self._entries.pop(entry_id, None)
+                    future = self._futures.pop(entry_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(entry_id)
+            elif isinstance(instruction, Failed):
+                log.warning("ledger %d writer failed: %s", self.ledger_id, instruction.error)
+                for entry_id in instruction.entry_ids:
+                    self._entries.pop(entry_id, None)
+                    future = self._futures.pop(entry_id, None)
+                    if future is not None and not future.done():
+                        future.set_exception(instruction.error)
+            elif isinstance(instruction, ChangeEnsemble):
+                self._spawn(self._change_ensemble(instruction))
+            elif isinstance(instruction, WriteLac):
+                self._write_lac(instruction)
+            elif isinstance(instruction, Force):
+                for _, bookie_id in instruction.targets:
+                    self._force_on(instruction.force_id, bookie_id)
+            elif isinstance(instruction, Forced):
+                self.last_add_confirmed = self._writer.last_add_confirmed
+                done = self._force_futures.pop(instruction.force_id, None)
+                if done is not None and not done.done():
+                    if instruction.error is not None:
+                        done.set_exception(instruction.error)
+                    else:
+                        done.set_result(instruction.lac)
+        self._schedule_tick()
+
+    def _force_on(self, force_id: int, bookie_id: str) -> None:
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            problem = str(body) if status is None else describe(status, body)
+            self._execute(self._writer.on_force_answer(force_id, bookie_id, status, problem))
+
+        self._on_bookie(
+            bookie_id,
+            lambda connection: connection.force_ledger(self.ledger_id, answered),
+            answered,
+            v3=True,
+        )
+
+    def _schedule_tick(self) -> None:
+        if self._ticker is not None or self._closed:
+            return
+        if self._writer.wants_tick:
+            self._ticker = self._loop.call_later(TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        self._ticker = None
+        self._execute(self._writer.tick(self._now()))
+
+    def _add_answered(
+        self,
+        bookie_id: str,
+        index: int,
+        entry_id: int,
+        status: StatusCode | None,
+        body: bytes | errors.BKError,
+    ) -> None:
+        problem = ""
+        if status != StatusCode.EOK:
+            problem = str(
+                body
+                if status is None
+                else status_error(status, bookie_id, f"add of entry {entry_id}")
+            )
+            log.info("ledger %d: %s", self.ledger_id, problem)
+            self._client.quarantine.record_failure(bookie_id, self._now())
+        self._execute(
+            self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
+        )
+
+    def _send_add(
+        self, bookie_id: str, index: int, entry_id: int, entry: bytes, frame: bytes | None
+    ) -> None:
+        """Sends entry ``entry_id`` to one bookie (``frame``: the v2 request already encoded)."""
+        answered = partial(self._add_answered, bookie_id, index, entry_id)
+        deferred = self.deferred_sync
+        connection = self._client.pool.ready(bookie_id, deferred)
+        if connection is not None:  # the hot path, without a closure
+            connection.add(
+                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
+            )
+            return
+        self._on_bookie(
+            bookie_id,
+            lambda connection: connection.add(
+                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
+            ),
+            answered,
+            v3=deferred,
+        )
+
+    async def _change_ensemble(self, change: ChangeEnsemble) -> None:
+        based_on = (change.based_on_start, change.ensemble)
+        try:
+            writable = await asyncio.to_thread(self._client.bookies.writable)
+            ensemble = self._client.placement.replace(
+                change.ensemble,
+                change.failed,
+                writable,
+                quarantined=self._client.quarantine.quarantined(self._now()),
+                write_quorum_size=self.metadata.write_quorum_size,
+            )
+            log.info(
+                "ledger %d: replacing %s from entry %d: new ensemble %s",
+                self.ledger_id,
+                sorted(change.failed.values()),
+                change.first_entry,
+                list(ensemble),
+            )
+            metadata, _ = await asyncio.to_thread(
+                self._client.metadata.update_ledger_metadata,
+                self.ledger_id,
+                lambda current: (
+                    change_ensemble(current, change.first_entry, based_on, ensemble) is not None
+                ),
+                lambda current: _changed(current, change.first_entry, based_on, ensemble),
+            )
+        except errors.BKError as error:
+            self._execute(self._writer.on_ensemble_change_failed(error, self._now()))
+            return
+        self.metadata = metadata
+        self._execute(self._writer.on_ensemble_changed(metadata, self._now()))
+
+    def _write_lac(self, write: WriteLac) -> None:
+        body = self._digest.package_lac(write.lac)
+
+        def answered(status: StatusCode | None, problem: bytes | errors.BKError) -> None:
+            if status != StatusCode.EOK:
+                log.debug(
+                    "ledger %d: explicit LAC write failed: %s", self.ledger_id, status or problem
+                )
+
+        for _, bookie_id in write.targets:
+            self._on_bookie(
+                bookie_id,
+                lambda connection: connection.write_lac(
+                    self.ledger_id, write.lac, self._master_key, body, answered
+                ),
+                answered,
+                v3=True,
+            )
+
+    async def close(self) -> None:
+        """Closes the ledger: pending adds fail, then the metadata is CAS-ed to CLOSED at the LAC."""
+        if self._closed:
+            return
+        if self.deferred_sync and self._writer.error is None:
+            try:  # what was acknowledged becomes durable and part of the closed ledger
+                await self.force()
+            except errors.BKError as error:
+                log.warning(
+                    "ledger %d: closing at entry %d, the last one forced: %s",
+                    self.ledger_id,
+                    self._writer.last_add_confirmed,
+                    error,
+                )
+        self._closed = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        last_entry, length, failures = self._writer.close()
+        self._execute(failures)
+
+        def needs_change(current: LedgerMetadata) -> bool:
+            if current.state == LedgerState.CLOSED:
+                if current.last_entry_id == last_entry and current.length == length:
+                    return False
+                raise errors.MetadataVersionError(
+                    f"ledger {self.ledger_id} was closed by someone else at entry {current.last_entry_id} "
+                    f"(length {current.length}) while this writer had {last_entry} (length {length}) confirmed"
+                )
+            if current.state == LedgerState.IN_RECOVERY:
+                raise errors.LedgerFencedError(
+                    f"ledger {self.ledger_id} is being recovered by another client"
+                )
+            return True
+
+        self.metadata, _ = await asyncio.to_thread(
+            self._client.metadata.update_ledger_metadata,
+            self.ledger_id,
+            needs_change,
+            lambda current: current.closed_at(last_entry, length),
+        )
+
+
+class LedgerHandle(WriteHandle):
+    """A ledger's writer that numbers the entries 0, 1, 2...."""
+
+    def add_entry_async(self, data: bytes) -> asyncio.Future[int]:
+        """Sends ``data`` as the next entry; the future gives its entry id once acknowledged."""
+        return self._add(data, None)
+
+    async def add_entry(self, data: bytes) -> int:
+        """Adds ``data`` and returns its entry id once Qa bookies made it durable."""
+        return await self._add(data, None)
+
+
+class LedgerHandleAdv(WriteHandle):
+    """A ledger's writer with caller-chosen entry ids (BookKeeper's LedgerHandleAdv): any order,
+    each id once; acknowledged in id order, so an id not yet added holds back those above it."""
+
+    def add_entry_async(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
+        """Sends ``data`` as entry ``entry_id``; the future completes once it is acknowledged."""
+        return self._add(data, entry_id)
+
+    async def add_entry(self, entry_id: int, data: bytes) -> int:
+        return await self._add(data, entry_id)

@@ -1,0 +1,304 @@
+"""Reading entries as sans-IO state machines (reference sections 1.1 and 1.5).
+
+* ``ReplicaHealth`` remembers, per bookie, recent read failures (forgotten after
+  ``failure_expiry_ms``, BookKeeper's bookieFailureHistoryExpirationMSec) and the reads pending on
+  it; ``order`` puts the replicas of a write set healthy first (BookKeeper's
+  reorderReadSequence): no recent failure before some, fewer failures before more, and with a
+  ``pending_threshold`` above 0 a replica with that many more reads pending than the least busy
+  one after the others (readReorderThresholdPendingRequests; 0 leaves pending counts out).
+* ``EntryRead`` reads one entry from one replica at a time: the next replica on an error or
+  timeout, and a *speculative* read to the next replica when the current one has not answered
+  within ``speculative_ms`` (doubling up to ``max_speculative_ms``, as BookKeeper's
+  speculativeReadTimeout with backoff). The first good answer wins. The entry is declared absent
+  only when every replica answered and at least Qw-Qa+1 of them said "no such entry" or "no
+  such ledger"; errors are never absence.
+* ``LastConfirmedAndEntryRead`` is the long poll of ``readLastAddConfirmedAndEntry``: a v3 read
+  parked on a bookie until its LAC passes the reader's, answered with the new LAC and the entry
+  asked for. One replica at a time (the next on a failure), or all of the write set at once with
+  ``parallel``; the first answer that moves the LAC wins, since any LAC a bookie saw is confirmed.
+
+Times are integer milliseconds on the caller's clock; the caller sends the requests, verifies the
+digests and feeds the answers back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bookkeeper_py import errors
+from bookkeeper_py.core.lac import NEGATIVE_ANSWERS
+from bookkeeper_py.wire.status import StatusCode
+
+
+@dataclass(slots=True)  # not frozen: one per entry, and frozen __init__ costs 3.5x
+class ReadAttempt:
+    """Read ``entry_id`` from the bookie at ``bookie_index`` of the entry's fragment."""
+
+    bookie_index: int
+    bookie: str
+    entry_id: int
+
+
+def _name(replicas: Sequence[tuple[int, str]], bookie_index: int) -> str:
+    """The bookie at ``bookie_index`` among ``replicas``, for messages."""
+    return next((b for i, b in replicas if i == bookie_index), f"#{bookie_index}")
+
+
+class ReplicaHealth:
+    """Recent failures and pending reads per bookie; orders the replicas of a write set."""
+
+    def __init__(self, failure_expiry_ms: int = 60_000, pending_threshold: int = 0) -> None:
+        self.failure_expiry_ms = failure_expiry_ms
+        self.pending_threshold = pending_threshold
+        self._failures: dict[str, list[int]] = {}
+        self._pending: dict[str, int] = {}
+        self.reordered = 0  # reads whose replica order differed from the write set's
+
+    def failed(self, bookie: str, now_ms: int) -> None:
+        self._failures.setdefault(bookie, []).append(now_ms)
+
+    def recent_failures(self, bookie: str, now_ms: int) -> int:
+        times = self._failures.get(bookie)
+        if not times:
+            return 0
+        recent = [t for t in times if now_ms - t < self.failure_expiry_ms]
+        if recent:
+            self._failures[bookie] = recent
+        else:
+            del self._failures[bookie]
+        return len(recent)
+
+    def sent(self, bookie: str) -> None:
+        self._pending[bookie] = self._pending.get(bookie, 0) + 1
+
+    def answered(self, bookie: str) -> None:
+        left = self._pending.get(bookie, 0) - 1
+        if left > 0:
+            self._pending[bookie] = left
+        else:
+            self._pending.pop(bookie, None)
+
+    def pending(self, bookie: str) -> int:
+        return self._pending.get(bookie, 0)
+
+    def order(self, replicas: Sequence[tuple[int, str]], now_ms: int) -> list[tuple[int, str]]:
+        """``replicas`` (index, bookie) in the order to try them; stable for equally healthy ones."""
+        if not self._failures and (self.pending_threshold <= 0 or not self._pending):
+            return list(replicas)  # the common case: nothing known against any of them
+        least = min(self.pending(bookie) for _, bookie in replicas)
+
+        def key(position: int) -> tuple[int, int, int]:
+            bookie = replicas[position][1]
+            slow = (
+                self.pending_threshold > 0
+                and self.pending(bookie) - least >= self.pending_threshold
+            )
+            return (self.recent_failures(bookie, now_ms), int(slow), position)
+
+        positions = sorted(range(len(replicas)), key=key)
+        if positions != list(range(len(replicas))):
+            self.reordered += 1
+        return [replicas[position] for position in positions]
+
+
+class EntryRead:
+    """One entry read from the replicas of its write set (already in the order to try them).
+
+    ``start`` gives the first attempt; feed every answer to ``on_answer`` and call ``tick``
+    when ``deadline`` passes; both give the attempts to send next. Once ``done``, ``winner`` is
+    the index of the bookie whose answer was good, or ``error`` says why there is none."""
+
+    __slots__ = (
+        "_answered",
+        "_negatives",
+        "_next",
+        "_problems",
+        "_speculative_ms",
+        "deadline",
+        "done",
+        "entry_id",
+        "error",
+        "ledger_id",
+        "max_speculative_ms",
+        "negatives_needed",
+        "replicas",
+        "speculative_reads",
+        "winner",
+    )
+
+    def __init__(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        replicas: Sequence[tuple[int, str]],
+        *,
+        negatives_needed: int,
+        speculative_ms: int = 0,
+        max_speculative_ms: int = 0,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.replicas = replicas
+        self.negatives_needed = negatives_needed
+        self._speculative_ms = speculative_ms
+        self.max_speculative_ms = max(max_speculative_ms, speculative_ms)
+        self._next = 0  # replicas[_next:] were not asked yet
+        self._answered = 0
+        self._negatives = 0
+        self._problems: list[str] = []
+        self.deadline: int | None = None  # when ``tick`` sends a speculative read
+        self.done = False
+        self.winner: int | None = None
+        self.error: errors.BKError | None = None
+        self.speculative_reads = 0
+
+    def _send_next(self, now_ms: int) -> list[ReadAttempt]:
+        if self._next >= len(self.replicas):
+            self.deadline = None
+            return []
+        index, bookie = self.replicas[self._next]
+        self._next += 1
+        if self._speculative_ms > 0 and self._next < len(self.replicas):
+            self.deadline = now_ms + self._speculative_ms
+        else:
+            self.deadline = None
+        return [ReadAttempt(index, bookie, self.entry_id)]
+
+    def start(self, now_ms: int) -> list[ReadAttempt]:
+        return self._send_next(now_ms)
+
+    def on_answer(
+        self, bookie_index: int, status: StatusCode | None, problem: str, now_ms: int
+    ) -> list[ReadAttempt]:
+        """An answer from ``bookie_index``: ``EOK`` once the caller verified the entry's digest,
+        a status, or None (transport error, timeout, bad digest: ``problem`` says which)."""
+        if self.done:
+            return []
+        self._answered += 1
+        if status == StatusCode.EOK:
+            self.done, self.winner, self.deadline = True, bookie_index, None
+            return []
+        if status in NEGATIVE_ANSWERS:
+            self._negatives += 1
+        bookie = _name(self.replicas, bookie_index)
+        self._problems.append(f"{bookie}: {problem or (status.name if status else 'failed')}")
+        if self._answered >= len(self.replicas):
+            self.done, self.deadline = True, None
+            what = f"ledger {self.ledger_id} entry {self.entry_id}"
+            if self._negatives >= self.negatives_needed:
+                self.error = errors.NoSuchEntryError(
+                    f"{what}: not stored ({self._negatives} of {len(self.replicas)} replicas say "
+                    f"so: {'; '.join(self._problems)})"
+                )
+            else:
+                self.error = errors.ReadError(
+                    f"{what}: no replica could serve it ({'; '.join(self._problems)}); "
+                    "retry once the bookies are back"
+                )
+            return []
+        # The replica failed: go on to the next one now, unless every one was asked already.
+        return self._send_next(now_ms)
+
+    def tick(self, now_ms: int) -> list[ReadAttempt]:
+        """A speculative read to the next replica once the current one is slow."""
+        if self.done or self.deadline is None or now_ms < self.deadline:
+            return []
+        self.speculative_reads += 1
+        self._speculative_ms = min(self._speculative_ms * 2, self.max_speculative_ms)
+        return self._send_next(now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class LongPoll:
+    """Park a read of ``entry_id`` on the bookie at ``bookie_index`` until its LAC passes
+    ``previous_lac``, for at most ``timeout_ms``."""
+
+    bookie_index: int
+    bookie: str
+    entry_id: int
+    previous_lac: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastConfirmedAndEntry:
+    """What a long poll learnt: the LAC (the reader's own if nothing moved) and whether the
+    bookie at ``entry_from`` returned the entry asked for (None: no entry came with it)."""
+
+    last_add_confirmed: int
+    entry_from: int | None
+
+
+class LastConfirmedAndEntryRead:
+    """One ``readLastAddConfirmedAndEntry``: a long poll on one replica at a time, or on the
+    whole write set at once (``parallel``)."""
+
+    def __init__(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        previous_lac: int,
+        replicas: Sequence[tuple[int, str]],
+        timeout_ms: int,
+        *,
+        parallel: bool = False,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.previous_lac = previous_lac
+        self.replicas = replicas
+        self.timeout_ms = timeout_ms
+        self.parallel = parallel
+        self._next = 0
+        self._answered = 0
+        self._quiet = 0  # answers that timed out on the bookie with the LAC unchanged
+        self._problems: list[str] = []
+        self.result: LastConfirmedAndEntry | None = None
+
+    def _poll(self, count: int) -> list[LongPoll]:
+        chosen = self.replicas[self._next : self._next + count]
+        self._next += len(chosen)
+        return [
+            LongPoll(index, bookie, self.entry_id, self.previous_lac, self.timeout_ms)
+            for index, bookie in chosen
+        ]
+
+    def start(self) -> list[LongPoll]:
+        return self._poll(len(self.replicas) if self.parallel else 1)
+
+    def on_answer(
+        self,
+        bookie_index: int,
+        status: StatusCode | None,
+        max_lac: int,
+        has_entry: bool,
+        problem: str = "",
+    ) -> list[LongPoll]:
+        """An answer: ``status`` EOK with the bookie's ``max_lac`` and whether it carried the
+        (digest-verified) entry; any other status or None is a failed replica. Sets ``result``
+        once settled; raises ``ReadError`` when every replica failed."""
+        if self.result is not None:
+            return []
+        self._answered += 1
+        if status == StatusCode.EOK:
+            if max_lac > self.previous_lac:
+                entry_from = bookie_index if has_entry and self.entry_id <= max_lac else None
+                self.result = LastConfirmedAndEntry(max_lac, entry_from)
+                return []
+            self._quiet += 1
+            if not self.parallel or self._answered >= len(self.replicas):
+                # The poll timed out with nothing new: not an error, the LAC stays.
+                self.result = LastConfirmedAndEntry(self.previous_lac, None)
+            return []
+        bookie = _name(self.replicas, bookie_index)
+        self._problems.append(f"{bookie}: {problem or (status.name if status else 'failed')}")
+        if self._answered >= len(self.replicas) and self._quiet:
+            self.result = LastConfirmedAndEntry(self.previous_lac, None)
+            return []
+        if self._answered >= len(self.replicas):
+            raise errors.ReadError(
+                f"ledger {self.ledger_id}: no bookie answered the long poll for entry "
+                f"{self.entry_id} ({'; '.join(self._problems)})"
+            )
+        return [] if self.parallel else self._poll(1)

@@ -1,0 +1,524 @@
+"""The single writer of a ledger as a sans-IO state machine (reference sections 1.6 and 3.1).
+
+The rules:
+
+1. **Pipelined adds.** ``add`` numbers the entry (last pushed + 1); at most ``max_in_flight``
+   entries are sent and not yet acknowledged, the rest wait in order. Each goes to its write set,
+   ensemble indices ``(e + i) mod E``, i < Qw, of the fragment holding it. The entry is packaged
+   once with the LAC of the moment (piggybacked) and the same bytes go to every bookie.
+2. **Ordered acks.** An entry completes once Qa bookies of its write set made it durable *and*
+   every lower entry completed; completions come out in entry-id order (``Completed``).
+3. **Bookie failure** (an error answer, a lost connection, or no answer within
+   ``add_timeout_ms``): the bookie is replaced (``ChangeEnsemble``, answered by
+   ``on_ensemble_changed`` or ``on_ensemble_change_failed``): the executor picks replacements
+   with the placement policy and CASes a new fragment starting at LAC+1 (``change_ensemble``
+   below decides each CAS attempt). While the change is in progress no entry completes and no
+   new entry is sent. Afterwards each unacknowledged entry from LAC+1 is sent again to the new
+   bookies of its write set, and acks the replaced bookies gave for them are forgotten (those
+   entries now belong to the new fragment). Failures seen during a change start another one.
+   With ``delay_ensemble_change`` a failed bookie is replaced only once an entry cannot reach
+   Qa without it (the entries meanwhile have fewer copies; AutoRecovery restores them).
+4. **Fenced or refused** (``EFENCED``, ``EUA``), a metadata change refused because the ledger
+   is closed or in recovery, or no replacement bookie while an entry cannot reach Qa: every
+   pending add fails (``Failed``) and the writer takes no more adds.
+5. **Explicit LAC**: when the LAC advanced past what the last sent entry carried and nothing
+   was sent for ``explicit_lac_interval_ms``, ``tick`` asks to write it (``WriteLac``) so that
+   readers of an idle writer see every acknowledged entry.
+6. **Caller-chosen entry ids** (``add(..., entry_id=N)``, BookKeeper's LedgerHandleAdv): entries
+   may be added in any order, each id once and above the LAC; they still complete in id order,
+   so a gap holds back every entry above it until it is filled. The length an entry carries is
+   the total added so far, in the order of the calls (as BookKeeper does).
+7. **DEFERRED_SYNC** (``deferred_sync``): bookies acknowledge before their journal sync. An add
+   completes after Qa such acks, but the LAC (what readers can see and the close ends at) only
+   moves with ``force``: FORCE_LEDGER to every bookie of the ensemble, and once all answered,
+   the LAC becomes the last entry completed when the force began. No ensemble change for such
+   a ledger: a failed bookie fails the adds (as in BookKeeper).
+
+Times are milliseconds given by the caller; nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bookkeeper_py import errors
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.core.quorum import AckSet, write_set
+from bookkeeper_py.wire.status import StatusCode
+
+# -- instructions ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)  # not frozen: one per entry, and frozen __init__ costs 3.5x
+class SendAdd:
+    """Send the packaged entry ``entry_id`` to each (index, bookie) of ``targets``; answer each
+    with ``on_add_answer``."""
+
+    entry_id: int
+    targets: tuple[tuple[int, str], ...]
+
+
+@dataclass(slots=True)  # not frozen: one per entry, and frozen __init__ costs 3.5x
+class Completed:
+    """Entries ``first``..``last`` are acknowledged, in this order; ``length`` is the ledger's
+    length once ``last`` is."""
+
+    first: int
+    last: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """These adds failed with ``error``; the writer takes no more adds."""
+
+    entry_ids: tuple[int, ...]
+    error: errors.BKError
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEnsemble:
+    """Replace the ``failed`` indices (index -> bookie) of ``ensemble``, the fragment starting
+    at ``based_on_start``, with a new fragment from ``first_entry``; answer with
+    ``on_ensemble_changed`` or ``on_ensemble_change_failed``."""
+
+    first_entry: int
+    based_on_start: int
+    ensemble: tuple[str, ...]
+    failed: Mapping[int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLac:
+    """Write the explicit LAC ``lac`` to every bookie of the last ensemble (fire and forget)."""
+
+    lac: int
+    targets: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Force:
+    """Send FORCE_LEDGER to each (index, bookie) of ``targets``; answer each with
+    ``on_force_answer(force_id, ...)``."""
+
+    force_id: int
+    targets: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Forced:
+    """Force ``force_id`` ended: the LAC is now ``lac``, or it failed with ``error``."""
+
+    force_id: int
+    lac: int
+    error: errors.BKError | None = None
+
+
+Instruction = SendAdd | Completed | Failed | ChangeEnsemble | WriteLac | Force | Forced
+
+
+@dataclass(slots=True)  # not frozen: one per entry, and frozen __init__ costs 3.5x
+class Accepted:
+    """``add``'s answer: the entry's id and what to package it with."""
+
+    entry_id: int
+    last_add_confirmed: int  # piggybacked
+    length: int  # the ledger's length including this entry
+    instructions: list[Instruction]
+
+
+# -- the metadata rule of an ensemble change ---------------------------------------------------
+
+
+def change_ensemble(
+    current: LedgerMetadata,
+    first_entry: int,
+    based_on: tuple[int, tuple[str, ...]],
+    new_ensemble: tuple[str, ...],
+) -> LedgerMetadata | None:
+    """One CAS attempt of an ensemble change, on the metadata as stored now: the new metadata to
+    write, or None when ``current`` already ends with exactly this fragment (an earlier attempt
+    landed although its answer was lost). Raises ``LedgerClosedError`` / ``LedgerFencedError``
+    when the ledger is closed or being recovered, ``MetadataVersionError`` when the last
+    fragment is not the one the writer based its change on (only the writer changes ensembles)."""
+    if current.state == LedgerState.CLOSED:
+        raise errors.LedgerClosedError(
+            f"ledger {current.ledger_id} was closed (at entry {current.last_entry_id}) while "
+            "its writer was replacing a failed bookie"
+        )
+    if current.state == LedgerState.IN_RECOVERY:
+        raise errors.LedgerFencedError(
+            f"ledger {current.ledger_id} is being recovered by another client: this writer is "
+            "fenced and cannot change its ensemble"
+        )
+    last = current.last_ensemble
+    if last == (first_entry, new_ensemble):
+        return None
+    if last != based_on:
+        raise errors.MetadataVersionError(
+            f"ledger {current.ledger_id}: its last fragment is {last}, not the {based_on} this "
+            "writer changed; someone else changed the ensemble"
+        )
+    try:
+        return current.with_fragment(first_entry, new_ensemble)
+    except ValueError as error:
+        raise errors.MetadataVersionError(str(error)) from error
+
+
+# -- the writer --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Add:
+    entry_id: int
+    length: int  # the ledger's length including this entry
+    acks: AckSet
+    sent_at: int = -1  # -1: waiting for a permit
+
+
+class LedgerWriter:
+    """Feed it ``add``, the answers and ``tick``; execute the instructions it returns."""
+
+    def __init__(
+        self,
+        metadata: LedgerMetadata,
+        *,
+        max_in_flight: int = 5000,
+        add_timeout_ms: int | None = None,
+        delay_ensemble_change: bool = False,
+        explicit_lac_interval_ms: int = 0,
+        deferred_sync: bool = False,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"at least one add must be allowed in flight: {max_in_flight}")
+        self.metadata = metadata
+        self.max_in_flight = max_in_flight
+        self.add_timeout_ms = add_timeout_ms
+        self.delay_ensemble_change = delay_ensemble_change
+        self.explicit_lac_interval_ms = explicit_lac_interval_ms
+        self.last_add_confirmed = -1
+        self.last_add_pushed = -1
+        self.length = 0  # of the confirmed entries
+        self._pushed_length = 0
+        self._adds: dict[int, _Add] = {}  # pushed, not completed (sent or waiting)
+        self._waiting: collections.deque[int] = collections.deque()
+        self._in_flight = 0
+        self.changing = False
+        self._failed: dict[int, str] = {}  # index -> bookie of the last fragment, to replace
+        self._why: dict[str, str] = {}  # bookie -> how it last failed
+        self.error: errors.BKError | None = None
+        self._lac_carried = -1  # the LAC the last sent entry (or explicit write) carried
+        self._last_send = 0
+        self.ensemble_changes = 0
+        self.deferred_sync = deferred_sync
+        self.last_add_completed = -1  # = the LAC unless deferred_sync
+        self._confirmed_length = 0  # the length at the LAC
+        # force id -> (LAC and length once done, bookies yet to answer)
+        self._forces: dict[int, tuple[int, int, set[str]]] = {}
+        self._force_ids = 0
+        # _targets' table of the last fragment's write sets, and the metadata it was made from
+        self._write_sets: list[tuple[tuple[int, str], ...]] = []
+        self._write_sets_from = 0
+        self._write_sets_of: LedgerMetadata | None = None
+
+    # -- adds ----------------------------------------------------------------------------------
+
+    def add(self, payload_length: int, now: int, entry_id: int | None = None) -> Accepted:
+        """Takes the next entry, or entry ``entry_id`` when the caller chooses ids; raises the
+        writer's error if it failed, ``DuplicateEntryIdError`` for an id taken already."""
+        if self.error is not None:
+            raise self.error
+        if entry_id is None:
+            entry_id = self.last_add_pushed + 1
+        elif entry_id <= self.last_add_completed or entry_id in self._adds:
+            raise errors.DuplicateEntryIdError(
+                f"ledger {self.metadata.ledger_id}: entry {entry_id} was added already"
+            )
+        elif entry_id < 0:
+            raise errors.IncorrectParameterError(f"entry ids start at 0, not {entry_id}")
+        self.last_add_pushed = max(self.last_add_pushed, entry_id)
+        self._pushed_length += payload_length
+        self._adds[entry_id] = _Add(
+            entry_id,
+            self._pushed_length,
+            AckSet(self.metadata.write_quorum_size, self.metadata.ack_quorum_size),
+        )
+        self._waiting.append(entry_id)
+        self._lac_carried = max(self._lac_carried, self.last_add_confirmed)
+        return Accepted(
+            entry_id, self.last_add_confirmed, self._pushed_length, self._send_waiting(now)
+        )
+
+    def _targets(
+        self, entry_id: int, indices: list[int] | None = None
+    ) -> tuple[tuple[int, str], ...]:
+        if indices is None:  # the hot path: write sets of the last fragment, by entry id mod E
+            metadata = self.metadata
+            if self._write_sets_of is not metadata:
+                start, bookies = metadata.last_ensemble
+                size = metadata.ensemble_size
+                self._write_sets = [
+                    tuple((i, bookies[i]) for i in write_set(k, size, metadata.write_quorum_size))
+                    for k in range(size)
+                ]
+                self._write_sets_from = start
+                self._write_sets_of = metadata
+            if entry_id >= self._write_sets_from:
+                return self._write_sets[entry_id % len(self._write_sets)]
+        ensemble = self.metadata.ensemble_at(entry_id)
+        members = write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size)
+        return tuple((i, ensemble[i]) for i in members if indices is None or i in indices)
+
+    def _send_waiting(self, now: int) -> list[Instruction]:
+        instructions: list[Instruction] = []
+        if self.changing or self.error is not None:
+            return instructions
+        while self._waiting and self._in_flight < self.max_in_flight:
+            entry_id = self._waiting.popleft()
+            self._adds[entry_id].sent_at = now
+            self._in_flight += 1
+            self._last_send = now
+            instructions.append(SendAdd(entry_id, self._targets(entry_id)))
+        return instructions
+
+    # -- answers -------------------------------------------------------------------------------
+
+    def on_add_answer(
+        self,
+        entry_id: int,
+        bookie_index: int,
+        bookie: str,
+        status: StatusCode | None,
+        now: int,
+        problem: str = "",
+    ) -> list[Instruction]:
+        """A bookie's answer to an add (``status`` None: connection lost or timed out;
+        ``problem`` says what went wrong, for the error the adds fail with if it comes to that)."""
+        add = self._adds.get(entry_id)
+        if self.error is not None or add is None or add.sent_at < 0:
+            return []  # failed already, completed already, or not sent yet (a stray answer)
+        metadata = self.metadata
+        in_write_set = (bookie_index - entry_id) % metadata.ensemble_size < (
+            metadata.write_quorum_size
+        )
+        if not in_write_set or metadata.ensemble_at(entry_id)[bookie_index] != bookie:
+            return []  # not of its write set, or replaced since: a copy of the old fragment
+        if status == StatusCode.EOK:
+            add.acks.ack(bookie_index)
+            return self._complete(now)
+        if status == StatusCode.EFENCED:
+            return self._fail_all(
+                errors.LedgerFencedError(
+                    f"ledger {self.metadata.ledger_id} was fenced by a recovering reader "
+                    f"(bookie {bookie} answered EFENCED): this writer can add no more entries"
+                )
+            )
+        if status == StatusCode.EUA:
+            return self._fail_all(
+                errors.UnauthorizedAccessError(
+                    f"bookie {bookie} refused ledger {self.metadata.ledger_id} (EUA): the "
+                    "password does not match the one the ledger was created with"
+                )
+            )
+        why = problem or (status.name if status is not None else "no answer")
+        return self._bookie_failed(add, bookie_index, bookie, why)
+
+    def _bookie_failed(self, add: _Add, index: int, bookie: str, why: str) -> list[Instruction]:
+        if add.acks.acked(index):
+            return []  # a failure after its durable ack changes nothing for this entry
+        add.acks.fail(index)
+        self._why[bookie] = why
+        if self.deferred_sync:
+            return self._fail_all(
+                errors.WriteError(
+                    f"ledger {self.metadata.ledger_id} (DEFERRED_SYNC): bookie {bookie} failed "
+                    f"({why}); such a ledger cannot change its ensemble, as in BookKeeper: "
+                    "close it and write a new one"
+                )
+            )
+        # Every pending entry is in the last fragment: a new fragment starts at LAC+1 and no
+        # entry completes while it is being made.
+        self._failed[index] = bookie
+        if self.delay_ensemble_change and add.acks.still_possible:
+            return []  # replaced with the next change, once some entry needs it
+        return self._maybe_change()
+
+    def _maybe_change(self) -> list[Instruction]:
+        if self.changing or not self._failed or self.error is not None:
+            return []
+        self.changing = True
+        start, ensemble = self.metadata.last_ensemble
+        return [ChangeEnsemble(self.last_add_confirmed + 1, start, ensemble, dict(self._failed))]
+
+    def on_ensemble_changed(self, metadata: LedgerMetadata, now: int) -> list[Instruction]:
+        """The new fragment is stored; ``metadata`` is the metadata as stored."""
+        if self.error is not None:
+            return []
+        _, old = self.metadata.last_ensemble
+        start, new = metadata.last_ensemble
+        self.metadata = metadata
+        self.changing = False
+        self.ensemble_changes += 1
+        replaced = {i for i in range(len(new)) if new[i] != old[i]}
+        for index in replaced:
+            self._failed.pop(index, None)
+        instructions: list[Instruction] = []
+        for entry_id in sorted(self._adds):
+            add = self._adds[entry_id]
+            if entry_id < start or add.sent_at < 0:
+                continue
+            members = set(write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size))
+            again = sorted(members & replaced)
+            if not again:
+                continue
+            for index in again:
+                add.acks.forget(index)
+            add.sent_at = now
+            instructions.append(SendAdd(entry_id, self._targets(entry_id, again)))
+        instructions += self._complete(now)
+        instructions += self._send_waiting(now)
+        return instructions + self._maybe_change()
+
+    def on_ensemble_change_failed(self, error: errors.BKError, now: int) -> list[Instruction]:
+        """The change could not be made: no replacement bookie, or the metadata refused it."""
+        if self.error is not None:
+            return []
+        self.changing = False
+        if isinstance(error, errors.NotEnoughBookiesError) and all(
+            add.acks.still_possible for add in self._adds.values()
+        ):
+            # Carry on with fewer copies (BookKeeper does the same when no bookie is spare).
+            self._failed.clear()
+            return self._complete(now) + self._send_waiting(now)
+        if isinstance(error, errors.NotEnoughBookiesError):
+            causes = "; ".join(
+                f"{bookie}: {self._why.get(bookie, '?')}"
+                for bookie in sorted(self._failed.values())
+            )
+            error = errors.WriteError(
+                f"ledger {self.metadata.ledger_id}: adds cannot reach their ack quorum "
+                f"(Qa={self.metadata.ack_quorum_size}) because bookies failed ({causes}) and "
+                f"none could replace them: {error}"
+            )
+        return self._fail_all(error)
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def tick(self, now: int) -> list[Instruction]:
+        """Add timeouts and the explicit LAC; call it every few milliseconds of idle or busy time."""
+        instructions: list[Instruction] = []
+        if self.error is not None:
+            return instructions
+        if self.add_timeout_ms is not None and not self.changing:
+            for add in list(self._adds.values()):
+                if add.sent_at < 0 or now - add.sent_at < self.add_timeout_ms:
+                    continue
+                for index, bookie in self._targets(add.entry_id):
+                    if not add.acks.acked(index) and self.error is None:
+                        instructions += self._bookie_failed(
+                            add, index, bookie, f"no answer within {self.add_timeout_ms} ms"
+                        )
+                add.sent_at = now  # one timeout per period, not per tick
+        if (
+            self.explicit_lac_interval_ms > 0
+            and not self._adds
+            and self.last_add_confirmed > self._lac_carried
+            and now - self._last_send >= self.explicit_lac_interval_ms
+        ):
+            self._lac_carried = self.last_add_confirmed
+            self._last_send = now
+            _, ensemble = self.metadata.last_ensemble
+            instructions.append(WriteLac(self.last_add_confirmed, tuple(enumerate(ensemble))))
+        return instructions
+
+    # -- completion and failure ------------------------------------------------------------------
+
+    def _complete(self, now: int) -> list[Instruction]:
+        if self.changing:
+            return []  # no success callback while the ensemble is being changed
+        first = self.last_add_completed + 1
+        while True:
+            head = self._adds.get(self.last_add_completed + 1)
+            if head is None or head.sent_at < 0 or not head.acks.complete:
+                break
+            del self._adds[head.entry_id]
+            self._in_flight -= 1
+            self.last_add_completed = head.entry_id
+            self.length = max(self.length, head.length)
+        if self.last_add_completed < first:
+            return []
+        if not self.deferred_sync:
+            self.last_add_confirmed, self._confirmed_length = self.last_add_completed, self.length
+        return [Completed(first, self.last_add_completed, self.length), *self._send_waiting(now)]
+
+    # -- DEFERRED_SYNC ---------------------------------------------------------------------------
+
+    def force(self) -> list[Instruction]:
+        """Makes every completed entry durable and confirmed (``Forced`` once every bookie of the
+        ensemble answered); at once when there is nothing to force."""
+        self._force_ids += 1
+        force_id = self._force_ids
+        if self.error is not None:
+            return [Forced(force_id, self.last_add_confirmed, self.error)]
+        if self.last_add_completed <= self.last_add_confirmed:
+            return [Forced(force_id, self.last_add_confirmed)]
+        _, ensemble = self.metadata.last_ensemble
+        self._forces[force_id] = (self.last_add_completed, self.length, set(ensemble))
+        return [Force(force_id, tuple(enumerate(ensemble)))]
+
+    def on_force_answer(
+        self, force_id: int, bookie: str, status: StatusCode | None, problem: str = ""
+    ) -> list[Instruction]:
+        pending = self._forces.get(force_id)
+        if pending is None:
+            return []
+        up_to, length, unanswered = pending
+        if status != StatusCode.EOK:
+            del self._forces[force_id]
+            why = problem or (status.name if status is not None else "no answer")
+            error = errors.WriteError(
+                f"ledger {self.metadata.ledger_id}: bookie {bookie} could not force its entries "
+                f"to disk ({why}); entries after {self.last_add_confirmed} are not durable"
+            )
+            return [Forced(force_id, self.last_add_confirmed, error)]
+        unanswered.discard(bookie)
+        if unanswered:
+            return []
+        del self._forces[force_id]
+        if up_to > self.last_add_confirmed:
+            self.last_add_confirmed, self._confirmed_length = up_to, length
+        return [Forced(force_id, self.last_add_confirmed)]
+
+    def _fail_all(self, error: errors.BKError) -> list[Instruction]:
+        self.error = error
+        failed = tuple(sorted(self._adds))
+        self._adds.clear()
+        self._waiting.clear()
+        self._in_flight = 0
+        return [Failed(failed, error)] if failed else []
+
+    def close(self) -> tuple[int, int, list[Instruction]]:
+        """Stops the writer: (last entry, length) to close the ledger at, and the failures of the
+        adds still pending (``LedgerClosedError``)."""
+        instructions: list[Instruction] = []
+        if self.error is None:
+            instructions = self._fail_all(
+                errors.LedgerClosedError(
+                    f"ledger {self.metadata.ledger_id} was closed with this add pending"
+                )
+            )
+        return self.last_add_confirmed, self._confirmed_length, instructions
+
+    @property
+    def wants_tick(self) -> bool:
+        """Whether a later ``tick`` may do anything: time adds out or write an explicit LAC."""
+        if self.add_timeout_ms is not None and self._adds:
+            return True
+        return self.explicit_lac_interval_ms > 0 and self.last_add_confirmed > self._lac_carried
+
+    @property
+    def pending(self) -> int:
+        """Adds taken and not yet completed or failed."""
+        return len(self._adds)

@@ -1,0 +1,588 @@
+"""The bookie: request semantics of reference section 2.6 over the storage engine.
+
+* Add: a fenced ledger refuses adds (EFENCED) unless the add is a recovery add; the first write
+  or fence of a ledger records its master key (journaled); later writes and fences must present
+  the same key (EUA otherwise, compared in constant time). The add is answered once the journal
+  record is durable.
+* Fence (a read with the fence flag): set fenced, journal a fence record, answer only once that
+  record is durable; a second fence waits for the same record. Then read the requested entry.
+* Read of entry -1 returns the last entry. ENOLEDGER / ENOENTRY come only from the index; an I/O
+  error is EIO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bookkeeper_py.metrics import Metrics, NullMetrics, OpStats
+from bookkeeper_py.storage.disk import (
+    DiskChecker,
+    DiskReport,
+    DiskState,
+    DiskThresholds,
+    total_and_free,
+)
+from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
+from bookkeeper_py.storage.gc import GcConfig
+from bookkeeper_py.storage.ledger_storage import (
+    LedgerInfo,
+    NoEntryError,
+    NoLedgerError,
+    StorageIOError,
+)
+from bookkeeper_py.tls import TlsConfig
+from bookkeeper_py.wire import availability
+from bookkeeper_py.wire.status import StatusCode
+
+log = logging.getLogger(__name__)
+
+
+ReadDone = Callable[[StatusCode, bytes], None]
+StatusDone = Callable[[StatusCode], None]
+DISK_CHECK_BYTES = 1024 * 1024
+LongPollDone = Callable[[StatusCode, bytes, int], None]  # status, entry (or b""), maxLAC
+_LAC_AT = struct.Struct(">q")
+_ENTRY_IDS = struct.Struct(">qq")  # an entry starts with its ledger id and entry id
+LAC_CACHE_SIZE = 100_000
+
+
+@dataclass(slots=True)
+class _LacWaiter:
+    """A long-poll read parked until the ledger's LAC passes ``previous_lac``."""
+
+    previous_lac: int
+    wake: Callable[[], None]
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BookieConfig:
+    """Settings of one bookie (``bk_server.conf`` names in the comments)."""
+
+    storage: StorageConfig
+    gc: GcConfig = field(default_factory=GcConfig)
+    disk: DiskThresholds = field(default_factory=DiskThresholds)
+    disk_check_interval_s: float = 10.0  # diskCheckInterval
+    host: str = "127.0.0.1"  # advertisedAddress / listeningInterface
+    port: int = 3181  # bookiePort
+    bookie_id: str | None = None  # bookieId; default host:port
+    max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
+    http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
+    max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)
+    max_parked_long_polls: int = 10_000  # long-poll reads parked at once
+    max_pending_per_connection: int = 10_000  # requests of one connection not yet answered
+    idle_connection_timeout_s: float = 600.0  # close connections idle this long (0: never)
+    tls: TlsConfig | None = None  # tlsCertificatePath and friends; None: plain connections only
+    auth_provider: str | None = None  # bookieAuthProviderFactoryClass; None: no authentication
+    auth_settings: dict[str, Any] = field(default_factory=dict)  # for the provider's factory
+
+    @property
+    def effective_bookie_id(self) -> str:
+        return self.bookie_id or f"{self.host}:{self.port}"
+
+
+class Bookie:
+    """Request handling over storage. Runs on one asyncio loop; the journal has its own thread."""
+
+    def __init__(
+        self,
+        config: BookieConfig,
+        loop: asyncio.AbstractEventLoop,
+        metrics: Metrics | None = None,
+        engine_factory: Callable[..., StorageEngine] = StorageEngine,
+    ) -> None:
+        """``engine_factory(storage config, sync callback, metrics)`` makes the storage: the
+        real engine, or the simulator's (``bookkeeper_py.testing.sim.engine``), which runs this
+        very request handling on a simulated disk and clock."""
+        self.config = config
+        self._loop = loop
+        self.metrics: Metrics = metrics or NullMetrics()
+        self.engine = engine_factory(config.storage, self._journal_synced, self.metrics)
+        stats = self.metrics.op_stats
+        self._add_stats = stats(
+            "bookkeeper_server_ADD_ENTRY_REQUEST", "add requests, arrival to answer (s)"
+        )
+        self._recovery_add_stats = stats(
+            "bookkeeper_server_RECOVERY_ADD_ENTRY_REQUEST",
+            "recovery add requests, arrival to answer (s)",
+        )
+        self._read_stats = stats("bookkeeper_server_READ_ENTRY_REQUEST", "read requests (s)")
+        self._fence_stats = stats(
+            "bookkeeper_server_READ_ENTRY_FENCE_REQUEST",
+            "fencing reads, durable fence included (s)",
+        )
+        self._long_poll_stats = stats(
+            "bookkeeper_server_READ_ENTRY_LONG_POLL_REQUEST",
+            "long-poll reads, parked time included (s)",
+        )
+        self._write_lac_stats = stats("bookkeeper_server_WRITE_LAC", "WRITE_LAC requests (s)")
+        self._force_stats = stats("bookkeeper_server_FORCE_LEDGER", "FORCE_LEDGER requests (s)")
+        self._batch_read_stats = stats(
+            "bookkeeper_server_BATCH_READ_ENTRY_REQUEST", "batch read requests (s)"
+        )
+        self._list_entries_stats = stats(
+            "bookkeeper_server_GET_LIST_OF_ENTRIES_OF_LEDGER",
+            "GET_LIST_OF_ENTRIES_OF_LEDGER requests (s)",
+        )
+        self._write_bytes = self.metrics.counter("bookie_WRITE_BYTES", "entry bytes added")
+        self._read_bytes = self.metrics.counter("bookie_READ_BYTES", "entry bytes read")
+        self.metrics.gauge_function(
+            "bookie_SERVER_STATUS",
+            "1 writable, 0 read-only",
+            lambda: 0.0 if self.read_only else 1.0,
+        )
+        # Ledgers whose fence record is not durable yet -> callbacks waiting for it.
+        self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
+        self._closed = False
+        self._shutting_down = False
+        self.disk = DiskChecker(
+            [*config.storage.journal_directories, config.storage.ledger_directory], config.disk
+        )
+        # Read-only (disks full, or an operator asked): normal adds get EREADONLY; recovery adds,
+        # fences and reads still work.
+        self.disk_full = False
+        self.forced_read_only = False
+        self._last_disk_state: DiskState | None = None
+        # Bytes added since the last disk check: a fast writer triggers a check every
+        # DISK_CHECK_BYTES, so it cannot fill the disk between two periodic checks.
+        self._added_since_disk_check = 0
+        # The last add confirmed known per ledger: the largest LAC carried by an entry stored here
+        # or by an explicit LAC; long-poll reads park on it.
+        self._lacs: dict[int, int] = {}
+        self._lac_waiters: dict[int, list[_LacWaiter]] = {}
+        self.pending_adds = 0  # adds whose journal record is not durable yet
+        self.parked_long_polls = 0
+        self._rejected = self.metrics.counter(
+            "bookkeeper_server_REQUESTS_REJECTED", "requests answered ETOOMANYREQUESTS"
+        )
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the bookie and its connections run on."""
+        return self._loop
+
+    def check_disks(self) -> DiskReport:
+        """Checks disk usage and turns the bookie read-only or writable; safe from any thread."""
+        report = self.disk.check()
+        if report.state == DiskState.WARN and self._last_disk_state != DiskState.WARN:
+            log.warning("disk %s is %.1f%% full", report.path, 100 * report.usage)
+        self._last_disk_state = report.state
+        # A write that ran out of space means full, whatever the usage figure says: large writes
+        # (a checkpoint, a journal group) can fail while statvfs still shows some room.
+        if report.usage < self.disk.thresholds.lwm:
+            self.engine.space_freed()
+        full = report.state == DiskState.FULL or self.engine.out_of_space
+        if full != self.disk_full:
+            self.disk_full = full
+            log.warning(
+                "disk %s is %.1f%% full: bookie is now %s",
+                report.path,
+                100 * report.usage,
+                "read-only" if self.read_only else "writable again",
+            )
+        return report
+
+    @property
+    def read_only(self) -> bool:
+        return self.disk_full or self.forced_read_only
+
+    def set_forced_read_only(self, read_only: bool) -> None:
+        """An operator turns the bookie read-only, or back (it stays read-only while disks are full)."""
+        if read_only != self.forced_read_only:
+            self.forced_read_only = read_only
+            log.warning("an operator set the bookie %s", "read-only" if read_only else "writable")
+
+    def start(self) -> None:
+        self.engine.start()
+
+    def begin_shutdown(self) -> None:
+        """Answers every parked long poll now, as its timeout would (and new ones at once), so
+        that a stopping bookie leaves no reader waiting on a connection about to close."""
+        self._shutting_down = True
+        parked = [waiter for waiters in self._lac_waiters.values() for waiter in waiters]
+        self._lac_waiters.clear()
+        for waiter in parked:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            waiter.wake()
+
+    def close(self) -> None:
+        self._closed = True
+        self._shutting_down = True
+        self.engine.close()
+
+    def _refuses_writes(self) -> bool:
+        return self._closed or self.engine.failure is not None
+
+    @staticmethod
+    def _timed(stats: OpStats, done: Callable[..., None]) -> Callable[..., None]:
+        """``done`` that also records the time from now to the answer, by outcome."""
+        started = time.perf_counter()
+
+        def finish(status: StatusCode, *rest: Any) -> None:
+            elapsed = time.perf_counter() - started
+            if status == StatusCode.EOK:
+                stats.success(elapsed)
+            else:
+                stats.failure(elapsed)
+            done(status, *rest)
+
+        return finish
+
+    # -- journal plumbing ----------------------------------------------------------------------
+
+    def _journal_synced(self, tokens: list[Any], error: Exception | None) -> None:
+        # Called on the journal thread: hop to the loop once per group.
+        if self._loop.is_closed():
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._complete, tokens, error)
+        except RuntimeError:
+            pass  # the loop is shutting down; the clients will see their connections close
+
+    @staticmethod
+    def _complete(tokens: list[Any], error: Exception | None) -> None:
+        for token in tokens:
+            token(error)
+
+    def _ensure_ledger(
+        self, ledger_id: int, master_key: bytes
+    ) -> tuple[LedgerInfo | None, StatusCode]:
+        """The ledger's state after checking (and on first use, journaling) its master key."""
+        info = self.engine.ledger(ledger_id)
+        if info is not None and info.master_key:
+            if not self.engine.storage.key_matches(info, master_key):
+                log.warning("ledger %d: request with a wrong master key refused", ledger_id)
+                return None, StatusCode.EUA
+            return info, StatusCode.EOK
+        return self.engine.create_ledger(ledger_id, master_key), StatusCode.EOK
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes,
+        recovery: bool,
+        done: StatusDone,
+        deferred_sync: bool = False,
+    ) -> None:
+        """Stores an entry; ``done`` gets the answer once its journal record is durable, or, with
+        ``deferred_sync`` (v3 write flag DEFERRED_SYNC), as soon as it is stored and queued: the
+        writer then learns of durability from FORCE_LEDGER."""
+        # One closure per add (the journal's callback answers and times it): this runs for
+        # every copy of every entry.
+        stats = self._recovery_add_stats if recovery else self._add_stats
+        started = time.perf_counter()
+        self._added_since_disk_check += len(entry)
+        if self._added_since_disk_check >= DISK_CHECK_BYTES:
+            self._added_since_disk_check = 0
+            self.check_disks()  # one statvfs per MiB added
+        refusal = None
+        if self.read_only and not recovery:
+            refusal = StatusCode.EREADONLY
+        elif self._refuses_writes():
+            refusal = StatusCode.EIO
+        elif self.engine.write_cache_full or self.pending_adds >= self.config.max_pending_adds:
+            self._rejected.inc()
+            refusal = StatusCode.ETOOMANYREQUESTS
+        elif len(entry) < 16 or _ENTRY_IDS.unpack_from(entry) != (ledger_id, entry_id):
+            refusal = StatusCode.EBADREQ
+        if refusal is not None:
+            stats.failure(time.perf_counter() - started)
+            done(refusal)
+            return
+        info, status = self._ensure_ledger(ledger_id, master_key)
+        if info is None or (info.fenced and not recovery):
+            stats.failure(time.perf_counter() - started)
+            done(status if info is None else StatusCode.EFENCED)
+            return
+        # The LAC an entry carries is the writer's word that every entry up to it has Qa durable
+        # copies, true whether or not this entry itself becomes durable: it is known (and long
+        # polls are answered) as the entry arrives, as BookKeeper's ledger storage does, not a
+        # journal sync later, which readers following the writer would wait for.
+        if len(entry) >= 24:
+            self._advance_lac(ledger_id, _LAC_AT.unpack_from(entry, 16)[0])
+
+        def durable(error: Exception | None) -> None:
+            self.pending_adds -= 1
+            if error is None:
+                self._write_bytes.inc(len(entry))
+                if not deferred_sync:
+                    stats.success(time.perf_counter() - started)
+                    done(StatusCode.EOK)
+            elif not deferred_sync:
+                stats.failure(time.perf_counter() - started)
+                done(StatusCode.EIO)
+
+        self.pending_adds += 1
+        self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
+        if deferred_sync:
+            stats.success(time.perf_counter() - started)
+            done(StatusCode.EOK)
+
+    def read_entry(
+        self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone
+    ) -> None:
+        done = self._timed(self._fence_stats if fence else self._read_stats, done)
+        if not fence:
+            done(*self._read(ledger_id, entry_id))
+            return
+        if self._refuses_writes():
+            done(StatusCode.EIO, b"")
+            return
+        info, status = self._ensure_ledger(ledger_id, master_key or b"")
+        if info is None:
+            done(status, b"")
+            return
+
+        def fenced(ok: bool) -> None:
+            if not ok:
+                done(StatusCode.EIO, b"")
+            else:
+                done(*self._read(ledger_id, entry_id))
+
+        waiting = self._fences_in_flight.get(ledger_id)
+        if waiting is not None:
+            waiting.append(fenced)
+            return
+        if info.fenced:
+            fenced(True)
+            return
+        self._fences_in_flight[ledger_id] = [fenced]
+
+        def durable(error: Exception | None) -> None:
+            for callback in self._fences_in_flight.pop(ledger_id, []):
+                callback(error is None)
+
+        self.engine.fence(ledger_id, durable)
+
+    # -- last add confirmed and long polls --------------------------------------------------
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        """The largest LAC this bookie has seen for the ledger (-1 if none)."""
+        lac = self._lacs.get(ledger_id)
+        if lac is not None:
+            return lac
+        lac = -1
+        remember = True
+        try:  # straight from storage: an internal lookup, not a client read (bookie_READ_BYTES)
+            last = self.engine.read(ledger_id, -1)
+        except (NoLedgerError, NoEntryError):
+            last = b""
+        except StorageIOError as error:
+            log.error(
+                "ledger %d: cannot read its last entry to learn its LAC: %s", ledger_id, error
+            )
+            last = b""
+            remember = False  # a guess from the explicit LAC only: ask the storage next time
+        if len(last) >= 24:
+            lac = _LAC_AT.unpack_from(last, 16)[0]
+        info = self.engine.ledger(ledger_id)
+        if info is not None and info.explicit_lac is not None and len(info.explicit_lac) >= 16:
+            lac = max(lac, _LAC_AT.unpack_from(info.explicit_lac, 8)[0])
+        if remember:
+            self._remember_lac(ledger_id, lac)
+        return lac
+
+    def _remember_lac(self, ledger_id: int, lac: int) -> None:
+        if len(self._lacs) >= LAC_CACHE_SIZE and ledger_id not in self._lacs:
+            for old in list(self._lacs)[
+                : LAC_CACHE_SIZE // 2
+            ]:  # recomputed from storage when asked
+                if old not in self._lac_waiters:
+                    del self._lacs[old]
+        self._lacs[ledger_id] = lac
+
+    def _advance_lac(self, ledger_id: int, lac: int) -> None:
+        if lac <= self.last_add_confirmed(ledger_id):
+            return
+        self._remember_lac(ledger_id, lac)
+        waiters = self._lac_waiters.get(ledger_id)
+        if not waiters:
+            return
+        ready = [waiter for waiter in waiters if waiter.previous_lac < lac]
+        self._lac_waiters[ledger_id] = [waiter for waiter in waiters if waiter.previous_lac >= lac]
+        if not self._lac_waiters[ledger_id]:
+            del self._lac_waiters[ledger_id]
+        for waiter in ready:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            waiter.wake()
+
+    def read_long_poll(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        previous_lac: int,
+        timeout_s: float,
+        piggyback: bool,
+        done: LongPollDone,
+    ) -> None:
+        """Answers once the ledger's LAC passes ``previous_lac`` (at once if it has) or when
+        ``timeout_s`` ends: EOK with maxLAC, and with ``piggyback`` the entry ``entry_id`` (its
+        read status if this bookie does not hold it). A timeout answers EOK with the unchanged
+        maxLAC and no entry."""
+        done = self._timed(self._long_poll_stats, done)
+
+        def answer() -> None:
+            lac = self.last_add_confirmed(ledger_id)
+            if piggyback and lac > previous_lac:
+                status, body = self._read(ledger_id, entry_id)
+                done(status, body, lac)
+            else:
+                done(StatusCode.EOK, b"", lac)
+
+        if (
+            self.last_add_confirmed(ledger_id) > previous_lac
+            or timeout_s <= 0
+            or self._shutting_down
+        ):
+            answer()
+            return
+        if self.parked_long_polls >= self.config.max_parked_long_polls:
+            self._rejected.inc()
+            done(StatusCode.ETOOMANYREQUESTS, b"", self.last_add_confirmed(ledger_id))
+            return
+        self.parked_long_polls += 1
+
+        def answer_parked() -> None:
+            self.parked_long_polls -= 1
+            answer()
+
+        waiter = _LacWaiter(previous_lac, answer_parked)
+
+        def expire() -> None:
+            waiters = self._lac_waiters.get(ledger_id, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    self._lac_waiters.pop(ledger_id, None)
+                answer_parked()
+
+        waiter.timer = self._loop.call_later(timeout_s, expire)
+        self._lac_waiters.setdefault(ledger_id, []).append(waiter)
+
+    def batch_read(
+        self, ledger_id: int, start: int, max_count: int, max_size: int
+    ) -> tuple[StatusCode, list[bytes]]:
+        """Entries from ``start`` on, at most ``max_count`` of them and ``max_size`` bytes of answer
+        (cut to the frame limit; the first entry is sent even if larger). The status is that of
+        the first entry; the batch stops at the first entry that cannot be read."""
+        started = time.perf_counter()
+        status, entries = self._batch_read(ledger_id, start, max_count, max_size)
+        elapsed = time.perf_counter() - started
+        if status == StatusCode.EOK:
+            self._batch_read_stats.success(elapsed)
+            self._read_bytes.inc(sum(len(entry) for entry in entries))
+        else:
+            self._batch_read_stats.failure(elapsed)
+        return status, entries
+
+    def _batch_read(
+        self, ledger_id: int, start: int, max_count: int, max_size: int
+    ) -> tuple[StatusCode, list[bytes]]:
+        budget = min(max_size, self.config.max_frame_size) - 32  # fixed part and request id
+        entries: list[bytes] = []
+        for entry_id in range(start, start + max(0, min(max_count, 100_000))):
+            status, entry = self._read(ledger_id, entry_id, count=False)
+            if status != StatusCode.EOK:
+                return (status, []) if not entries else (StatusCode.EOK, entries)
+            budget -= 4 + len(entry)
+            if entries and budget < 0:
+                break
+            entries.append(entry)
+        status = StatusCode.EOK if entries else StatusCode.EBADREQ
+        return status, entries
+
+    def _read(self, ledger_id: int, entry_id: int, count: bool = True) -> tuple[StatusCode, bytes]:
+        """One entry from storage; ``count``: add it to bookie_READ_BYTES (a batch counts only
+        the entries it sends)."""
+        try:
+            entry = self.engine.read(ledger_id, entry_id)
+            if count:
+                self._read_bytes.inc(len(entry))
+            return StatusCode.EOK, entry
+        except NoLedgerError:
+            return StatusCode.ENOLEDGER, b""
+        except NoEntryError:
+            return StatusCode.ENOENTRY, b""
+        except StorageIOError as error:
+            log.error("ledger %d entry %d: %s", ledger_id, entry_id, error)
+            return StatusCode.EIO, b""
+
+    def write_lac(self, ledger_id: int, master_key: bytes, body: bytes, done: StatusDone) -> None:
+        done = self._timed(self._write_lac_stats, done)
+        if self._refuses_writes():
+            done(StatusCode.EIO)
+            return
+        info, status = self._ensure_ledger(ledger_id, master_key)
+        if info is None:
+            done(status)
+            return
+
+        explicit_lac = _LAC_AT.unpack_from(body, 8)[0] if len(body) >= 16 else -1
+
+        def durable(error: Exception | None) -> None:
+            if error is None:
+                self._advance_lac(ledger_id, explicit_lac)
+            done(StatusCode.EOK if error is None else StatusCode.EIO)
+
+        self.engine.set_explicit_lac(ledger_id, body, durable)
+
+    def read_lac(self, ledger_id: int) -> tuple[StatusCode, bytes | None, bytes | None]:
+        """(status, explicit LAC body, last entry) for READ_LAC."""
+        info = self.engine.ledger(ledger_id)
+        if info is None:
+            return StatusCode.ENOLEDGER, None, None
+        status, last_entry = self._read(ledger_id, -1)
+        if status not in (StatusCode.EOK, StatusCode.ENOENTRY):
+            return status, None, None
+        last = last_entry if status == StatusCode.EOK else None
+        if info.explicit_lac is None and last is None:
+            return StatusCode.ENOENTRY, None, None
+        return StatusCode.EOK, info.explicit_lac, last
+
+    def force_ledger(self, ledger_id: int, done: StatusDone) -> None:
+        done = self._timed(self._force_stats, done)
+        if self._refuses_writes():
+            done(StatusCode.EIO)
+            return
+
+        def durable(error: Exception | None) -> None:
+            done(StatusCode.EOK if error is None else StatusCode.EIO)
+
+        self.engine.force(ledger_id, durable)
+
+    def list_entries(self, ledger_id: int, done: Callable[[StatusCode, bytes], None]) -> None:
+        """Answers ``done(status, availability bytes)`` with the entries held of the ledger.
+
+        The index scan runs on a worker thread: a ledger of millions of entries must not stall
+        the loop (the write cache is read under its lock, so any thread may call this)."""
+        done = self._timed(self._list_entries_stats, done)
+
+        def scan() -> tuple[StatusCode, bytes]:
+            try:
+                return StatusCode.EOK, availability.encode(self.engine.storage.entry_ids(ledger_id))
+            except NoLedgerError:
+                return StatusCode.ENOLEDGER, b""
+            except Exception:
+                log.exception("ledger %d: listing its entries failed", ledger_id)
+                return StatusCode.EIO, b""
+
+        def answer(future: asyncio.Future[tuple[StatusCode, bytes]]) -> None:
+            done(*future.result())
+
+        self._loop.run_in_executor(None, scan).add_done_callback(answer)
+
+    def disk_info(self) -> tuple[int, int]:
+        """(total, free) bytes of the ledger disk."""
+        return total_and_free(self.config.storage.ledger_directory)

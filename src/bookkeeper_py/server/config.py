@@ -1,0 +1,517 @@
+"""Bookie configuration: ``bk_server.conf`` keys, command-line options, defaults.
+
+One table (``SETTINGS``) maps each supported BookKeeper key to its command-line option. A value
+comes from, in increasing precedence: the default (BookKeeper's, reference sections 1.11-1.13,
+except where noted), the ``--conf`` file, the command line. File values are in BookKeeper's units
+(``logSizeLimit`` in bytes, ``flushInterval`` in ms...). Unknown keys are warned about; keys of
+BookKeeper that this bookie does not implement are warned about as ignored; a value that does not
+parse, or a combination that makes no sense, stops the bookie with ``ConfigError`` naming the key.
+
+The file format is Java's ``.properties`` as BookKeeper uses it: ``key=value`` (or ``key: value``),
+``#`` and ``!`` comments, a trailing backslash continues the line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bookkeeper_py.errors import BKError
+from bookkeeper_py.server.bookie import BookieConfig
+from bookkeeper_py.storage.disk import DiskThresholds
+from bookkeeper_py.storage.engine import StorageConfig
+from bookkeeper_py.storage.gc import GcConfig
+from bookkeeper_py.tls import TlsConfig
+
+log = logging.getLogger(__name__)
+MiB = 1024 * 1024
+
+
+class ConfigError(BKError):
+    """A configuration value is invalid; the message names the key and the value."""
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    raise ValueError("not a boolean (true or false)")
+
+
+def _dirs(text: str) -> list[str]:
+    directories = [part.strip() for part in text.split(",") if part.strip()]
+    if not directories:
+        raise ValueError("no directory given")
+    return directories
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    key: str  # bk_server.conf key
+    option: str  # command-line option
+    parse: Callable[[str], Any]  # file text -> value in the option's unit
+    default: Any
+    help: str
+    cli_type: Callable[[str], Any] | None = None  # None: same as parse
+
+
+def _scaled(kind: Callable[[str], Any], factor: float) -> Callable[[str], Any]:
+    return lambda text: kind(text) * factor
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "metadataServiceUri",
+        "--metadata-uri",
+        str,
+        None,
+        "metadataServiceUri, e.g. sqlite:///tmp/bk/metadata.db",
+    ),
+    Setting("advertisedAddress", "--host", str, "127.0.0.1", "address to listen on and advertise"),
+    Setting("bookiePort", "--port", int, 3181, "bookiePort"),
+    Setting("bookieId", "--bookie-id", str, None, "bookieId (default host:port)"),
+    Setting(
+        "journalDirectories",
+        "--journal-dir",
+        _dirs,
+        None,
+        "journalDirectories (repeat the option for several)",
+        str,
+    ),
+    Setting(
+        "ledgerDirectories",
+        "--ledger-dir",
+        _dirs,
+        None,
+        "ledgerDirectories (one; default 'ledgers' beside the journal)",
+        str,
+    ),
+    Setting(
+        "journalSyncData",
+        "--journal-sync-data",
+        _bool,
+        True,
+        "journalSyncData: fsync before acknowledging",
+    ),
+    Setting("journalMaxSizeMB", "--journal-max-size-mb", int, 2048, "journalMaxSizeMB"),
+    Setting("journalPreAllocSizeMB", "--journal-prealloc-mb", int, 16, "journalPreAllocSizeMB"),
+    Setting(
+        "journalMaxGroupWaitMSec",
+        "--journal-max-group-wait-ms",
+        float,
+        0.0,
+        "journalMaxGroupWaitMSec (0: write when idle)",
+    ),
+    Setting(
+        "journalBufferedWritesThreshold",
+        "--journal-buffered-writes-threshold",
+        int,
+        512 * 1024,
+        "journalBufferedWritesThreshold (bytes)",
+    ),
+    Setting(
+        "flushInterval", "--flush-interval-ms", int, 10_000, "flushInterval: checkpoint period (ms)"
+    ),
+    Setting(
+        "logSizeLimit",
+        "--log-size-limit-mb",
+        _scaled(int, 1 / MiB),
+        1024,
+        "logSizeLimit (file: bytes; option: MiB)",
+        float,
+    ),
+    Setting(
+        "flushEntrylogBytes",
+        "--flush-entrylog-bytes",
+        int,
+        MiB,
+        "flushEntrylogBytes: fdatasync entry logs every so many bytes (0: at checkpoints only)",
+    ),
+    Setting(
+        "checkpointPace",
+        "--checkpoint-pace",
+        float,
+        0.5,
+        "spread a periodic checkpoint's writes over this fraction of flushInterval (0: full speed)",
+    ),
+    Setting(
+        "dbStorage_writeCacheMaxSizeMb",
+        "--write-cache-mb",
+        int,
+        256,
+        "dbStorage_writeCacheMaxSizeMb",
+    ),
+    Setting("gcWaitTime", "--gc-wait-time-ms", int, 600_000, "gcWaitTime (ms)"),
+    Setting(
+        "minorCompactionThreshold",
+        "--minor-compaction-threshold",
+        float,
+        0.2,
+        "minorCompactionThreshold",
+    ),
+    Setting(
+        "minorCompactionInterval",
+        "--minor-compaction-interval-s",
+        float,
+        3600,
+        "minorCompactionInterval (s)",
+    ),
+    Setting(
+        "majorCompactionThreshold",
+        "--major-compaction-threshold",
+        float,
+        0.8,
+        "majorCompactionThreshold",
+    ),
+    Setting(
+        "majorCompactionInterval",
+        "--major-compaction-interval-s",
+        float,
+        86400,
+        "majorCompactionInterval (s)",
+    ),
+    Setting(
+        "compactionRateByBytes",
+        "--compaction-rate-bytes",
+        int,
+        100 * MiB,
+        "compactionRateByBytes (per second)",
+    ),
+    Setting("diskUsageThreshold", "--disk-usage-threshold", float, 0.95, "diskUsageThreshold"),
+    Setting(
+        "diskUsageWarnThreshold",
+        "--disk-usage-warn-threshold",
+        float,
+        0.90,
+        "diskUsageWarnThreshold",
+    ),
+    Setting(
+        "diskUsageLwmThreshold",
+        "--disk-usage-lwm-threshold",
+        float,
+        None,
+        "diskUsageLwmThreshold (default: the threshold)",
+    ),
+    Setting("diskCheckInterval", "--disk-check-interval-ms", int, 10_000, "diskCheckInterval (ms)"),
+    Setting("nettyMaxFrameSizeBytes", "--max-frame-size", int, 5 * MiB, "nettyMaxFrameSizeBytes"),
+    Setting(
+        "httpServerEnabled",
+        "--http-enabled",
+        _bool,
+        False,
+        "httpServerEnabled: /metrics, /heartbeat, /api/v1/bookie/*",
+    ),
+    Setting(
+        "httpServerPort",
+        "--http-port",
+        int,
+        8080,
+        "httpServerPort (giving it on the command line enables HTTP)",
+    ),
+    Setting(
+        "maxPendingAddRequestsPerThread",
+        "--max-pending-adds",
+        int,
+        50_000,
+        "adds not yet durable, per bookie (BookKeeper: 10,000 per add thread; one loop serves all here)",
+    ),
+    Setting(
+        "maxPendingReadRequestsPerThread",
+        "--max-parked-long-polls",
+        int,
+        10_000,
+        "long-poll reads parked at once",
+    ),
+    Setting(
+        "maxPendingRequestsPerConnection",
+        "--max-pending-per-connection",
+        int,
+        10_000,
+        "unanswered requests per connection (not a BookKeeper key)",
+    ),
+    Setting(
+        "tlsCertificatePath",
+        "--tls-certificate",
+        str,
+        None,
+        "tlsCertificatePath: PEM certificate chain; setting it turns TLS on",
+    ),
+    Setting("tlsKeyStore", "--tls-key", str, None, "tlsKeyStore: the PEM private key"),
+    Setting("tlsKeyStoreType", "--tls-key-type", str, "PEM", "tlsKeyStoreType (PEM only)"),
+    Setting(
+        "tlsTrustStore",
+        "--tls-trust",
+        str,
+        None,
+        "tlsTrustStore: PEM CA certificates that sign client certificates",
+    ),
+    Setting("tlsTrustStoreType", "--tls-trust-type", str, "PEM", "tlsTrustStoreType (PEM only)"),
+    Setting(
+        "tlsClientAuthentication",
+        "--tls-client-auth",
+        _bool,
+        False,
+        "tlsClientAuthentication: mutual TLS, refuse clients without a trusted certificate",
+    ),
+    Setting(
+        "bookieAuthProviderFactoryClass",
+        "--auth-provider",
+        str,
+        None,
+        "bookieAuthProviderFactoryClass: 'shared-secret' or package.module:factory",
+    ),
+    Setting(
+        "authSharedSecretFile",
+        "--auth-secret-file",
+        str,
+        None,
+        "file holding the shared-secret plugin's secret (not a BookKeeper key)",
+    ),
+    Setting(
+        "idleConnectionTimeoutSec",
+        "--idle-timeout-s",
+        float,
+        600.0,
+        "close connections idle this long, 0 never (not a BookKeeper key)",
+    ),
+)
+_BY_KEY = {setting.key: setting for setting in SETTINGS}
+_ALIASES = {"journalDirectory": "journalDirectories"}  # the single-directory form
+
+# BookKeeper keys this bookie knows but does not implement (yet): warned about, then ignored.
+IGNORED_KEYS = frozenset(
+    {
+        "ledgerStorageClass",
+        "zkTimeout",
+        "httpServerHost",
+        "statsProviderClass",
+        "prometheusStatsHttpPort",
+        "prometheusStatsHttpAddress",
+        "numAddWorkerThreads",
+        "numReadWorkerThreads",
+        "numHighPriorityWorkerThreads",
+        "numJournalCallbackThreads",
+        "journalAdaptiveGroupWrites",
+        "journalFlushWhenQueueEmpty",
+        "journalFormatVersionToWrite",
+        "journalAlignmentSize",
+        "journalRemoveFromPageCache",
+        "journalWriteBufferSizeKB",
+        "journalMaxBackups",
+        "journalQueueSize",
+        "readOnlyModeEnabled",
+        "autoRecoveryDaemonEnabled",
+        "allowLoopback",
+        "useHostNameAsBookieID",
+        "entryLogFilePreallocationEnabled",
+        "indexDirectories",
+        "tlsProvider",
+        "listeningInterface",
+        "enableStatistics",
+        "isForceGCAllowWhenNoSpace",
+        "readOnlyModeOnAnyDiskFullEnabled",
+    }
+)
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """Key -> value of a Java-style properties file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = handle.read().splitlines()
+    except OSError as error:
+        raise ConfigError(f"cannot read configuration file {path}: {error}") from error
+    values: dict[str, str] = {}
+    pending = ""
+    for number, line in enumerate(raw, start=1):
+        line = pending + line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        separators = [index for index in (line.find("="), line.find(":")) if index > 0]
+        if separators:
+            at = min(separators)
+            key, value = line[:at].strip(), line[at + 1 :].strip()
+        else:
+            key, _, value = line.partition(" ")
+            key, value = key.strip(), value.strip()
+        if not key:
+            raise ConfigError(f"{path}:{number}: a line without a key: {line!r}")
+        values[key] = value
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conf", help="a bk_server.conf-style file (BookKeeper's keys)")
+    for setting in SETTINGS:
+        kind = setting.cli_type or setting.parse
+        if setting.parse is _bool:
+            parser.add_argument(
+                setting.option,
+                type=_bool,
+                default=None,
+                metavar="true|false",
+                help=f"{setting.help} [{setting.default}]",
+            )
+        elif setting.key in ("journalDirectories", "ledgerDirectories"):
+            parser.add_argument(setting.option, action="append", default=None, help=setting.help)
+        else:
+            parser.add_argument(
+                setting.option, type=kind, default=None, help=f"{setting.help} [{setting.default}]"
+            )
+    parser.add_argument(
+        "--no-journal-sync", action="store_true", help="same as --journal-sync-data false (unsafe)"
+    )
+    parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
+
+
+def _dest(setting: Setting) -> str:
+    return setting.option.lstrip("-").replace("-", "_")
+
+
+def resolve(args: argparse.Namespace) -> dict[str, Any]:
+    """Key -> value after defaults, the --conf file and the command line."""
+    values: dict[str, Any] = {setting.key: setting.default for setting in SETTINGS}
+    if args.conf:
+        file_values = read_properties(args.conf)
+        if "metadataServiceUri" not in file_values and "zkServers" in file_values:
+            root = file_values.pop("zkLedgersRootPath", "/ledgers")
+            servers = file_values.pop("zkServers").replace(",", ";")
+            file_values["metadataServiceUri"] = f"zk+hierarchical://{servers}{root}"
+        for raw_key, text in file_values.items():
+            key = _ALIASES.get(raw_key, raw_key)
+            setting = _BY_KEY.get(key)
+            if setting is None:
+                if key in IGNORED_KEYS:
+                    log.warning("%s: %s is not supported by this bookie; ignored", args.conf, key)
+                else:
+                    log.warning("%s: unknown key %s; ignored (a typo?)", args.conf, key)
+                continue
+            try:
+                values[key] = setting.parse(text)
+            except ValueError as error:
+                raise ConfigError(f"{args.conf}: {key}={text!r} is invalid: {error}") from error
+    for setting in SETTINGS:
+        given = getattr(args, _dest(setting), None)
+        if given is not None:
+            values[setting.key] = given
+    if args.no_journal_sync:
+        values["journalSyncData"] = False
+    if getattr(args, "http_port", None) is not None and getattr(args, "http_enabled", None) is None:
+        values["httpServerEnabled"] = True
+    return values
+
+
+def build(values: dict[str, Any]) -> BookieConfig:
+    """The bookie configuration for resolved ``values``; raises ``ConfigError`` naming the key."""
+
+    def positive(key: str) -> Any:
+        value = values[key]
+        if value is None or value <= 0:
+            raise ConfigError(f"{key} must be positive, got {value!r}")
+        return value
+
+    journals = values["journalDirectories"]
+    if not journals:
+        raise ConfigError(
+            "journalDirectories is required (--journal-dir or the configuration file)"
+        )
+    journals = [os.path.abspath(directory) for directory in journals]
+    ledgers = values["ledgerDirectories"] or [os.path.join(os.path.dirname(journals[0]), "ledgers")]
+    if len(ledgers) != 1:
+        raise ConfigError(
+            f"ledgerDirectories lists {len(ledgers)} directories; this bookie takes one"
+        )
+    log_size_limit = int(positive("logSizeLimit") * MiB)
+    if log_size_limit >= 2**32:
+        raise ConfigError(
+            f"logSizeLimit must stay below 4 GiB (entry offsets are 32 bits), got {log_size_limit}"
+        )
+    pace = values["checkpointPace"]
+    if not 0 <= pace < 1:
+        raise ConfigError(
+            f"checkpointPace is a fraction of flushInterval from 0 (full speed) to below 1, "
+            f"got {pace}"
+        )
+    port = values["bookiePort"]
+    if not 0 < port < 65536:
+        raise ConfigError(f"bookiePort must be 1-65535, got {port}")
+    storage = StorageConfig(
+        journal_directory=journals[0],
+        extra_journal_directories=tuple(journals[1:]),
+        ledger_directory=os.path.abspath(ledgers[0]),
+        journal_sync_data=values["journalSyncData"],
+        journal_max_size_bytes=positive("journalMaxSizeMB") * MiB,
+        journal_preallocate_bytes=values["journalPreAllocSizeMB"] * MiB,
+        journal_max_group_wait_s=values["journalMaxGroupWaitMSec"] / 1000.0,
+        journal_buffered_writes_threshold=positive("journalBufferedWritesThreshold"),
+        log_size_limit=log_size_limit,
+        flush_entrylog_bytes=max(0, values["flushEntrylogBytes"]),
+        checkpoint_pace=pace,
+        write_cache_max_bytes=positive("dbStorage_writeCacheMaxSizeMb") * MiB,
+        flush_interval_s=positive("flushInterval") / 1000.0,
+    )
+    gc = GcConfig(
+        gc_wait_time_s=positive("gcWaitTime") / 1000.0,
+        minor_compaction_threshold=values["minorCompactionThreshold"],
+        minor_compaction_interval_s=values["minorCompactionInterval"],
+        major_compaction_threshold=values["majorCompactionThreshold"],
+        major_compaction_interval_s=values["majorCompactionInterval"],
+        compaction_rate_bytes=values["compactionRateByBytes"],
+    )
+    try:
+        disk = DiskThresholds(
+            usage_threshold=values["diskUsageThreshold"],
+            warn_threshold=values["diskUsageWarnThreshold"],
+            lwm_threshold=values["diskUsageLwmThreshold"],
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    for key in ("tlsKeyStoreType", "tlsTrustStoreType"):
+        if str(values[key]).upper() != "PEM":
+            raise ConfigError(f"{key}={values[key]!r}: this bookie reads PEM files only")
+    tls = None
+    if values["tlsCertificatePath"]:
+        if not values["tlsKeyStore"]:
+            raise ConfigError("tlsCertificatePath is set but tlsKeyStore (its PEM key) is not")
+        if values["tlsClientAuthentication"] and not values["tlsTrustStore"]:
+            raise ConfigError(
+                "tlsClientAuthentication needs tlsTrustStore, the CAs of client certificates"
+            )
+        tls = TlsConfig(
+            certificate_path=os.path.abspath(values["tlsCertificatePath"]),
+            key_path=os.path.abspath(values["tlsKeyStore"]),
+            trust_path=values["tlsTrustStore"] and os.path.abspath(values["tlsTrustStore"]),
+            client_authentication=values["tlsClientAuthentication"],
+        )
+    elif values["tlsClientAuthentication"]:
+        raise ConfigError(
+            "tlsClientAuthentication needs TLS: set tlsCertificatePath and tlsKeyStore"
+        )
+    return BookieConfig(
+        storage=storage,
+        gc=gc,
+        disk=disk,
+        disk_check_interval_s=positive("diskCheckInterval") / 1000.0,
+        host=values["advertisedAddress"],
+        port=port,
+        bookie_id=values["bookieId"],
+        max_frame_size=positive("nettyMaxFrameSizeBytes"),
+        http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
+        max_pending_adds=positive("maxPendingAddRequestsPerThread"),
+        max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),
+        max_pending_per_connection=positive("maxPendingRequestsPerConnection"),
+        idle_connection_timeout_s=values["idleConnectionTimeoutSec"],
+        tls=tls,
+        auth_provider=values["bookieAuthProviderFactoryClass"],
+        auth_settings={key: value for key, value in values.items() if value is not None},
+    )

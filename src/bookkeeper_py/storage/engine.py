@@ -1,0 +1,351 @@
+"""The bookie's storage engine: journal + write cache + entry logs + index + checkpoints.
+
+Write path (reference 1.11): an add goes into ledger storage (the write cache) first, then into
+the journal; the caller is told once the journal record is durable. Meta-records (master key,
+fence, explicit LAC, force) go through the journal the same way.
+
+Checkpoint (the "sync thread" of the seeds), every ``flush_interval_s`` or when the write cache
+passes half its size:
+
+1. record the journal position (the LastLogMark candidate);
+2. swap the write cache, write its entries to the entry log sorted by ledger and entry, fsync the
+   log, commit their locations and the changed ledger states to the index;
+3. persist the mark atomically;
+4. delete journal files older than the mark.
+
+At start the journal is replayed from the persisted mark into the write cache, restoring entries,
+master keys, fence state and explicit LACs; the first checkpoint then writes them out. A failed
+checkpoint or journal write stops the engine from taking writes (``failure``), never pretending.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bookkeeper_py.metrics import Metrics, NullMetrics
+from bookkeeper_py.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
+from bookkeeper_py.storage.journal import Callback, Journal, RecordType, list_journal_ids, replay
+from bookkeeper_py.storage.last_log_mark import mark_file_name, read_mark, write_mark
+from bookkeeper_py.storage.ledger_storage import LedgerInfo, LedgerStorage
+
+log = logging.getLogger(__name__)
+
+_LEDGER_ID = struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """Storage settings (``bk_server.conf`` names in the comments)."""
+
+    journal_directory: str  # journalDirectories (the first)
+    ledger_directory: str  # ledgerDirectories
+    extra_journal_directories: tuple[str, ...] = ()  # journalDirectories (the others)
+    journal_max_size_bytes: int = 2048 * 1024 * 1024  # journalMaxSizeMB
+    journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
+    journal_max_group_wait_s: float = (
+        0.0  # journalMaxGroupWaitMSec (BookKeeper: 2 ms; see journal.py)
+    )
+    journal_preallocate_bytes: int = 16 * 1024 * 1024  # journalPreAllocSizeMB
+    journal_sync_data: bool = True  # journalSyncData
+    log_size_limit: int = 1024**3  # logSizeLimit
+    # flushEntrylogBytes (BookKeeper: 0, only at checkpoints; here 1 MiB: see entry_log.py)
+    flush_entrylog_bytes: int = 1024 * 1024
+    # checkpointPace (ours): a periodic checkpoint spreads its entry-log writes over this
+    # fraction of flushInterval, so that the journal's fsyncs are not queued behind it; 0: at
+    # full speed. A checkpoint of a write cache half full always runs at full speed.
+    checkpoint_pace: float = 0.5
+    write_cache_max_bytes: int = 256 * 1024 * 1024  # dbStorage_writeCacheMaxSizeMb
+    flush_interval_s: float = 10.0  # flushInterval (ms in bk_server.conf)
+    ledger_cache_size: int = 100_000  # ledger states kept in memory
+
+    @property
+    def journal_directories(self) -> tuple[str, ...]:
+        return (self.journal_directory, *self.extra_journal_directories)
+
+
+class StorageEngine:
+    """Durable ledger storage for one bookie."""
+
+    def __init__(
+        self, config: StorageConfig, on_durable: Callback, metrics: Metrics | None = None
+    ) -> None:
+        self.config = config
+        self.metrics: Metrics = metrics or NullMetrics()
+        sync_stats = self.metrics.op_stats(
+            "bookie_journal_JOURNAL_SYNC", "journal fdatasync latency (s)"
+        )
+        records_added = self.metrics.counter(
+            "bookie_journal_JOURNAL_ADD_ENTRY", "records made durable by journals"
+        )
+        self._checkpoint_stats = self.metrics.op_stats(
+            "bookie_CHECKPOINT", "checkpoint latency (s)"
+        )
+        for directory in config.journal_directories:
+            os.makedirs(directory, exist_ok=True)
+        os.makedirs(config.ledger_directory, exist_ok=True)
+        self.storage = LedgerStorage(
+            config.ledger_directory,
+            log_size_limit=config.log_size_limit,
+            flush_entrylog_bytes=config.flush_entrylog_bytes,
+            ledger_cache_size=config.ledger_cache_size,
+        )
+        # One journal (and journal thread) per directory; a ledger always uses the same one, so
+        # its records keep their order.
+        self.journals = [
+            Journal(
+                directory,
+                on_durable,
+                max_file_size=config.journal_max_size_bytes,
+                buffered_writes_threshold=config.journal_buffered_writes_threshold,
+                sync_data=config.journal_sync_data,
+                preallocate_bytes=config.journal_preallocate_bytes,
+                max_group_wait_s=config.journal_max_group_wait_s,
+                sync_stats=sync_stats,
+                records_added=records_added,
+            )
+            for directory in config.journal_directories
+        ]
+        self._checkpoint_requested = threading.Event()
+        self._stopping = threading.Event()
+        self._pace_s = config.flush_interval_s * config.checkpoint_pace
+        self._sync_thread: threading.Thread | None = None
+        self._checkpoint_failure: Exception | None = None
+        self.last_marks: list[tuple[int, int] | None] = [None] * len(self.journals)
+        self.checkpoints = 0
+        self.replayed_records = 0
+        self.gc: GarbageCollector | None = None
+        self.metrics.gauge_function(
+            "bookie_journal_JOURNAL_QUEUE_SIZE",
+            "records queued for the journals",
+            lambda: float(sum(journal.queued for journal in self.journals)),
+        )
+        self.metrics.gauge_function(
+            "bookie_WRITE_CACHE_SIZE",
+            "bytes in the write cache",
+            lambda: float(self.storage.write_cache_bytes + self.storage.flushing_bytes),
+        )
+        for name, field_name in (
+            ("bookie_gc_RECLAIMED_DELETION_SPACE_BYTES", "reclaimed_deletion_bytes"),
+            ("bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES", "reclaimed_compaction_bytes"),
+            ("bookie_gc_MAJOR_COMPACTION_TOTAL", "major_compactions"),
+            ("bookie_gc_MINOR_COMPACTION_TOTAL", "minor_compactions"),
+            ("bookie_gc_DELETED_LEDGER_COUNT", "ledgers_deleted"),
+        ):
+            self.metrics.gauge_function(
+                name, f"garbage collection: {field_name}", self._gc_figure(field_name)
+            )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> int:
+        """Replays the journal from the LastLogMark, opens a new journal file, starts the sync
+        thread. Returns the number of journal records replayed."""
+        replayed = 0
+        for index, journal in enumerate(self.journals):
+            mark = read_mark(self.config.ledger_directory, mark_file_name(index))
+            self.last_marks[index] = mark
+            for record_type, body, _file_id, _offset in replay(journal.directory, mark):
+                self._apply(record_type, body)
+                replayed += 1
+                if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+                    self.storage.checkpoint()  # bound memory during a long replay; marks stay
+        for journal in self.journals:
+            ids = list_journal_ids(journal.directory)
+            journal.open((ids[-1] + 1) if ids else 0)
+        log.info(
+            "storage started: replayed %d journal records from marks %s of %d journal(s)",
+            replayed,
+            self.last_marks,
+            len(self.journals),
+        )
+        self._sync_thread = threading.Thread(target=self._sync_loop, name="checkpoint", daemon=True)
+        self._sync_thread.start()
+        self.replayed_records = replayed
+        return replayed
+
+    def _apply(self, record_type: RecordType, body: bytes) -> None:
+        ledger_id = int(_LEDGER_ID.unpack_from(body, 0)[0])
+        if record_type == RecordType.MASTER_KEY:
+            self.storage.add_ledger(ledger_id, bytes(body[8:28]))
+        elif record_type == RecordType.FENCE:
+            info = self.storage.ledger(ledger_id)
+            if info is not None and not info.fenced:
+                info.fenced = True
+                self.storage.mark_dirty(ledger_id)
+        elif record_type == RecordType.EXPLICIT_LAC:
+            info = self.storage.ledger(ledger_id)
+            if info is not None:
+                info.explicit_lac = bytes(body[8:])
+                self.storage.mark_dirty(ledger_id)
+        elif record_type == RecordType.ENTRY:
+            entry_id = int(_LEDGER_ID.unpack_from(body, 8)[0])
+            self.storage.add_entry(ledger_id, entry_id, bytes(body))
+
+    def _gc_figure(self, field_name: str) -> Callable[[], float]:
+        return lambda: float(getattr(self.gc.stats, field_name)) if self.gc is not None else 0.0
+
+    def start_gc(
+        self, list_ledgers: ListLedgers, ledger_exists: LedgerExists, config: GcConfig
+    ) -> GarbageCollector:
+        """Starts the garbage collection thread (it needs the metadata store, so the bookie
+        starts it once connected)."""
+        self.gc = GarbageCollector(self.storage, list_ledgers, ledger_exists, config)
+        self.gc.start()
+        return self.gc
+
+    def close(self) -> None:
+        """Stops GC and the sync thread, syncs the journal, and checkpoints everything so a
+        restart replays nothing; entry logs end on a whole record."""
+        if self.gc is not None:
+            self.gc.close()
+        self._stopping.set()
+        self.storage.hurry()
+        self._checkpoint_requested.set()
+        if self._sync_thread is not None:
+            self._sync_thread.join()
+            self._sync_thread = None
+        for journal in self.journals:
+            journal.close()
+        if all(journal.failure is None for journal in self.journals):
+            try:
+                self.checkpoint()
+            except Exception:
+                log.exception(
+                    "final checkpoint failed; the journal will be replayed at the next start"
+                )
+        self.storage.close()
+
+    @property
+    def out_of_space(self) -> bool:
+        """Whether the last journal write or checkpoint ran out of disk space."""
+        failure = self._checkpoint_failure
+        checkpoint_full = isinstance(failure, OSError) and failure.errno == errno.ENOSPC
+        return checkpoint_full or any(journal.out_of_space for journal in self.journals)
+
+    def space_freed(self) -> None:
+        """The disk check saw usage fall below the low-water mark: forget past out-of-space errors
+        (a read-only bookie gets no writes that could clear them); a new one sets them again."""
+        for journal in self.journals:
+            journal.out_of_space = False
+
+    @property
+    def failure(self) -> Exception | None:
+        """Why the engine takes no more writes, if it does not."""
+        for journal in self.journals:
+            if journal.failure is not None:
+                return journal.failure
+        return self._checkpoint_failure
+
+    def journal_for(self, ledger_id: int) -> Journal:
+        return self.journals[ledger_id % len(self.journals)]
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def ledger(self, ledger_id: int) -> LedgerInfo | None:
+        return self.storage.ledger(ledger_id)
+
+    def create_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
+        """Records a new ledger's master key (journaled; no completion is reported for it)."""
+        info = self.storage.add_ledger(ledger_id, master_key)
+        self.journal_for(ledger_id).append(
+            RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None
+        )
+        return info
+
+    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None:
+        self.storage.add_entry(ledger_id, entry_id, entry)
+        self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token)
+        if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+            self.storage.hurry()  # the running checkpoint, if paced, must keep up
+            self._checkpoint_requested.set()
+
+    @property
+    def write_cache_full(self) -> bool:
+        """True when the write cache holds its maximum; adds should be refused until it drains."""
+        pending = self.storage.write_cache_bytes + self.storage.flushing_bytes
+        return pending >= self.config.write_cache_max_bytes
+
+    def fence(self, ledger_id: int, token: Any) -> None:
+        info = self.storage.ledger(ledger_id)
+        assert info is not None, "fence needs the ledger's state"
+        info.fenced = True
+        self.storage.mark_dirty(ledger_id)
+        self.journal_for(ledger_id).append(RecordType.FENCE, _LEDGER_ID.pack(ledger_id), token)
+
+    def set_explicit_lac(self, ledger_id: int, body: bytes, token: Any) -> None:
+        info = self.storage.ledger(ledger_id)
+        assert info is not None, "an explicit LAC needs the ledger's state"
+        info.explicit_lac = body
+        self.storage.mark_dirty(ledger_id)
+        self.journal_for(ledger_id).append(
+            RecordType.EXPLICIT_LAC, _LEDGER_ID.pack(ledger_id) + body, token
+        )
+
+    def force(self, ledger_id: int, token: Any) -> None:
+        self.journal_for(ledger_id).append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), token)
+
+    def read(self, ledger_id: int, entry_id: int) -> bytes:
+        return self.storage.read(ledger_id, entry_id)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def request_checkpoint(self) -> None:
+        self._checkpoint_requested.set()
+
+    def checkpoint(self, pace_s: float = 0.0) -> list[tuple[int, int]]:
+        """Runs one checkpoint now; returns the LastLogMark it persisted for each journal. With
+        ``pace_s``, its entry-log writes are spread over up to that many seconds."""
+        marks = [journal.position for journal in self.journals]  # before the write cache is swapped
+        started = time.monotonic()
+        result = self.storage.checkpoint(pace_s)
+        self._checkpoint_stats.success(time.monotonic() - started)
+        deleted = []
+        for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
+            write_mark(self.config.ledger_directory, mark, mark_file_name(index))
+            self.last_marks[index] = mark
+            deleted.extend(journal.delete_before(mark[0]))
+        self.checkpoints += 1
+        log.debug(
+            "checkpoint: %d entries (%d bytes), %d ledger states; marks %s; deleted journals %s",
+            result.entries,
+            result.bytes,
+            result.ledgers,
+            marks,
+            deleted,
+        )
+        return marks
+
+    def _sync_loop(self) -> None:
+        while not self._stopping.is_set():
+            requested = self._checkpoint_requested.wait(self.config.flush_interval_s)
+            self._checkpoint_requested.clear()
+            # A periodic checkpoint is paced over half the period, so that it does not take the
+            # disk from the journal all at once; one asked for (the write cache half full) is not.
+            self.storage.hurry(requested)
+            if self._stopping.is_set():
+                return
+            started = time.monotonic()
+            try:
+                self.checkpoint(0.0 if requested else self._pace_s)
+            except Exception as error:
+                # Nothing is lost: the journal still holds every record after the old mark. Writes
+                # are refused until a checkpoint succeeds again (e.g. once space is freed).
+                self._checkpoint_failure = error
+                log.error(
+                    "checkpoint failed (%s); refusing writes, retrying in %.1f s",
+                    error,
+                    self.config.flush_interval_s,
+                )
+                continue
+            if self._checkpoint_failure is not None:
+                log.warning("checkpoint succeeded again; taking writes")
+                self._checkpoint_failure = None
+            log.debug("checkpoint took %.3f s", time.monotonic() - started)

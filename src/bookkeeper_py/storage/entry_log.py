@@ -1,0 +1,421 @@
+"""Entry logs: the entries of all ledgers, interleaved in one active file, written sequentially.
+
+Format (docs/formats/entry-log.md): files ``<16 hex digit id>.log`` starting with a 1 KiB header::
+
+    0   4  magic "PBKL"
+    4   4  format version (1)
+    8   8  log id
+    16  8  offset of the ledgers map (0 while the log is active)
+    24  4  number of ledgers in the map
+    28  4  CRC32C of bytes 0-27
+    ..     zero up to 1024
+
+then records ``[u32 length][u32 crc32c(body)][body]`` where the body is the packaged entry (its
+first 16 bytes are ledgerId and entryId). An entry's location is ``(log id << 32) | offset`` of
+its record. When a log is rolled, its ledgers map is appended as one record whose body is
+``ledgerId -1 (8), entry -2 (8), count (4), then (ledgerId, bytes) pairs of 16 bytes`` and the
+header is rewritten to point at it, so garbage collection need not scan the log.
+
+A log is only appended to by the process that created it; after a restart a new log is started,
+so a torn tail in an old log is never followed by live data. Records reach the index only after
+the log was fsynced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from itertools import accumulate, chain
+
+import crc32c
+
+from bookkeeper_py.storage.journal import fsync_directory
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PBKL"
+FORMAT_VERSION = 1
+HEADER_SIZE = 1024
+_HEADER = struct.Struct(">4sIQQI")
+_RECORD = struct.Struct(">II")
+_IDS = struct.Struct(">qq")
+_MAP_ENTRY = struct.Struct(">qq")
+LEDGERS_MAP_ENTRY_ID = -2
+WRITE_BUFFER_BYTES = 4 * 1024 * 1024
+_BATCH = 512  # entries written by one writev of add_many (two pieces each; IOV_MAX is 1024)
+_WRITEV_MIN = 32  # fewer entries than this are buffered instead
+
+
+class EntryLogError(Exception):
+    """An entry log could not be read or written."""
+
+
+class CorruptEntryError(EntryLogError):
+    """A record of an entry log failed its checks; the data is not trustworthy (answer EIO)."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"entry log {path} is corrupt at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+
+
+def log_name(log_id: int) -> str:
+    return f"{log_id:016x}.log"
+
+
+def location_of(log_id: int, offset: int) -> int:
+    return (log_id << 32) | offset
+
+
+def split_location(location: int) -> tuple[int, int]:
+    return location >> 32, location & 0xFFFFFFFF
+
+
+def _header(log_id: int, map_offset: int, map_count: int) -> bytes:
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, log_id, map_offset, map_count)
+    return (head + struct.pack(">I", crc32c.crc32c(head))).ljust(HEADER_SIZE, b"\0")
+
+
+class EntryLogger:
+    """Appends entries to the active log and reads any log. ``add`` and ``flush`` come from one
+    thread (the checkpoint); ``read`` from any."""
+
+    def __init__(
+        self, directory: str, log_size_limit: int = 1024**3, flush_every_bytes: int = 0
+    ) -> None:
+        if log_size_limit >= 2**32:
+            raise ValueError("logSizeLimit must stay below 4 GiB: offsets are 32 bits")
+        self.directory = directory
+        self._limit = log_size_limit
+        # flushEntrylogBytes: fdatasync the active log every so many bytes written, so a
+        # checkpoint never leaves the disk a large flush at once (which the journal's next fsync
+        # would wait for when both share a file system); 0: only when a checkpoint ends.
+        self._flush_every = flush_every_bytes
+        self._flushed_size = 0
+        self.written = 0  # bytes of records written so far, all logs
+        # Called after each flush along the way (the checkpoint paces itself there).
+        self.after_flush: Callable[[], None] | None = None
+        self._read_fds: dict[int, int] = {}
+        self._fd_lock = threading.Lock()
+        self._active_fd = -1
+        self._active_id = -1
+        existing = self.log_ids()
+        self._next_id = existing[-1] + 1 if existing else 0  # logs from earlier runs stay below
+        self._size = 0
+        self._synced_size = 0
+        self._buffer = bytearray()
+        self._ledger_bytes: dict[int, int] = defaultdict(int)
+
+    def log_ids(self) -> list[int]:
+        ids = []
+        for name in os.listdir(self.directory):
+            stem, _, ext = name.partition(".")
+            if ext == "log" and len(stem) == 16:
+                try:
+                    ids.append(int(stem, 16))
+                except ValueError:
+                    continue
+        return sorted(ids)
+
+    def path(self, log_id: int) -> str:
+        return os.path.join(self.directory, log_name(log_id))
+
+    @property
+    def active_log_id(self) -> int:
+        return self._active_id
+
+    @property
+    def writable_floor(self) -> int:
+        """Every log below this id is closed: never appended to again. Logs at or above it are
+        active or about to be created (a new log's file exists before it becomes the active one)."""
+        return self._active_id if self._active_id >= 0 else self._next_id
+
+    def _start_log(self) -> None:
+        existing = self.log_ids()
+        log_id = max(existing[-1] + 1 if existing else 0, self._next_id)
+        self._next_id = log_id + 1
+        fd = os.open(self.path(log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, _header(log_id, 0, 0))
+        os.fsync(fd)
+        fsync_directory(self.directory)
+        self._active_fd, self._active_id, self._size = fd, log_id, HEADER_SIZE
+        self._synced_size = self._flushed_size = HEADER_SIZE
+        self._ledger_bytes = defaultdict(int)
+
+    def add(self, ledger_id: int, entry: bytes) -> int:
+        """Buffers ``entry`` in the active log and returns its location (durable after ``flush``)."""
+        return self.add_many(ledger_id, [entry])[0]
+
+    def add_many(self, ledger_id: int, entries: list[bytes]) -> list[int]:
+        """Writes the entries of one ledger, in order; returns their locations (durable after
+        ``flush``).
+
+        A batch of many entries that fits in the active log is framed with C-level loops
+        (``map`` over lengths, checksums and headers) and handed to ``os.writev`` as is, without
+        copying it into a buffer: a checkpoint runs this for every entry of the write cache while
+        holding the GIL, which the bookie's loop and journal threads need. A few entries (one at
+        a time from compaction) go into the write buffer, not a system call each."""
+        locations: list[int] = []
+        for start in range(0, len(entries), _BATCH):
+            batch = entries[start : start + _BATCH]
+            lengths = list(map(len, batch))
+            batch_size = sum(lengths) + _RECORD.size * len(batch)
+            if (
+                len(batch) < _WRITEV_MIN
+                or self._active_fd < 0
+                or (self._size + batch_size > self._limit and self._size > HEADER_SIZE)
+            ):
+                locations += self._add_buffered(ledger_id, batch)
+                continue
+            if self._buffer:
+                self._write_buffer()
+            headers = map(_RECORD.pack, lengths, map(crc32c.crc32c, batch))
+            pieces = list(chain.from_iterable(zip(headers, batch, strict=True)))
+            record_sizes = map(_RECORD.size.__add__, lengths[:-1])
+            locations += accumulate(record_sizes, initial=(self._active_id << 32) | self._size)
+            self._size += batch_size
+            self.written += batch_size
+            self._ledger_bytes[ledger_id] += batch_size
+            written = os.writev(self._active_fd, pieces)
+            if written < batch_size:  # a short write: the rest the ordinary way
+                self._buffer += b"".join(pieces)[written:]
+                self._write_buffer()
+            else:
+                self._wrote()
+        return locations
+
+    def _add_buffered(self, ledger_id: int, entries: list[bytes]) -> list[int]:
+        """``add_many`` for a few entries, or a batch that rolls the log on the way (or starts
+        the first log): entry by entry into the write buffer."""
+        locations: list[int] = []
+        append = locations.append
+        pack = _RECORD.pack
+        crc = crc32c.crc32c
+        buffer = self._buffer
+        total = 0
+        for entry in entries:
+            record_size = _RECORD.size + len(entry)
+            if self._active_fd < 0 or (
+                self._size + record_size > self._limit and self._size > HEADER_SIZE
+            ):
+                self._ledger_bytes[ledger_id] += total
+                total = 0
+                self._roll()
+                buffer = self._buffer
+            append((self._active_id << 32) | self._size)
+            buffer += pack(len(entry), crc(entry))
+            buffer += entry
+            self._size += record_size
+            self.written += record_size
+            total += record_size
+            if len(buffer) >= WRITE_BUFFER_BYTES:
+                self._write_buffer()
+        self._ledger_bytes[ledger_id] += total
+        return locations
+
+    def _write_buffer(self) -> None:
+        with memoryview(self._buffer) as whole:
+            view = whole
+            try:
+                while view:
+                    written = os.write(self._active_fd, view)
+                    view = view[written:]
+            finally:
+                view.release()  # the buffer can only be cleared once no view of it is alive
+        self._buffer.clear()
+        self._wrote()
+
+    def _wrote(self) -> None:
+        """After the records up to ``_size`` were written: flush if flushEntrylogBytes says so."""
+        if 0 < self._flush_every <= self._size - self._flushed_size:
+            os.fdatasync(self._active_fd)
+            self._flushed_size = self._size
+            if self.after_flush is not None:
+                self.after_flush()
+
+    def flush(self) -> None:
+        """Writes buffered records and fsyncs the active log."""
+        if self._active_fd < 0:
+            return
+        self._write_buffer()
+        os.fdatasync(self._active_fd)
+        self._synced_size = self._flushed_size = self._size
+
+    def abandon_active(self) -> None:
+        """After a failed write or sync: cut the active log back to what was synced (the index
+        points only there) and start a new log at the next write, so offsets stay right."""
+        self._buffer = bytearray()
+        if self._active_fd >= 0:
+            try:
+                os.ftruncate(self._active_fd, self._synced_size)
+            except OSError:
+                log.exception("cannot truncate entry log %d after a failed write", self._active_id)
+            try:
+                os.close(self._active_fd)
+            except OSError:
+                log.exception("cannot close entry log %d after a failed write", self._active_id)
+            self._active_fd = -1
+
+    def roll(self) -> None:
+        """Closes the active log (writing its ledgers map) and starts a new one."""
+        self._roll()
+
+    def _roll(self) -> None:
+        if self._active_fd >= 0:
+            self._write_ledgers_map()
+            os.close(self._active_fd)
+            self._active_fd = -1
+        self._start_log()
+
+    def _write_ledgers_map(self) -> None:
+        body = bytearray(_IDS.pack(-1, LEDGERS_MAP_ENTRY_ID))
+        body += struct.pack(">I", len(self._ledger_bytes))
+        for ledger_id, size in sorted(self._ledger_bytes.items()):
+            body += _MAP_ENTRY.pack(ledger_id, size)
+        map_offset = self._size
+        self._buffer += _RECORD.pack(len(body), crc32c.crc32c(body))
+        self._buffer += body
+        self._size += _RECORD.size + len(body)
+        self._write_buffer()
+        os.fdatasync(self._active_fd)
+        os.pwrite(self._active_fd, _header(self._active_id, map_offset, len(self._ledger_bytes)), 0)
+        os.fdatasync(self._active_fd)
+
+    def close(self) -> None:
+        """Writes what is buffered and syncs; the log stays without a ledgers map (GC scans it)."""
+        if self._active_fd >= 0:
+            self.flush()
+            os.close(self._active_fd)
+            self._active_fd = -1
+        with self._fd_lock:
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _fd(self, log_id: int) -> int:
+        with self._fd_lock:
+            fd = self._read_fds.get(log_id)
+            if fd is None:
+                fd = os.open(self.path(log_id), os.O_RDONLY)
+                self._read_fds[log_id] = fd
+            return fd
+
+    def read(self, location: int, ledger_id: int, entry_id: int) -> bytes:
+        """The entry stored at ``location``; raises ``CorruptEntryError`` or ``EntryLogError``."""
+        log_id, offset = split_location(location)
+        path = self.path(log_id)
+        try:
+            fd = self._fd(log_id)
+            head = os.pread(fd, _RECORD.size, offset)
+            if len(head) != _RECORD.size:
+                raise CorruptEntryError(path, offset, "record header beyond the end of the file")
+            length, expected_crc = _RECORD.unpack(head)
+            entry = os.pread(fd, length, offset + _RECORD.size)
+        except OSError as error:
+            raise EntryLogError(f"reading entry log {path} at {offset}: {error}") from error
+        if len(entry) != length:
+            raise CorruptEntryError(
+                path, offset, f"record of {length} bytes cut short at {len(entry)}"
+            )
+        actual_crc = crc32c.crc32c(entry)
+        if actual_crc != expected_crc:
+            raise CorruptEntryError(
+                path,
+                offset,
+                f"checksum mismatch (stored {expected_crc:08x}, computed {actual_crc:08x})",
+            )
+        if len(entry) < 16 or _IDS.unpack_from(entry, 0) != (ledger_id, entry_id):
+            raise CorruptEntryError(
+                path, offset, f"record is not ledger {ledger_id} entry {entry_id}"
+            )
+        return entry
+
+    def ledgers_map(self, log_id: int) -> dict[int, int]:
+        """Ledger id -> bytes of ``log_id``: from its ledgers map, or by scanning a log without one."""
+        path = self.path(log_id)
+        with open(path, "rb") as handle:
+            header = handle.read(HEADER_SIZE)
+            if len(header) < 32 or header[:4] != MAGIC:
+                raise CorruptEntryError(path, 0, "bad header")
+            _, _, _, map_offset, count = _HEADER.unpack_from(header, 0)
+            if struct.unpack_from(">I", header, 28)[0] != crc32c.crc32c(header[:28]):
+                raise CorruptEntryError(path, 0, "header checksum mismatch")
+            if map_offset:
+                handle.seek(map_offset)
+                length, crc = _RECORD.unpack(handle.read(_RECORD.size))
+                body = handle.read(length)
+                if crc32c.crc32c(body) != crc:
+                    raise CorruptEntryError(path, map_offset, "ledgers map checksum mismatch")
+                (stored_count,) = struct.unpack_from(">I", body, 16)
+                if stored_count != count:
+                    raise CorruptEntryError(
+                        path, map_offset, "ledgers map count differs from the header's"
+                    )
+                return {
+                    lid: size
+                    for lid, size in (
+                        _MAP_ENTRY.unpack_from(body, 20 + 16 * i) for i in range(count)
+                    )
+                }
+        return self.scan_ledgers(log_id)
+
+    def _walk(
+        self, log_id: int, *, with_bodies: bool
+    ) -> Iterator[tuple[int, int, int, int, bytes | None]]:
+        """(ledger id, entry id, record offset, body length, body or None) of each record, in order,
+        up to the ledgers map or a torn tail. Without bodies only the ids are read; with them,
+        a checksum mismatch raises ``CorruptEntryError``."""
+        path = self.path(log_id)
+        with open(path, "rb") as handle:
+            offset = HEADER_SIZE
+            handle.seek(offset)
+            while True:
+                head = handle.read(_RECORD.size)
+                if len(head) < _RECORD.size:
+                    return
+                length, expected_crc = _RECORD.unpack(head)
+                body = handle.read(length if with_bodies else 16)
+                if len(body) < (length if with_bodies else 16) or length < 16:
+                    return  # torn tail
+                ledger_id, entry_id = _IDS.unpack_from(body, 0)
+                if ledger_id == -1 and entry_id == LEDGERS_MAP_ENTRY_ID:
+                    return
+                if with_bodies and crc32c.crc32c(body) != expected_crc:
+                    raise CorruptEntryError(path, offset, "checksum mismatch")
+                yield ledger_id, entry_id, offset, length, body if with_bodies else None
+                offset += _RECORD.size + length
+                if not with_bodies:
+                    handle.seek(offset)
+
+    def scan_ledgers(self, log_id: int) -> dict[int, int]:
+        """Ledger id -> bytes, by reading every record's ids (stops at a torn tail)."""
+        sizes: dict[int, int] = defaultdict(int)
+        for ledger_id, _, _, length, _ in self._walk(log_id, with_bodies=False):
+            sizes[ledger_id] += _RECORD.size + length
+        return dict(sizes)
+
+    def file_size(self, log_id: int) -> int:
+        return os.path.getsize(self.path(log_id))
+
+    def records(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
+        """(ledger id, entry id, record offset, entry) of every valid record of a log, in order;
+        stops at the ledgers map or a torn tail, raises ``CorruptEntryError`` on a bad checksum."""
+        for ledger_id, entry_id, offset, _, body in self._walk(log_id, with_bodies=True):
+            assert body is not None
+            yield ledger_id, entry_id, offset, body
+
+    def delete(self, log_id: int) -> None:
+        if log_id >= self.writable_floor:
+            raise EntryLogError(f"cannot delete the active entry log {log_id}")
+        with self._fd_lock:
+            fd = self._read_fds.pop(log_id, None)
+            if fd is not None:
+                os.close(fd)
+        os.unlink(self.path(log_id))
+        fsync_directory(self.directory)

@@ -1,0 +1,161 @@
+"""The entry-location index and per-ledger state, in LMDB (docs/formats/index.md).
+
+Two named databases in one LMDB environment:
+
+* ``locations``: key ``ledgerId (8, big-endian) || entryId (8)`` -> value ``location (8)``.
+  Keys sort by ledger then entry, so "last entry of a ledger" is one reverse seek and deleting a
+  ledger is one range.
+* ``ledgers``: key ``ledgerId (8)`` -> ``LedgerData`` protobuf (exists, fenced, masterKey,
+  explicitLac), BookKeeper's own DbLedgerStorage record.
+
+Why LMDB (``bench/index_store.py``, 3M keys = 1M ledgers x 3 entries, this machine): 6.7M
+batched durable puts/s, 484k point lookups/s and 531k last-entry seeks/s, against RocksDB's
+3.8M / 176k / 135k and SQLite's 0.54M / 170k / 174k. It is a copy-on-write B+tree: a commit is
+durable when it returns, and a crash leaves the last committed state with no log to replay. A
+million ledgers cost a million small keys in one file, not a million files.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
+
+import lmdb
+
+from bookkeeper_py.wire.proto import data_formats_pb2 as formats
+
+_KEY = struct.Struct(">qq")
+_LEDGER = struct.Struct(">q")
+_LOCATION = struct.Struct(">Q")
+MAX_ENTRY_ID = 2**63 - 1
+_PUT_SLICE = 1024
+
+
+class LedgerIndexError(Exception):
+    """The index store failed."""
+
+
+class LedgerIndex:
+    """Entry locations and ledger states of one ledger directory. Thread-safe."""
+
+    def __init__(self, directory: str, map_size: int = 1 << 40) -> None:
+        try:
+            self._env = lmdb.open(
+                directory,
+                map_size=map_size,
+                max_dbs=4,
+                sync=True,
+                metasync=True,
+                readahead=False,
+                lock=True,
+            )
+        except lmdb.Error as error:
+            raise LedgerIndexError(
+                f"cannot open the ledger index in {directory}: {error}"
+            ) from error
+        self._locations = self._env.open_db(b"locations")
+        self._ledgers = self._env.open_db(b"ledgers")
+
+    def close(self) -> None:
+        self._env.close()
+
+    def commit(
+        self,
+        locations: Iterable[tuple[int, Sequence[int], Sequence[int]]],
+        ledgers: Iterable[tuple[int, formats.LedgerData]],
+    ) -> None:
+        """Writes entry locations and ledger states in one durable commit. ``locations`` holds
+        ``(ledger, entry ids, their locations)`` runs.
+
+        Runs given in (ledger, entry) order are written as they come (LMDB inserts sorted keys
+        fastest). Keys and values are packed by C-level ``map`` loops, in slices: a checkpoint
+        writes every entry of the write cache here while holding the GIL, and one ``putmulti``
+        holds it throughout."""
+        with self._env.begin(write=True) as txn:
+            cursor = txn.cursor(self._locations)
+            for ledger_id, entry_ids, places in locations:
+                for start in range(0, len(entry_ids), _PUT_SLICE):
+                    ids = entry_ids[start : start + _PUT_SLICE]
+                    keys = map(_KEY.pack, repeat(ledger_id), ids)
+                    values = map(_LOCATION.pack, places[start : start + _PUT_SLICE])
+                    cursor.putmulti(zip(keys, values, strict=True))
+            for ledger_id, data in ledgers:
+                txn.put(_LEDGER.pack(ledger_id), data.SerializeToString(), db=self._ledgers)
+
+    def location(self, ledger_id: int, entry_id: int) -> int | None:
+        with self._env.begin(db=self._locations) as txn:
+            value = txn.get(_KEY.pack(ledger_id, entry_id))
+        return None if value is None else int(_LOCATION.unpack(value)[0])
+
+    def last_entry(self, ledger_id: int) -> int:
+        """The largest entry id indexed for the ledger, -1 if none."""
+        with self._env.begin(db=self._locations) as txn:
+            cursor = txn.cursor()
+            # Seek past the ledger's last possible key, then step back one.
+            if cursor.set_range(_KEY.pack(ledger_id, MAX_ENTRY_ID)):
+                key_ledger, entry_id = _KEY.unpack(cursor.key())
+                if key_ledger == ledger_id:
+                    return int(entry_id)
+                found = cursor.prev()
+            else:
+                found = cursor.last()
+            if not found:
+                return -1
+            key_ledger, entry_id = _KEY.unpack(cursor.key())
+            return int(entry_id) if key_ledger == ledger_id else -1
+
+    def ledger(self, ledger_id: int) -> formats.LedgerData | None:
+        with self._env.begin(db=self._ledgers) as txn:
+            value = txn.get(_LEDGER.pack(ledger_id))
+        if value is None:
+            return None
+        data = formats.LedgerData()
+        data.ParseFromString(value)
+        return data
+
+    def ledger_ids(self) -> Iterator[int]:
+        """Every ledger with a state, increasing (read in a snapshot, in pages)."""
+        with self._env.begin(db=self._ledgers) as txn:
+            for key in txn.cursor().iternext(keys=True, values=False):
+                yield int(_LEDGER.unpack(key)[0])
+
+    def entries(self, ledger_id: int) -> Iterator[tuple[int, int]]:
+        """(entry id, location) of every indexed entry of the ledger, increasing."""
+        with self._env.begin(db=self._locations) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(_KEY.pack(ledger_id, 0)):
+                return
+            for key, value in cursor:
+                key_ledger, entry_id = _KEY.unpack(key)
+                if key_ledger != ledger_id:
+                    return
+                yield int(entry_id), int(_LOCATION.unpack(value)[0])
+
+    def move_locations(self, moves: list[tuple[int, int, int, int]]) -> int:
+        """Compaction's commit: for each (ledger, entry, old, new), point the entry at ``new`` only
+        if it still points at ``old``; one durable transaction. Returns how many moved."""
+        moved = 0
+        with self._env.begin(write=True, db=self._locations) as txn:
+            for ledger_id, entry_id, old, new in moves:
+                key = _KEY.pack(ledger_id, entry_id)
+                current = txn.get(key)
+                if current is not None and _LOCATION.unpack(current)[0] == old:
+                    txn.put(key, _LOCATION.pack(new))
+                    moved += 1
+        return moved
+
+    def delete_ledger(self, ledger_id: int) -> int:
+        """Removes a ledger's state and locations; returns the number of entries removed."""
+        removed = 0
+        with self._env.begin(write=True) as txn:
+            txn.delete(_LEDGER.pack(ledger_id), db=self._ledgers)
+            cursor = txn.cursor(self._locations)
+            positioned = cursor.set_range(_KEY.pack(ledger_id, 0))
+            while positioned:
+                key = cursor.key()
+                if not key or _KEY.unpack(key)[0] != ledger_id:
+                    break
+                positioned = cursor.delete()  # deletes and moves to the next key
+                removed += 1
+        return removed

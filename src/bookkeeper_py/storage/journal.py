@@ -1,0 +1,432 @@
+"""The bookie journal: append records, group-commit them with one write + fsync, replay them.
+
+Format (docs/formats/journal.md): files ``<16 hex digit id>.txn`` that start with a 16-byte
+header (magic ``PBKJ``, u32 format version 2, u64 file id) followed by *groups*, one per group
+commit::
+
+    u32 length              bytes of the group after this 8-byte header
+    u32 crc32c              CRC32C of those bytes
+    u32 count               records in the group
+    u8  type[count]         1 entry, 2 master key, 3 fence, 4 explicit LAC, 5 force
+    u32 length[count]       body length of each record
+    ...                     the bodies, back to back
+
+All integers are big-endian. A record is durable once the fsync of its group returned and is
+acknowledged only then, so a group is the unit of loss: at replay a short or failing group at the
+tail of the newest file is a torn write and is cut off whole; any other damage is corruption and
+replay stops with the file and offset. Framing a group once (one checksum, one header) instead of
+every record keeps the journal thread's per-entry work to a list append.
+
+Group commit: the journal thread takes every record queued while the previous fsync ran (up to
+``buffered_writes_threshold`` bytes, waiting up to ``max_group_wait_s`` for more when the queue
+runs empty), writes them with one ``write`` and makes them durable with one ``fdatasync``. A
+failed fsync fails every waiting record and every later one: the journal does not pretend the
+data reached the disk. A write that runs out of space fails only its own group.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import crc32c
+
+from bookkeeper_py.metrics import CounterMetric, OpStats
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PBKJ"
+FORMAT_VERSION = 2
+FILE_HEADER = struct.Struct(">4sIQ")
+GROUP_HEADER = struct.Struct(">II")  # length, crc
+_COUNT = struct.Struct(">I")
+MAX_GROUP_SIZE = 1024 * 1024 * 1024
+
+
+class RecordType(enum.IntEnum):
+    ENTRY = 1
+    MASTER_KEY = 2
+    FENCE = 3
+    EXPLICIT_LAC = 4
+    FORCE = 5
+
+
+_VALID_TYPES = frozenset(int(t) for t in RecordType)
+
+
+class JournalError(Exception):
+    """The journal could not make records durable; the bookie must stop taking writes."""
+
+
+class CorruptJournalError(JournalError):
+    """A group in the middle of the journal is damaged."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"journal {path} is corrupt at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+
+
+def journal_name(file_id: int) -> str:
+    return f"{file_id:016x}.txn"
+
+
+def list_journal_ids(directory: str) -> list[int]:
+    ids = []
+    for name in os.listdir(directory):
+        stem, _, ext = name.partition(".")
+        if ext == "txn" and len(stem) == 16:
+            try:
+                ids.append(int(stem, 16))
+            except ValueError:
+                continue
+    return sorted(ids)
+
+
+def fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _parse_group(
+    data: bytes, offset: int
+) -> tuple[list[tuple[RecordType, bytes]], str | None, int]:
+    """(records, problem, end of the group) of the group at ``offset``."""
+    end = len(data)
+    if end - offset < GROUP_HEADER.size:
+        return [], "truncated group header", end
+    length, crc = GROUP_HEADER.unpack_from(data, offset)
+    start = offset + GROUP_HEADER.size
+    group_end = start + length
+    if length < _COUNT.size or length > MAX_GROUP_SIZE:
+        return [], f"impossible group length {length}", end
+    if group_end > end:
+        return [], "truncated group", end
+    payload = memoryview(data)[start:group_end]
+    if crc32c.crc32c(payload) != crc:
+        return [], "group checksum mismatch", group_end
+    (count,) = _COUNT.unpack_from(payload, 0)
+    lengths_at = _COUNT.size + count
+    bodies_at = lengths_at + 4 * count
+    if bodies_at > length:
+        return [], f"a group of {length} bytes cannot hold {count} records", group_end
+    lengths = struct.unpack_from(f">{count}I", payload, lengths_at)
+    if bodies_at + sum(lengths) != length:
+        return [], "record lengths do not add up to the group length", group_end
+    records: list[tuple[RecordType, bytes]] = []
+    position = start + bodies_at
+    for record_type, body_length in zip(payload[_COUNT.size : lengths_at], lengths, strict=True):
+        if record_type not in _VALID_TYPES:
+            return [], f"unknown record type {record_type}", group_end
+        records.append((RecordType(record_type), data[position : position + body_length]))
+        position += body_length
+    return records, None, group_end
+
+
+def _torn_tail(data: bytes, offset: int, problem: str) -> bool:
+    # Groups are written one after another, so a torn write leaves a damaged group with nothing
+    # but zeros (preallocated space) or the end of the file after it. A damaged group followed by
+    # more data is corruption.
+    if problem in ("truncated group header", "truncated group"):
+        return True
+    length = struct.unpack_from(">I", data, offset)[0]
+    end = offset + GROUP_HEADER.size + length
+    return end >= len(data) or not data[end:].strip(b"\0")
+
+
+def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]:
+    """Yields (type, body, offset just past its group) of every record of every valid group; cuts
+    a torn tail off the newest file and raises ``CorruptJournalError`` for any other damage."""
+    with open(path, "r+b" if is_last else "rb") as handle:
+        data = handle.read()
+        if len(data) < FILE_HEADER.size:
+            if is_last:
+                handle.truncate(0)
+                return
+            raise CorruptJournalError(path, 0, "file shorter than its header")
+        magic, version, _ = FILE_HEADER.unpack_from(data, 0)
+        if magic != MAGIC or version != FORMAT_VERSION:
+            raise CorruptJournalError(path, 0, f"bad magic {magic!r} or version {version}")
+        offset = FILE_HEADER.size
+        while offset < len(data):
+            if not data[offset : offset + GROUP_HEADER.size].strip(b"\0") and not data[
+                offset:
+            ].strip(b"\0"):
+                return  # preallocated space: the end of the data in this file
+            records, problem, group_end = _parse_group(data, offset)
+            if problem is not None:
+                if is_last and _torn_tail(data, offset, problem):
+                    log.warning(
+                        "journal %s: cutting torn tail at offset %d (%s)", path, offset, problem
+                    )
+                    handle.truncate(offset)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                    return
+                raise CorruptJournalError(path, offset, problem)
+            for record_type, body in records:
+                yield record_type, body, group_end
+            offset = group_end
+
+
+def replay(
+    directory: str, mark: tuple[int, int] | None
+) -> Iterator[tuple[RecordType, bytes, int, int]]:
+    """Yields (type, body, file id, offset just past its group) of every record in the groups at
+    or after ``mark`` (every record when there is none), in order. Marks fall on group ends."""
+    ids = list_journal_ids(directory)
+    start_file, start_offset = mark if mark is not None else (-1, 0)
+    for position, file_id in enumerate(ids):
+        if file_id < start_file:
+            continue
+        path = os.path.join(directory, journal_name(file_id))
+        for record_type, body, group_end in scan(path, is_last=position == len(ids) - 1):
+            if file_id == start_file and group_end <= start_offset:
+                continue
+            yield record_type, body, file_id, group_end
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+# Called on the journal thread with the tokens of a durable group, or with the tokens of failed
+# records and the error. Records appended with token None are not reported.
+Callback = Callable[[list[Any], Exception | None], None]
+
+
+class Journal:
+    """Group-committing journal in one directory, written by its own thread."""
+
+    def __init__(
+        self,
+        directory: str,
+        on_synced: Callback,
+        *,
+        max_file_size: int = 2 * 1024**3,
+        buffered_writes_threshold: int = 512 * 1024,
+        sync_data: bool = True,
+        preallocate_bytes: int = 16 * 1024 * 1024,
+        max_group_wait_s: float = 0.0,
+        sync_stats: OpStats | None = None,
+        records_added: CounterMetric | None = None,
+    ) -> None:
+        self.directory = directory
+        self._on_synced = on_synced
+        self._max_file_size = max_file_size
+        self._threshold = buffered_writes_threshold
+        self._sync_data = sync_data
+        self._preallocate = preallocate_bytes
+        # journalMaxGroupWaitMSec: how long a group may wait for more records once the queue is
+        # empty. 0 (our default) writes as soon as the queue is empty: records that arrive while
+        # an fsync runs are grouped anyway, and waiting would only add latency to a lone writer.
+        self._max_group_wait_s = max_group_wait_s
+        self._sync_stats = sync_stats
+        self._records_added = records_added
+        self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
+        self._queue: queue.SimpleQueue[tuple[int, bytes, Any] | None] = queue.SimpleQueue()
+        self._failure: Exception | None = None
+        self._thread: threading.Thread | None = None
+        self._fd = -1
+        self._file_id = -1
+        self._size = 0
+        # (file id, offset) just past the last group written: a LastLogMark candidate.
+        self.position: tuple[int, int] = (-1, 0)
+        # Set while the last write ran out of space; cleared by the next write that fits.
+        self.out_of_space = False
+
+    def open(self, next_file_id: int) -> None:
+        """Starts a new journal file and the writer thread."""
+        self._roll(next_file_id)
+        self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
+        self._thread.start()
+
+    @property
+    def failure(self) -> Exception | None:
+        return self._failure
+
+    def _roll(self, file_id: int) -> None:
+        """Starts file ``file_id``; the current file stays in use if the new one cannot be made."""
+        path = os.path.join(self.directory, journal_name(file_id))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, FILE_HEADER.pack(MAGIC, FORMAT_VERSION, file_id))
+            os.fsync(fd)
+            fsync_directory(self.directory)
+        except OSError:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._file_id = file_id
+        self._size = self._allocated = FILE_HEADER.size
+        self.position = (file_id, FILE_HEADER.size)
+
+    @property
+    def queued(self) -> int:
+        """Records waiting for the journal thread."""
+        return self._queue.qsize()
+
+    def append(self, record_type: RecordType, body: bytes, token: Any) -> None:
+        """Queues a record; ``on_synced`` reports ``token`` once the record is durable (or failed)."""
+        self._queue.put((record_type, body, token))
+
+    def _run(self) -> None:
+        get, get_nowait = self._queue.get, self._queue.get_nowait
+        while True:
+            first = get()
+            if first is None:
+                break
+            batch = [first]
+            size = len(first[1])
+            stop = False
+            deadline = time.monotonic() + self._max_group_wait_s
+            while size < self._threshold:
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    try:
+                        item = get(timeout=remaining)
+                    except queue.Empty:
+                        break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+                size += len(item[1])
+            self._commit(batch)
+            if stop:
+                break
+
+    def _commit(self, batch: list[tuple[int, bytes, Any]]) -> None:
+        tokens = [token for _, _, token in batch if token is not None]
+        if self._failure is not None:
+            self._on_synced(tokens, self._failure)
+            return
+        try:
+            if self._size >= self._max_file_size:
+                try:
+                    self._roll(self._file_id + 1)
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+                    self.out_of_space = True
+                    log.error(
+                        "journal: disk full, cannot start a new file; failing %d records",
+                        len(batch),
+                    )
+                    self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
+                    return
+            count = len(batch)
+            bodies = [body for _, body, _ in batch]
+            payload = b"".join(
+                (
+                    _COUNT.pack(count),
+                    bytes([record_type for record_type, _, _ in batch]),
+                    struct.pack(f">{count}I", *map(len, bodies)),
+                    *bodies,
+                )
+            )
+            view = memoryview(GROUP_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload)
+            total = len(view)
+            try:
+                if self._preallocate > 0 and self._size + total > self._allocated:
+                    # Grow the file ahead of the writes so that a group's fdatasync need not
+                    # also record a new file size. Replay stops at the zeros that follow.
+                    # Never past the roll size: preallocation must not cost more than a full file.
+                    grow = max(min(self._preallocate, self._max_file_size - self._allocated), total)
+                    os.posix_fallocate(self._fd, self._allocated, grow)
+                    self._allocated += grow
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+            except OSError as error:
+                if error.errno != errno.ENOSPC or not self._cut_partial_group():
+                    raise
+                # Out of space while writing: the partial group is cut off again and nothing in it
+                # was acknowledged, so the journal stays usable once space is freed.
+                self.out_of_space = True
+                log.error(
+                    "journal %s: disk full; failing %d records",
+                    journal_name(self._file_id),
+                    len(batch),
+                )
+                self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
+                return
+            self._size += total
+            self.position = (self._file_id, self._size)
+            self.out_of_space = False
+            if self._sync_data:
+                started = time.perf_counter()
+                os.fdatasync(self._fd)
+                if self._sync_stats is not None:
+                    self._sync_stats.success(time.perf_counter() - started)
+            if self._records_added is not None:
+                self._records_added.inc(len(batch))
+        except OSError as error:
+            self._failure = JournalError(
+                f"journal {journal_name(self._file_id)} in {self.directory}: write or fsync failed: {error}; "
+                "the bookie takes no more writes on this journal"
+            )
+            log.error("%s", self._failure)
+            self._on_synced(tokens, self._failure)
+            return
+        self._on_synced(tokens, None)
+
+    def _cut_partial_group(self) -> bool:
+        """Truncates the file back to the end of the last whole group; False if even that fails."""
+        try:
+            os.ftruncate(self._fd, self._size)
+            os.lseek(self._fd, self._size, os.SEEK_SET)
+            self._allocated = self._size
+        except OSError:
+            log.exception("journal %s: cannot cut a partial group", journal_name(self._file_id))
+            return False
+        return True
+
+    def delete_before(self, file_id: int) -> list[int]:
+        """Deletes the journal files older than ``file_id`` (never the one being written)."""
+        deleted = [
+            old
+            for old in list_journal_ids(self.directory)
+            if old < file_id and old != self._file_id
+        ]
+        for old in deleted:
+            os.unlink(os.path.join(self.directory, journal_name(old)))
+        if deleted:
+            fsync_directory(self.directory)
+        return deleted
+
+    def close(self) -> None:
+        """Writes and syncs what is queued, then stops the thread."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._fd >= 0:
+            if self._allocated > self._size:
+                try:
+                    os.ftruncate(self._fd, self._size)  # give back the preallocated space
+                except OSError:
+                    log.warning(
+                        "journal %s: could not trim preallocated space", journal_name(self._file_id)
+                    )
+            os.close(self._fd)
+            self._fd = -1

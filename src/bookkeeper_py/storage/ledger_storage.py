@@ -1,0 +1,406 @@
+"""Ledger storage: a write cache in front of interleaved entry logs and an LMDB index.
+
+Adds go into the *write cache* (and the journal, which the engine handles). A checkpoint swaps the
+write cache for an empty one, writes the swapped entries sorted by (ledger, entry) to the entry
+log, fsyncs it, then commits their locations and every changed ledger state to the index in one
+durable transaction; only then is the swapped cache dropped. Reads look in the current cache, the
+cache being flushed, then the index and the entry log.
+
+Per-ledger state (master key, fenced, explicit LAC) is cached in memory for the ledgers in use and
+loaded from the index on demand; changed states stay in memory until a checkpoint persists them.
+
+"No such ledger / entry" is answered only from the caches and the index. A failure to read the
+entry log (I/O error, checksum mismatch) is ``StorageIOError``: the bookie answers EIO.
+"""
+
+from __future__ import annotations
+
+import heapq
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+
+from bookkeeper_py.storage.entry_log import EntryLogError, EntryLogger
+from bookkeeper_py.storage.index import LedgerIndex
+from bookkeeper_py.wire.proto import data_formats_pb2 as formats
+
+log = logging.getLogger(__name__)
+
+
+_READ_ATTEMPTS = 4  # reads of one entry that compaction may move away under the reader
+_RELEASE_SLICE = 1024  # entries of a flushed generation freed at a time
+_GIL_PAUSE_S = 0.00005
+
+
+class StorageIOError(Exception):
+    """Reading stored data failed; the answer is unknown, not absent."""
+
+
+class NoLedgerError(Exception):
+    """The storage holds nothing of this ledger."""
+
+
+class NoEntryError(Exception):
+    """The storage knows the ledger but not this entry."""
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    """A ledger's state on this bookie."""
+
+    master_key: bytes
+    fenced: bool = False
+    explicit_lac: bytes | None = None
+
+    def to_proto(self) -> formats.LedgerData:
+        data = formats.LedgerData(exists=True, fenced=self.fenced, masterKey=self.master_key)
+        if self.explicit_lac is not None:
+            data.explicitLac = self.explicit_lac
+        return data
+
+
+@dataclass(slots=True)
+class _Generation:
+    """One generation of the write cache: ledger id -> entry id -> entry bytes.
+
+    Keyed per ledger so that a checkpoint walks ledgers in order over int keys that arrive almost
+    sorted, instead of sorting (ledger, entry) tuples."""
+
+    ledgers: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    last_entry: dict[int, int] = field(default_factory=dict)
+    dirty_ledgers: set[int] = field(default_factory=set)
+    size_bytes: int = 0
+    count: int = 0
+
+
+def _merge_into(current: _Generation, older: _Generation) -> None:
+    """Adds an older generation's entries and dirty ledgers to ``current``, keeping newer entries."""
+    for ledger_id, entries in older.ledgers.items():
+        target = current.ledgers.get(ledger_id)
+        if target is None:
+            current.ledgers[ledger_id] = target = {}
+        for entry_id, entry in entries.items():
+            if entry_id not in target:
+                target[entry_id] = entry
+                current.size_bytes += len(entry)
+                current.count += 1
+        last = older.last_entry.get(ledger_id, -1)
+        if last > current.last_entry.get(ledger_id, -1):
+            current.last_entry[ledger_id] = last
+    current.dirty_ledgers |= older.dirty_ledgers
+
+
+def _release(generation: _Generation) -> None:
+    """Frees a flushed generation a slice at a time with a short sleep between slices. Dropped at
+    once, its entries (a write cache's worth) are freed in one C-level call holding the GIL for
+    milliseconds, which the bookie's loop and journal threads wait for; a sleep, unlike a bare
+    release, lets a waiting thread take the GIL before this one takes it back."""
+    ledgers = generation.ledgers
+    while ledgers:
+        _, entries = ledgers.popitem()
+        while len(entries) > _RELEASE_SLICE:
+            for key in list(islice(entries, _RELEASE_SLICE)):
+                del entries[key]
+            time.sleep(_GIL_PAUSE_S)
+        entries.clear()
+        time.sleep(_GIL_PAUSE_S)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointResult:
+    entries: int
+    bytes: int
+    ledgers: int
+
+
+class LedgerStorage:
+    """Entries and ledger states of one ledger directory."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        log_size_limit: int = 1024**3,
+        flush_entrylog_bytes: int = 0,
+        ledger_cache_size: int = 100_000,
+    ) -> None:
+        self.directory = directory
+        self.entry_logger = EntryLogger(directory, log_size_limit, flush_entrylog_bytes)
+        self.index = LedgerIndex(directory)
+        self._ledger_cache_size = ledger_cache_size
+        self._infos: dict[int, LedgerInfo] = {}
+        self._evict_at = ledger_cache_size
+        self._lock = threading.Lock()  # guards the swap of the current generation
+        self._current = _Generation()
+        self._flushing: _Generation | None = None
+        self._flush_lock = threading.Lock()  # one checkpoint at a time
+        self._hurry = threading.Event()  # a paced checkpoint goes at full speed
+        self._settled_floor = self.entry_logger.writable_floor
+
+    # -- ledger state --------------------------------------------------------------------------
+
+    def ledger(self, ledger_id: int) -> LedgerInfo | None:
+        info = self._infos.get(ledger_id)
+        if info is not None:
+            return info
+        data = self.index.ledger(ledger_id)
+        if data is None or not data.exists:
+            return None
+        info = LedgerInfo(
+            bytes(data.masterKey),
+            data.fenced,
+            bytes(data.explicitLac) if data.HasField("explicitLac") else None,
+        )
+        self._remember(ledger_id, info)
+        return info
+
+    def _remember(self, ledger_id: int, info: LedgerInfo) -> None:
+        self._infos[ledger_id] = info
+        if len(self._infos) > self._evict_at:
+            self._evict_clean()
+
+    def _evict_clean(self) -> None:
+        """Drops the oldest clean ledger states down to 90% of the cache size. Changed states stay
+        until a checkpoint persists them; if that leaves the cache over its size, the next scan
+        waits until it grew by another 10%, so a burst of new ledgers costs no scan per ledger."""
+        flushing = self._flushing
+        keep = self._current.dirty_ledgers | (
+            flushing.dirty_ledgers if flushing is not None else set()
+        )
+        excess = len(self._infos) - self._ledger_cache_size * 9 // 10
+        victims: list[int] = []
+        for ledger_id in self._infos:  # insertion order: oldest first
+            if len(victims) >= excess:
+                break
+            if ledger_id not in keep:
+                victims.append(ledger_id)
+        for ledger_id in victims:
+            del self._infos[ledger_id]
+        self._evict_at = max(
+            self._ledger_cache_size, len(self._infos) + self._ledger_cache_size // 10
+        )
+
+    def add_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
+        """The ledger's state, created with ``master_key`` if the ledger is new."""
+        info = self.ledger(ledger_id)
+        if info is None:
+            info = LedgerInfo(master_key)
+            self.mark_dirty(ledger_id)  # first: a dirty state is never evicted
+            self._remember(ledger_id, info)
+        elif not info.master_key:
+            info.master_key = master_key
+            self.mark_dirty(ledger_id)
+        return info
+
+    def mark_dirty(self, ledger_id: int) -> None:
+        with self._lock:
+            self._current.dirty_ledgers.add(ledger_id)
+
+    @staticmethod
+    def key_matches(info: LedgerInfo, master_key: bytes) -> bool:
+        """Constant-time comparison of a presented master key with the stored one."""
+        return hmac.compare_digest(info.master_key, master_key)
+
+    # -- entries -------------------------------------------------------------------------------
+
+    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        with self._lock:
+            current = self._current
+            entries = current.ledgers.get(ledger_id)
+            if entries is None:
+                entries = current.ledgers[ledger_id] = {}
+                current.last_entry[ledger_id] = entry_id
+            elif entry_id > current.last_entry[ledger_id]:
+                current.last_entry[ledger_id] = entry_id
+            previous = entries.get(entry_id)
+            entries[entry_id] = entry
+            if previous is None:
+                current.size_bytes += len(entry)
+                current.count += 1
+            else:  # a recovery add of an entry the cache holds already
+                current.size_bytes += len(entry) - len(previous)
+
+    @property
+    def write_cache_bytes(self) -> int:
+        """Bytes in the write cache not yet being flushed."""
+        return self._current.size_bytes
+
+    @property
+    def flushing_bytes(self) -> int:
+        flushing = self._flushing
+        return flushing.size_bytes if flushing is not None else 0
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        last = self._current.last_entry.get(ledger_id, -1)
+        flushing = self._flushing
+        if flushing is not None:
+            last = max(last, flushing.last_entry.get(ledger_id, -1))
+        return max(last, self.index.last_entry(ledger_id))
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        """Every entry id the bookie holds of the ledger, increasing (repeats possible while a
+        checkpoint moves entries from the write cache to the index)."""
+        if self.ledger(ledger_id) is None:
+            raise NoLedgerError(ledger_id)
+        # The write cache before the index: an entry a checkpoint moves in between is then
+        # seen in the cache, or in the index, or both, never in neither.
+        cached: list[int] = []
+        with self._lock:
+            for generation in (self._current, self._flushing):
+                if generation is not None:
+                    cached.extend(generation.ledgers.get(ledger_id, ()))
+        cached.sort()
+        indexed = (entry_id for entry_id, _ in self.index.entries(ledger_id))
+        return heapq.merge(cached, indexed)
+
+    def read(self, ledger_id: int, entry_id: int) -> bytes:
+        """The stored bytes of an entry; entry -1 is the last one."""
+        if self.ledger(ledger_id) is None:
+            raise NoLedgerError(ledger_id)
+        if entry_id == -1:
+            entry_id = self.last_entry_id(ledger_id)
+            if entry_id < 0:
+                raise NoEntryError(ledger_id, -1)
+        for generation in (self._current, self._flushing):
+            if generation is not None:
+                entries = generation.ledgers.get(ledger_id)
+                if entries is not None:
+                    entry = entries.get(entry_id)
+                    if entry is not None:
+                        return entry
+        location = self.index.location(ledger_id, entry_id)
+        if location is None:
+            raise NoEntryError(ledger_id, entry_id)
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                return self.entry_logger.read(location, ledger_id, entry_id)
+            except EntryLogError as error:
+                # Compaction may have moved the entry (maybe more than once) and deleted its old
+                # log after we looked it up: read again only where the index now points.
+                moved = self.index.location(ledger_id, entry_id)
+                if moved is None or moved == location:
+                    raise StorageIOError(str(error)) from error
+                location = moved
+        raise StorageIOError(
+            f"ledger {ledger_id} entry {entry_id} moved {_READ_ATTEMPTS} times while being read"
+        )
+
+    # -- checkpoint ----------------------------------------------------------------------------
+
+    def checkpoint(self, pace_s: float = 0.0) -> CheckpointResult:
+        """Persists everything added before this call to the entry log and the index.
+
+        The caller captures the journal position *before* calling; once this returns, every
+        record before that position is durable outside the journal. With ``pace_s`` the entry-log
+        writes are spread over that many seconds (pausing after the flushes along the way, see
+        ``flushEntrylogBytes``) unless ``hurry()`` is called: a checkpoint at full speed takes
+        the disk from the journal, whose fsyncs then wait behind it.
+        """
+        with self._flush_lock:
+            with self._lock:
+                assert self._flushing is None, (
+                    "a checkpoint must never replace a generation in flight"
+                )
+                flushing = self._current
+                self._current = _Generation()
+                self._flushing = flushing
+            logger = self.entry_logger
+            if pace_s > 0 and flushing.size_bytes:
+                logger.after_flush = self._pacer(pace_s, flushing.size_bytes)
+            try:
+                locations: list[tuple[int, list[int], list[int]]] = []
+                for ledger_id in sorted(flushing.ledgers):
+                    entries = flushing.ledgers[ledger_id]
+                    entry_ids = sorted(entries)
+                    in_order = list(map(entries.__getitem__, entry_ids))
+                    placed = self.entry_logger.add_many(ledger_id, in_order)
+                    locations.append((ledger_id, entry_ids, placed))
+                self.entry_logger.flush()
+                states = []
+                for ledger_id in sorted(flushing.dirty_ledgers):
+                    info = self._infos.get(ledger_id)
+                    if info is None:
+                        raise RuntimeError(
+                            f"ledger {ledger_id} changed but its state left the cache unsaved"
+                        )
+                    states.append((ledger_id, info.to_proto()))
+                self.index.commit(locations, states)
+            except BaseException:
+                # Nothing may be lost: the failed generation is merged back into the current one
+                # (newer entries win) before it stops being "flushing", so a reader always finds
+                # every entry in one of the two; the next checkpoint retries it in a new log.
+                with self._lock:
+                    _merge_into(self._current, flushing)
+                    self._flushing = None
+                self.entry_logger.abandon_active()
+                raise
+            finally:
+                logger.after_flush = None
+            with self._lock:
+                self._flushing = None
+            self.settle()
+            _release(flushing)
+            return CheckpointResult(flushing.count, flushing.size_bytes, len(states))
+
+    def _pacer(self, pace_s: float, total_bytes: int) -> Callable[[], None]:
+        """Sleeps after a flush while the writes are ahead of a steady pace over ``pace_s``."""
+        started = time.monotonic()
+        logger = self.entry_logger
+        base = logger.written
+
+        def pace() -> None:
+            due = started + pace_s * min(1.0, (logger.written - base) / total_bytes)
+            delay = due - time.monotonic()
+            if delay > 0:
+                self._hurry.wait(delay)
+
+        return pace
+
+    def hurry(self, hurry: bool = True) -> None:
+        """Lets a paced checkpoint run at full speed (the write cache fills, or the bookie stops),
+        or (``False``) lets the next one be paced again."""
+        if not hurry:
+            self._hurry.clear()
+        elif not self._hurry.is_set():  # called on every add while the write cache is over half
+            self._hurry.set()
+
+    def settle(self) -> None:
+        """Called with ``exclusive()`` held right after the index committed every location written
+        so far: the logs closed by now hold no record the index will ever learn about later."""
+        self._settled_floor = self.entry_logger.writable_floor
+
+    @property
+    def settled_log_floor(self) -> int:
+        """Entry logs below this id are closed and settled: each of their records is either in
+        the index already or never will be, so garbage collection may judge them by the index.
+        A log rolled in the middle of a checkpoint is not settled until that checkpoint committed
+        (its entries are not indexed yet), nor is a log whose file was just created."""
+        return self._settled_floor
+
+    def exclusive(self) -> threading.Lock:
+        """The lock held while writing entry logs (checkpoints, compaction): one writer at a time."""
+        return self._flush_lock
+
+    def delete_ledger(self, ledger_id: int) -> int:
+        """Removes everything of a deleted ledger: index state and locations, cached entries.
+
+        Its bytes in entry logs are reclaimed when those logs are deleted or compacted. Never runs
+        during a checkpoint (which would find the ledger's changed state gone)."""
+        with self._flush_lock:
+            with self._lock:
+                removed = self._current.ledgers.pop(ledger_id, None)
+                if removed:
+                    self._current.size_bytes -= sum(len(entry) for entry in removed.values())
+                    self._current.count -= len(removed)
+                self._current.last_entry.pop(ledger_id, None)
+                self._current.dirty_ledgers.discard(ledger_id)
+                self._infos.pop(ledger_id, None)
+            return self.index.delete_ledger(ledger_id)
+
+    def close(self) -> None:
+        self.entry_logger.close()
+        self.index.close()

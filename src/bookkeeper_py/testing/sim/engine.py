@@ -1,0 +1,165 @@
+"""The storage engine's interface over a simulated disk and clock, so that the simulator runs the
+real request handling of ``bookkeeper_py.server.bookie.Bookie``: master keys, fencing, recovery
+adds, the LAC it keeps, long polls, DEFERRED_SYNC and FORCE_LEDGER, explicit LACs.
+
+What it does not run is the real storage engine (journal files, entry logs, the index): records
+go to a ``Disk`` that keeps them in memory, loses the unsynced ones on a crash and can lose
+everything; a sync after ``sync_delay_ms`` completes every record queued before it, as the
+journal's group commit does. A bookie restarts by replaying what the disk kept.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+from bookkeeper_py.storage.ledger_storage import (
+    LedgerInfo,
+    NoEntryError,
+    NoLedgerError,
+    StorageIOError,
+)
+from bookkeeper_py.testing.sim.disk import Disk
+from bookkeeper_py.testing.sim.scheduler import Simulation, Timer
+from bookkeeper_py.wire.status import StatusCode
+
+SyncCallback = Callable[[list[Any], Exception | None], None]
+
+
+class SimLoop:
+    """The few asyncio loop calls the bookie makes, on the simulation's virtual clock."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def is_closed(self) -> bool:
+        return False
+
+    def call_soon_threadsafe(self, callback: Callable[..., None], *args: Any) -> Timer:
+        return self.sim.call_later(0, lambda: callback(*args))
+
+    def call_later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> Timer:
+        return self.sim.call_later(delay_s * 1000, lambda: callback(*args))
+
+
+class SimEngine:
+    """``StorageEngine``'s methods used by the bookie, over a ``Disk``."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        disk: Disk,
+        synced: SyncCallback,
+        *,
+        sync_delay_ms: float,
+        read_error_probability: Callable[[], float],
+        read_error: Callable[[], StatusCode],
+    ) -> None:
+        self.sim, self.disk, self._synced = sim, disk, synced
+        self.sync_delay_ms = sync_delay_ms
+        self._read_error_probability = read_error_probability
+        self._read_error = read_error
+        self.storage = self  # the bookie compares keys through ``engine.storage``
+        self.failure: Exception | None = None
+        self.write_cache_full = False
+        self._ledgers: dict[int, LedgerInfo] = {}
+        self._entries: dict[int, dict[int, bytes]] = {}
+        self._tokens: list[Any] = []
+        self._sync_timer: Timer | None = None
+        self._replay()
+
+    def _replay(self) -> None:
+        for record in self.disk.durable:
+            kind, ledger_id = record[0], record[1]
+            assert isinstance(ledger_id, int)
+            if kind == "key":
+                key = record[2]
+                assert isinstance(key, bytes)
+                self._ledgers.setdefault(ledger_id, LedgerInfo(key))
+            elif kind == "entry":
+                entry_id, body = record[2], record[3]
+                assert isinstance(entry_id, int) and isinstance(body, bytes)
+                self._entries.setdefault(ledger_id, {})[entry_id] = body
+            elif kind == "fence":
+                self._ledgers[ledger_id].fenced = True
+            elif kind == "lac":
+                body = record[2]
+                assert isinstance(body, bytes)
+                self._ledgers[ledger_id].explicit_lac = body
+
+    def stop(self) -> None:
+        """A crash: queued records are never answered (the disk decides what survives)."""
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
+        self._tokens = []
+
+    # -- the interface -------------------------------------------------------------------------
+
+    def start(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.stop()
+
+    @staticmethod
+    def key_matches(info: LedgerInfo, master_key: bytes) -> bool:
+        return hmac.compare_digest(info.master_key, master_key)
+
+    def ledger(self, ledger_id: int) -> LedgerInfo | None:
+        return self._ledgers.get(ledger_id)
+
+    def create_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
+        info = self._ledgers[ledger_id] = LedgerInfo(master_key)
+        self.disk.write(("key", ledger_id, master_key))
+        return info
+
+    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None:
+        self._entries.setdefault(ledger_id, {})[entry_id] = entry
+        self._append(("entry", ledger_id, entry_id, entry), token)
+
+    def fence(self, ledger_id: int, token: Any) -> None:
+        self._ledgers[ledger_id].fenced = True
+        self._append(("fence", ledger_id), token)
+
+    def set_explicit_lac(self, ledger_id: int, body: bytes, token: Any) -> None:
+        self._ledgers[ledger_id].explicit_lac = body
+        self._append(("lac", ledger_id, body), token)
+
+    def force(self, ledger_id: int, token: Any) -> None:
+        self._append(None, token)
+
+    def read(self, ledger_id: int, entry_id: int) -> bytes:
+        if self.sim.random.random() < self._read_error_probability():
+            if self._read_error() == StatusCode.ENOENTRY:
+                raise NoEntryError(f"ledger {ledger_id} entry {entry_id}")  # the #2908 bug
+            raise StorageIOError(f"simulated read error: ledger {ledger_id} entry {entry_id}")
+        entries = self._entries.get(ledger_id)
+        if entries is None:
+            if ledger_id in self._ledgers:
+                raise NoEntryError(f"ledger {ledger_id} holds no entries")
+            raise NoLedgerError(f"ledger {ledger_id}")
+        if entry_id == -1:
+            if not entries:
+                raise NoEntryError(f"ledger {ledger_id} holds no entries")
+            entry_id = max(entries)
+        body = entries.get(entry_id)
+        if body is None:
+            raise NoEntryError(f"ledger {ledger_id} entry {entry_id}")
+        return body
+
+    # -- group commit ----------------------------------------------------------------------------
+
+    def _append(self, record: tuple[object, ...] | None, token: Any) -> None:
+        if record is not None:
+            self.disk.write(record)
+        self._tokens.append(token)
+        if self._sync_timer is None:
+            self._sync_timer = self.sim.call_later(self.sync_delay_ms, self._sync)
+
+    def _sync(self) -> None:
+        self._sync_timer = None
+        tokens, self._tokens = self._tokens, []
+        error = None if self.disk.sync() else OSError("simulated fsync failure")
+        self._synced(tokens, error)
