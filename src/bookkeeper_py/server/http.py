@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from bookkeeper_py.metrics import PrometheusMetrics
+from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server.bookie import Bookie
 from bookkeeper_py.storage.entry_log import log_name
 from bookkeeper_py.storage.journal import journal_name, list_journal_ids

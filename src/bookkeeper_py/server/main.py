@@ -17,7 +17,7 @@ from aiohttp import web
 from bookkeeper_py.auth import bookie_provider
 from bookkeeper_py.errors import MetadataStoreError, NoSuchLedgerError
 from bookkeeper_py.metadata.manager import MetadataClient
-from bookkeeper_py.metrics import PrometheusMetrics
+from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server import config
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
