@@ -7,7 +7,7 @@ import hmac
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -27,10 +27,23 @@ from bookkeeper_py.core.placement import (
 )
 from bookkeeper_py.core.quorum import check_quorum_sizes
 from bookkeeper_py.core.reader import ReplicaHealth
+from bookkeeper_py.metadata.driver import parse_uri
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.wire.digest import DigestType
 
 log = logging.getLogger(__name__)
+
+
+def password_bytes(password: str | bytes | bytearray | memoryview) -> bytes:
+    """A ledger password as the bookies see it: ``bytes`` as given, ``str`` encoded UTF-8 (as
+    Java's client takes ``"pw".getBytes(UTF_8)``)."""
+    if isinstance(password, str):
+        return password.encode()
+    if isinstance(password, bytes | bytearray | memoryview):
+        return bytes(password)
+    raise errors.IncorrectParameterError(
+        f"a ledger password is str or bytes, got {type(password).__name__}"
+    )
 
 
 def placement_policy(config: ClientConfig, rng: random.Random) -> PlacementPolicy:
@@ -48,11 +61,46 @@ def placement_policy(config: ClientConfig, rng: random.Random) -> PlacementPolic
 
 
 class BookKeeper:
-    """A client of one BookKeeper cluster, named by its metadata service URI."""
+    """A client of one BookKeeper cluster, named by its metadata service URI.
 
-    def __init__(self, metadata: MetadataClient, config: ClientConfig | None = None) -> None:
-        self.metadata = metadata
-        self.config = config = config or ClientConfig()
+    Opens the way asyncio clients do (redis-py's ``redis.asyncio``, aiokafka, asyncpg)::
+
+        async with BookKeeper("zk+hierarchical://127.0.0.1:2181/ledgers") as bk:
+            ...
+        bk = await BookKeeper.connect(uri)  # or: bk = await BookKeeper(uri)
+        ...
+        await bk.close()
+
+    A client made with ``BookKeeper(uri)`` and not awaited connects on its first operation.
+    ``options`` are ``ClientConfig`` fields (over ``config``): with ``tls``, every bookie
+    connection is upgraded to TLS (and the bookie's certificate checked); with ``auth``,
+    authenticated with that plugin. A malformed URI raises ``ValueError`` at once, naming the
+    accepted schemes; an unreachable store raises ``MetadataUnavailableError`` within
+    ``metadata_timeout_s`` of connecting.
+    """
+
+    def __init__(
+        self,
+        metadata: str | MetadataClient,
+        config: ClientConfig | None = None,
+        **options: Any,
+    ) -> None:
+        config = replace(config, **options) if config and options else config
+        self.config = config = config or ClientConfig.of(options)
+        self._metadata: MetadataClient | None = None
+        self._bookies: BookieWatcher | None = None
+        self._connecting: asyncio.Future[None] | None = None
+        self._uri = ""
+        if isinstance(metadata, str):
+            parse_uri(metadata)  # a malformed URI fails here, not at the first operation
+            self._uri = metadata
+        elif isinstance(metadata, MetadataClient):
+            self._adopt(metadata)
+        else:
+            raise errors.IncorrectParameterError(
+                "a metadata service URI (str) or a MetadataClient is needed, got "
+                f"{type(metadata).__name__}"
+            )
         self.pool = BookiePool(
             self._resolve,
             use_v3=config.use_v3,
@@ -61,7 +109,6 @@ class BookKeeper:
             tls=config.tls,
             auth=config.auth,
         )
-        self.bookies = BookieWatcher(metadata)
         self._random = random.Random()
         self.placement = placement_policy(config, self._random)
         self.quarantine = Quarantine()
@@ -75,16 +122,65 @@ class BookKeeper:
     async def connect(
         cls, metadata_uri: str, config: ClientConfig | None = None, **options: Any
     ) -> BookKeeper:
-        """Connects to the metadata store; raises ``MetadataUnavailableError`` within
-        ``metadata_timeout_s``. ``options`` are ``ClientConfig`` fields (over ``config``): with
-        ``tls``, every bookie connection is upgraded to TLS (and the bookie's certificate
-        checked); with ``auth``, authenticated with that plugin; see ``ClientConfig``."""
-        config = replace(config, **options) if config and options else config
-        config = config or ClientConfig.of(options)
+        """A connected client: ``BookKeeper(metadata_uri, config, **options)``, awaited."""
+        return await cls(metadata_uri, config, **options)
+
+    def _adopt(self, metadata: MetadataClient) -> None:
+        self._metadata = metadata
+        self._bookies = BookieWatcher(metadata)
+
+    async def _ready(self) -> None:
+        """Connects to the metadata store once (concurrent callers wait for the same attempt;
+        after a failed attempt the next call tries again); raises if the client is closed."""
+        self._check_open()
+        if self._metadata is not None:
+            return
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect())
+        connecting = self._connecting
+        try:
+            await asyncio.shield(connecting)
+        finally:
+            if connecting.done() and self._metadata is None:
+                self._connecting = None
+        self._check_open()
+
+    async def _connect(self) -> None:
         metadata = await asyncio.to_thread(
-            MetadataClient.connect, metadata_uri, connect_timeout_s=config.metadata_timeout_s
+            MetadataClient.connect, self._uri, connect_timeout_s=self.config.metadata_timeout_s
         )
-        return cls(metadata, config)
+        if self._closed:  # closed while connecting
+            await asyncio.to_thread(metadata.close)
+            return
+        self._adopt(metadata)
+
+    def __await__(self) -> Generator[Any, None, BookKeeper]:
+        yield from self._ready().__await__()
+        return self
+
+    async def __aenter__(self) -> BookKeeper:
+        return await self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def metadata(self) -> MetadataClient:
+        """The metadata client (every operation of this client connects first)."""
+        self._check_open()
+        if self._metadata is None:
+            raise errors.ClientClosedError(
+                "this BookKeeper client is not connected yet: use `async with BookKeeper(uri) "
+                "as bk`, `bk = await BookKeeper.connect(uri)`, or any of its operations"
+            )
+        return self._metadata
+
+    @property
+    def bookies(self) -> BookieWatcher:
+        """The registered bookies, kept current by watches."""
+        self.metadata  # noqa: B018  (raises while not connected)
+        assert self._bookies is not None
+        return self._bookies
 
     @staticmethod
     def now_ms() -> int:
@@ -99,7 +195,9 @@ class BookKeeper:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise errors.ClientClosedError("this BookKeeper client is closed")
+            raise errors.ClientClosedError(
+                "this BookKeeper client is closed: make a new one to go on"
+            )
 
     async def create_ledger(
         self,
@@ -107,7 +205,7 @@ class BookKeeper:
         write_quorum_size: int = 2,
         ack_quorum_size: int = 2,
         digest_type: DigestType = DigestType.CRC32C,
-        password: bytes = b"",
+        password: str | bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
         deferred_sync: bool = False,
     ) -> LedgerHandle:
@@ -123,7 +221,7 @@ class BookKeeper:
             custom_metadata,
             None,
         )
-        return LedgerHandle(self, metadata, bytes(password), deferred_sync)
+        return LedgerHandle(self, metadata, metadata.password, deferred_sync)
 
     async def create_ledger_adv(
         self,
@@ -131,7 +229,7 @@ class BookKeeper:
         write_quorum_size: int = 2,
         ack_quorum_size: int = 2,
         digest_type: DigestType = DigestType.CRC32C,
-        password: bytes = b"",
+        password: str | bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
         deferred_sync: bool = False,
         ledger_id: int | None = None,
@@ -149,7 +247,7 @@ class BookKeeper:
             custom_metadata,
             ledger_id,
         )
-        return LedgerHandleAdv(self, metadata, bytes(password), deferred_sync)
+        return LedgerHandleAdv(self, metadata, metadata.password, deferred_sync)
 
     async def _create(
         self,
@@ -157,11 +255,12 @@ class BookKeeper:
         write_quorum_size: int,
         ack_quorum_size: int,
         digest_type: DigestType,
-        password: bytes,
+        password: str | bytes,
         custom_metadata: Mapping[str, bytes] | None,
         ledger_id: int | None,
     ) -> LedgerMetadata:
-        self._check_open()
+        password = password_bytes(password)
+        await self._ready()
         check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
         bookies = await asyncio.to_thread(self.bookies.writable)
         if len(bookies) < ensemble_size:
@@ -179,7 +278,7 @@ class BookKeeper:
             write_quorum_size=write_quorum_size,
             ack_quorum_size=ack_quorum_size,
             digest_type=DigestType(digest_type),
-            password=bytes(password),
+            password=password,
             ensembles=((0, ensemble),),
             ctime_ms=int(time.time() * 1000),
             custom_metadata=dict(custom_metadata or {}),
@@ -190,19 +289,20 @@ class BookKeeper:
         return metadata
 
     async def _open(
-        self, ledger_id: int, password: bytes, digest_type: DigestType | None
+        self, ledger_id: int, password: str | bytes, digest_type: DigestType | None
     ) -> LedgerMetadata:
-        self._check_open()
+        password = password_bytes(password)
+        await self._ready()
         metadata, _ = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
         if not metadata.stores_password:
             # Legacy metadata (format v1) keeps neither: the opener's are used, and the bookies
             # check the password when fencing.
             return replace(
                 metadata,
-                password=bytes(password),
+                password=password,
                 digest_type=DigestType(digest_type or DigestType.CRC32),
             )
-        if not hmac.compare_digest(metadata.password, bytes(password)):
+        if not hmac.compare_digest(metadata.password, password):
             raise errors.UnauthorizedAccessError(
                 f"wrong password for ledger {ledger_id}: open it with the password it was "
                 "created with"
@@ -210,7 +310,7 @@ class BookKeeper:
         return metadata
 
     async def open_ledger(
-        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+        self, ledger_id: int, password: str | bytes = b"", digest_type: DigestType | None = None
     ) -> ReadHandle:
         """Opens a ledger for reading; if it is not closed, fences it and recovers it first.
 
@@ -218,36 +318,40 @@ class BookKeeper:
         ``digest_type`` (default CRC32) only for legacy ledgers whose metadata stores none.
         """
         metadata = await self._open(ledger_id, password, digest_type)
-        handle = ReadHandle(self, metadata, bytes(password))
+        handle = ReadHandle(self, metadata, metadata.password)
         if not metadata.is_closed:
             await recover(handle)
         return handle
 
     async def open_ledger_no_recovery(
-        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+        self, ledger_id: int, password: str | bytes = b"", digest_type: DigestType | None = None
     ) -> ReadHandle:
         """Opens a ledger for reading without fencing it: a live writer keeps writing."""
         metadata = await self._open(ledger_id, password, digest_type)
-        return ReadHandle(self, metadata, bytes(password))
+        return ReadHandle(self, metadata, metadata.password)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Deletes the ledger's metadata; bookies reclaim the data in their garbage collection."""
-        self._check_open()
+        await self._ready()
         await asyncio.to_thread(self.metadata.delete_ledger_metadata, ledger_id)
 
     async def list_ledgers(self) -> list[int]:
-        self._check_open()
+        await self._ready()
         return await asyncio.to_thread(lambda: list(self.metadata.list_ledgers()))
 
     async def get_ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
-        self._check_open()
+        await self._ready()
         metadata, _ = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
         return metadata
 
     async def close(self) -> None:
+        """Closes the bookie connections and the metadata session. Handles of this client fail
+        their next operation; close writers first (see ``LedgerHandle.close``)."""
         if self._closed:
             return
         self._closed = True
-        self.bookies.close()
         self.pool.close()
-        await asyncio.to_thread(self.metadata.close)
+        if self._bookies is not None:
+            self._bookies.close()
+        if self._metadata is not None:
+            await asyncio.to_thread(self._metadata.close)

@@ -10,9 +10,10 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
+from bookkeeper_py import errors
 from bookkeeper_py.client import client as aio_client
 from bookkeeper_py.client import ledger as aio_ledger
 from bookkeeper_py.client.config import ClientConfig
@@ -21,6 +22,7 @@ from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.wire.digest import DigestType
 
 T = TypeVar("T")
+CLOSED = "this BookKeeper client is closed: make a new one to go on"
 log = logging.getLogger(__name__)
 
 __all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "LedgerHandleAdv", "ReadHandle"]
@@ -36,6 +38,7 @@ class _LoopThread:
             self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:
             self.loop = asyncio.new_event_loop()
+        self.stopped = False
         self._thread = threading.Thread(target=self._run, name="bookkeeper-client", daemon=True)
         self._thread.start()
 
@@ -57,9 +60,18 @@ class _LoopThread:
                 self.loop.close()
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self.stopped:
+            coroutine.close()  # never started: no "was never awaited" warning
+            raise errors.ClientClosedError(CLOSED)
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        if self.stopped:
+            raise errors.ClientClosedError(CLOSED)
+        self.loop.call_soon_threadsafe(callback)
+
     def stop(self) -> None:
+        self.stopped = True
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         if self._thread.is_alive():
@@ -173,7 +185,7 @@ class _WriteHandle(ReadHandle):
 
             future.add_done_callback(copy)
 
-        self._runner.loop.call_soon_threadsafe(start)
+        self._runner.call_soon(start)
         return result
 
 
@@ -232,7 +244,7 @@ class BookKeeper:
         write_quorum_size: int = 2,
         ack_quorum_size: int = 2,
         digest_type: DigestType = DigestType.CRC32C,
-        password: bytes = b"",
+        password: str | bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
         deferred_sync: bool = False,
     ) -> LedgerHandle:
@@ -255,7 +267,7 @@ class BookKeeper:
         write_quorum_size: int = 2,
         ack_quorum_size: int = 2,
         digest_type: DigestType = DigestType.CRC32C,
-        password: bytes = b"",
+        password: str | bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
         deferred_sync: bool = False,
         ledger_id: int | None = None,
@@ -276,7 +288,7 @@ class BookKeeper:
         return LedgerHandleAdv(self._runner, handle)
 
     def open_ledger(
-        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+        self, ledger_id: int, password: str | bytes = b"", digest_type: DigestType | None = None
     ) -> ReadHandle:
         return ReadHandle(
             self._runner,
@@ -284,7 +296,7 @@ class BookKeeper:
         )
 
     def open_ledger_no_recovery(
-        self, ledger_id: int, password: bytes = b"", digest_type: DigestType | None = None
+        self, ledger_id: int, password: str | bytes = b"", digest_type: DigestType | None = None
     ) -> ReadHandle:
         return ReadHandle(
             self._runner,
@@ -308,6 +320,9 @@ class BookKeeper:
         return self._client
 
     def close(self) -> None:
+        """Closes the client (again: nothing); see :meth:`bookkeeper_py.aio.BookKeeper.close`."""
+        if self._runner.stopped:
+            return
         try:
             self._runner.run(self._client.close(), timeout=30)
         finally:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from bookkeeper_py import errors
 from bookkeeper_py.client.connection import BookieConnection, Callback, describe, status_error
@@ -400,6 +400,12 @@ class ReadHandle:
     async def close(self) -> None:
         """Releases the handle (a read handle changes nothing in the ledger)."""
         self._closed = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 class _RangeRead:
@@ -851,7 +857,10 @@ class WriteHandle(ReadHandle):
             )
 
     async def close(self) -> None:
-        """Closes the ledger: pending adds fail, then the metadata is CAS-ed to CLOSED at the LAC."""
+        """Closes the ledger at its LAC, as BookKeeper's ``LedgerHandle.close``: adds still
+        pending (sent, not yet acknowledged by Qa bookies) fail with ``LedgerClosedError`` and
+        are not part of the ledger; then the metadata is CAS-ed to CLOSED. To keep every add,
+        wait for their futures first (``await asyncio.gather(*futures)``)."""
         if self._closed:
             return
         if self.deferred_sync and self._writer.error is None:
