@@ -193,7 +193,20 @@ def test_uri_parsing() -> None:
     assert parse_uri("zk://h:1/bk").root == "/bk"
     assert parse_uri("sqlite:///tmp/x.db").location == "/tmp/x.db"
     assert parse_uri("memory://t").location == "t"
-    with pytest.raises(ValueError, match="unsupported metadata service URI"):
+    # Every malformed URI is a ValueError that names the accepted schemes.
+    for malformed in (
+        "etcd://h:1/x",
+        "localhost:2181",
+        "",
+        "zk:///ledgers",
+        "zk+tree://h:1/x",
+        "sqlite://relative.db",
+        "memory://",
+        "zk://h:1/x?foo=1",
+    ):
+        with pytest.raises(ValueError, match=r"zk\+hierarchical://.*sqlite:///.*memory://"):
+            parse_uri(malformed)
+    with pytest.raises(ValueError, match="unsupported scheme 'etcd'"):
         parse_uri("etcd://h:1/x")
 
 

@@ -8,16 +8,23 @@
     bookkeeper bench writes|reads [--local N | --metadata-uri URI] ...
 
 The metadata URI of shell commands comes from ``--metadata-uri`` or $BOOKKEEPER_METADATA_URI.
+
+Errors are one line on stderr, ``error: <what happened>; <what to do>``, and exit status 1
+(usage errors: 2; Ctrl-C: 130); ``--verbose`` adds tracebacks and the logging of the libraries
+underneath (kazoo, aiohttp...), which is otherwise kept quiet.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
 import sys
 import threading
+import traceback
+from typing import NoReturn
 
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
@@ -32,10 +39,34 @@ DIGESTS = {
 }
 
 
+class CommandError(Exception):
+    """An operator's mistake a command found: printed as ``error: <message>``, exit status 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, naming the help to read (argparse prints the whole usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}; see '{self.prog} --help'\n")
+
+
+def hex_id(text: str) -> int:
+    """A file id in hexadecimal, as the tools print them (``0``, ``1a``, ``000000000000001a``)."""
+    try:
+        value = int(text, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a hexadecimal file id") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative; file ids are not")
+    return value
+
+
 def _metadata_uri(args: argparse.Namespace) -> str:
     uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
     if not uri:
-        sys.exit("no metadata service URI: pass --metadata-uri or set BOOKKEEPER_METADATA_URI")
+        raise CommandError(
+            "no metadata service URI; pass --metadata-uri URI or set BOOKKEEPER_METADATA_URI"
+        )
     return str(uri)
 
 
@@ -172,7 +203,7 @@ def _cmd_readjournal(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import journal_records
 
     counts: dict[str, int] = {}
-    for record in journal_records(args.journal_dir, int(args.id, 16) if args.id else None):
+    for record in journal_records(args.journal_dir, args.id):
         counts[record.record_type.name] = counts.get(record.record_type.name, 0) + 1
         if not args.summary:
             entry = "" if record.entry_id is None else f" entry {record.entry_id}"
@@ -188,7 +219,7 @@ def _cmd_readlog(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import log_records
 
     count = 0
-    for record in log_records(args.ledger_dir, int(args.logid, 16)):
+    for record in log_records(args.ledger_dir, args.logid):
         if args.ledgerid is not None and record.ledger_id != args.ledgerid:
             continue
         count += 1
@@ -215,10 +246,13 @@ def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from bookkeeper_py.server import main as bookie_main
 
-    parser = argparse.ArgumentParser(
-        prog="bookkeeper", description="bookkeeper-py: Apache BookKeeper in Python"
+    parser = _Parser(prog="bookkeeper", description="bookkeeper-py: Apache BookKeeper in Python")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log at DEBUG level, libraries' logging included; tracebacks of errors",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     commands = parser.add_subparsers(dest="command", required=True)
 
     bookie = commands.add_parser("bookie", help="run a bookie")
@@ -293,11 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
         "readjournal", "list the records of journal files", _cmd_readjournal
     )
     readjournal.add_argument("--journal-dir", required=True)
-    readjournal.add_argument("--id", help="journal file id in hex (default: every file)")
+    readjournal.add_argument(
+        "--id", type=hex_id, help="journal file id in hex (default: every file)"
+    )
     readjournal.add_argument("--summary", action="store_true", help="only count records by type")
     readlog = local_command("readlog", "list the entries of an entry log", _cmd_readlog)
     readlog.add_argument("--ledger-dir", required=True)
-    readlog.add_argument("-l", "--logid", required=True, help="entry log id in hex")
+    readlog.add_argument("-l", "--logid", type=hex_id, required=True, help="entry log id in hex")
     readlog.add_argument("--ledgerid", type=int, help="only this ledger's entries")
     readlog.add_argument("--summary", action="store_true", help="only count entries")
     consistency = local_command(
@@ -309,13 +345,66 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(verbose: bool) -> None:
+    """Our own logging at INFO (DEBUG with ``--verbose``); the libraries' (kazoo's connection
+    retries, aiohttp's access log...) only with ``--verbose``, except what is CRITICAL."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if not verbose:
+        handler.addFilter(
+            lambda record: (
+                record.name.split(".")[0] in OWN_LOGGERS or record.levelno >= logging.CRITICAL
+            )
+        )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+
+
+OWN_LOGGERS = {"bookkeeper_py", "__main__", "root"}
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line for a file system or network error a command met, with what to do."""
+    where = f": {error.filename}" if error.filename else ""
+    what = f"{error.strerror or error}{where}"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{what}; give a path this user can write (or fix its permissions)"
+    if error.errno == errno.ENOSPC:
+        return f"{what}; free some space or use another disk"
+    if error.errno in (errno.EEXIST, errno.ENOTDIR):
+        return f"{what}; a file is in the way of a directory: remove it or pick another path"
+    if error.errno == errno.ENOENT:
+        return f"{what}; check the path"
+    if error.errno == errno.EADDRINUSE:
+        return f"{what}; another process holds that port: stop it or pick another port"
+    return f"{what}; check the path or address and try again"
+
+
+def fail(message: str, status: int = 1) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.verbose)
     try:
         args.run(args)
-    except BKError as error:
-        sys.exit(f"error: {type(error).__name__}: {error}")
+    except KeyboardInterrupt:
+        if args.verbose:
+            raise
+        fail("interrupted; the command stopped where it was", 130)
+    except (BKError, CommandError) as error:
+        if args.verbose:
+            traceback.print_exc()
+        fail(str(error))
+    except OSError as error:
+        if args.verbose:
+            traceback.print_exc()
+        fail(describe_os_error(error))
+    except Exception as error:
+        if args.verbose:
+            raise
+        fail(
+            f"unexpected {type(error).__name__}: {error}; run again with --verbose for the "
+            "traceback and report it"
+        )

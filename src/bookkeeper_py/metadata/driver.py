@@ -178,44 +178,50 @@ class StoreAddress:
     digest_auth_file: str | None = None  # ZooKeeper: "user:password" file; nodes creator-only
 
 
+ACCEPTED_URIS = (
+    "zk+hierarchical://host:2181/ledgers (also zk://, zk+flat://, zk+longhierarchical://), "
+    "sqlite:///abs/path/metadata.db or memory://name"
+)
+
+
 def parse_uri(uri: str) -> StoreAddress:
-    """Parses a metadata service URI; raises ``IncorrectParameterError`` for anything else."""
+    """Parses a metadata service URI; raises ``IncorrectParameterError`` (a ``ValueError``)
+    naming the accepted forms for anything else."""
+
+    def bad(problem: str) -> IncorrectParameterError:
+        return IncorrectParameterError(
+            f"{problem} in metadata service URI {uri!r}; use {ACCEPTED_URIS}"
+        )
+
+    if not isinstance(uri, str):
+        raise IncorrectParameterError(
+            f"a metadata service URI is a string, got {type(uri).__name__}; use {ACCEPTED_URIS}"
+        )
     parts = urllib.parse.urlsplit(uri)
     scheme, _, layout = parts.scheme.partition("+")
     layout = layout or "hierarchical"
+    if scheme not in ("zk", "sqlite", "memory"):
+        raise bad(f"unsupported scheme {parts.scheme!r}" if parts.scheme else "no scheme")
     if layout not in ("hierarchical", "flat", "longhierarchical"):
-        raise IncorrectParameterError(
-            f"unknown ledger layout {layout!r} in {uri!r} (hierarchical, flat or longhierarchical)"
-        )
+        raise bad(f"unknown ledger layout {layout!r} (hierarchical, flat or longhierarchical)")
     if scheme == "zk":
         if not parts.netloc:
-            raise IncorrectParameterError(
-                f"no ZooKeeper servers in {uri!r} (zk://host:2181/ledgers)"
-            )
+            raise bad("no ZooKeeper servers")
         root = parts.path.rstrip("/") or "/ledgers"
         query = urllib.parse.parse_qs(parts.query)
         unknown = set(query) - {"digestAuthFile"}
         if unknown:
-            raise IncorrectParameterError(
-                f"unknown option(s) {', '.join(sorted(unknown))} in {uri!r} (known: digestAuthFile)"
-            )
+            raise bad(f"unknown option(s) {', '.join(sorted(unknown))} (known: digestAuthFile)")
         digest_file = query.get("digestAuthFile", [None])[-1]
         return StoreAddress("zk", layout, parts.netloc.replace(";", ","), root, digest_file)
     if scheme == "sqlite":
         if not parts.path or parts.netloc:
-            raise IncorrectParameterError(
-                f"SQLite URIs take an absolute path: sqlite:///abs/path.db, got {uri!r}"
-            )
+            raise bad("SQLite URIs take an absolute path (sqlite:///abs/path.db)")
         return StoreAddress("sqlite", layout, parts.path, "/ledgers")
-    if scheme == "memory":
-        name = parts.netloc + parts.path
-        if not name:
-            raise IncorrectParameterError(f"memory URIs need a name: memory://name, got {uri!r}")
-        return StoreAddress("memory", layout, name, "/ledgers")
-    raise IncorrectParameterError(
-        f"unsupported metadata service URI {uri!r}; use zk+hierarchical://host:port/ledgers, "
-        "sqlite:///abs/path.db or memory://name"
-    )
+    name = parts.netloc + parts.path
+    if not name:
+        raise bad("memory URIs need a name (memory://name)")
+    return StoreAddress("memory", layout, name, "/ledgers")
 
 
 def open_store(

@@ -17,6 +17,7 @@ million ledgers cost a million small keys in one file, not a million files.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
@@ -39,7 +40,9 @@ class LedgerIndexError(Exception):
 class LedgerIndex:
     """Entry locations and ledger states of one ledger directory. Thread-safe."""
 
-    def __init__(self, directory: str, map_size: int = 1 << 40) -> None:
+    def __init__(self, directory: str, map_size: int = 1 << 40, *, readonly: bool = False) -> None:
+        """``readonly``: for tools; creates nothing (the directory and the index must exist),
+        and takes LMDB's reader lock only if a bookie made the lock file."""
         try:
             self._env = lmdb.open(
                 directory,
@@ -48,7 +51,9 @@ class LedgerIndex:
                 sync=True,
                 metasync=True,
                 readahead=False,
-                lock=True,
+                readonly=readonly,
+                create=not readonly,
+                lock=not readonly or os.path.exists(os.path.join(directory, "lock.mdb")),
             )
         except lmdb.Error as error:
             raise LedgerIndexError(

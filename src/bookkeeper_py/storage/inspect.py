@@ -1,6 +1,8 @@
 """Read-only views of a bookie's local storage, for operators (``bookkeeper shell`` commands
 ``lastmark``, ``readjournal``, ``readlog``, ``localconsistencycheck``). Safe to run next to a
-live bookie: nothing here writes, and LMDB admits readers from other processes."""
+live bookie: nothing here creates or writes anything (the index is opened read-only; LMDB admits
+readers from other processes), and a path that is not a bookie's directory is refused with a
+``NotABookieDirectoryError`` rather than read as an empty one."""
 
 from __future__ import annotations
 
@@ -9,21 +11,63 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from bookkeeper_py.errors import BKError
+from bookkeeper_py.storage.cookie import VERSION_FILE
 from bookkeeper_py.storage.entry_log import (
     CorruptEntryError,
     EntryLogError,
     EntryLogger,
+    log_name,
     split_location,
 )
 from bookkeeper_py.storage.index import LedgerIndex
 from bookkeeper_py.storage.journal import RecordType, journal_name, list_journal_ids, scan
+from bookkeeper_py.storage.last_log_mark import FILE_NAME as LAST_MARK_FILE
 from bookkeeper_py.storage.last_log_mark import read_mark
 
 _IDS = struct.Struct(">qq")
 _LEDGER = struct.Struct(">q")
 
 
+class NotABookieDirectoryError(BKError):
+    """A storage tool was pointed at a path that is not a bookie's journal or ledger directory."""
+
+
+def _check_directory(path: str, kind: str, key: str, looks_right: bool) -> None:
+    if not os.path.exists(path):
+        raise NotABookieDirectoryError(
+            f"{kind} {path} does not exist; pass the bookie's {kind} ({key} in its configuration)"
+        )
+    if not os.path.isdir(path):
+        raise NotABookieDirectoryError(f"{path} is not a directory; pass the bookie's {kind}")
+    if not looks_right:
+        raise NotABookieDirectoryError(
+            f"{path} holds no bookie data (no cookie {VERSION_FILE}, no {kind} files); pass the "
+            f"bookie's {kind} ({key} in its configuration)"
+        )
+
+
+def check_ledger_directory(path: str) -> None:
+    """Raises ``NotABookieDirectoryError`` unless ``path`` is a bookie's ledger directory: its
+    cookie, index, LastLogMark or an entry log is there."""
+    marks = (VERSION_FILE, "data.mdb", LAST_MARK_FILE)
+    looks_right = os.path.isdir(path) and (
+        any(os.path.exists(os.path.join(path, mark)) for mark in marks)
+        or any(name.endswith(".log") for name in os.listdir(path))
+    )
+    _check_directory(path, "ledger directory", "ledgerDirectories", looks_right)
+
+
+def check_journal_directory(path: str) -> None:
+    """Raises ``NotABookieDirectoryError`` unless ``path`` is a bookie's journal directory."""
+    looks_right = os.path.isdir(path) and (
+        os.path.exists(os.path.join(path, VERSION_FILE)) or bool(list_journal_ids(path))
+    )
+    _check_directory(path, "journal directory", "journalDirectories", looks_right)
+
+
 def last_mark(ledger_directory: str) -> tuple[int, int] | None:
+    check_ledger_directory(ledger_directory)
     return read_mark(ledger_directory)
 
 
@@ -39,7 +83,16 @@ class JournalRecord:
 
 def journal_records(journal_directory: str, file_id: int | None = None) -> Iterator[JournalRecord]:
     """Every record of one journal file (or all of them, oldest first). Does not cut torn tails."""
+    check_journal_directory(journal_directory)
     ids = list_journal_ids(journal_directory) if file_id is None else [file_id]
+    if file_id is not None and not os.path.exists(
+        os.path.join(journal_directory, journal_name(file_id))
+    ):
+        present = ", ".join(f"{each:x}" for each in list_journal_ids(journal_directory))
+        raise NotABookieDirectoryError(
+            f"no journal file {journal_name(file_id)} in {journal_directory}; "
+            f"its journal files: {present or 'none'}"
+        )
     for each in ids:
         path = os.path.join(journal_directory, journal_name(each))
         for record_type, body, group_end in scan(path, is_last=False):
@@ -59,7 +112,14 @@ class LogRecord:
 
 
 def log_records(ledger_directory: str, log_id: int) -> Iterator[LogRecord]:
+    check_ledger_directory(ledger_directory)
     logger = EntryLogger(ledger_directory)
+    if not os.path.exists(logger.path(log_id)):
+        present = ", ".join(f"{each:x}" for each in logger.log_ids())
+        raise NotABookieDirectoryError(
+            f"no entry log {log_name(log_id)} in {ledger_directory}; its entry logs: "
+            f"{present or 'none'}"
+        )
     for ledger_id, entry_id, offset, entry in logger.records(log_id):
         yield LogRecord(log_id, offset, ledger_id, entry_id, len(entry))
 
@@ -77,9 +137,14 @@ class ConsistencyReport:
 
 def local_consistency_check(ledger_directory: str) -> ConsistencyReport:
     """Reads every indexed entry from its entry log and checks it: present, checksum, ids."""
+    check_ledger_directory(ledger_directory)
+    if not os.path.exists(os.path.join(ledger_directory, "data.mdb")):
+        raise NotABookieDirectoryError(
+            f"{ledger_directory} has no entry-location index (data.mdb): nothing to check"
+        )
     report = ConsistencyReport(problems=[])
     assert report.problems is not None
-    index = LedgerIndex(ledger_directory)
+    index = LedgerIndex(ledger_directory, readonly=True)
     logger = EntryLogger(ledger_directory)
     try:
         for ledger_id in index.ledger_ids():
