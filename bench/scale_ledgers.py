@@ -134,6 +134,7 @@ class Bookie:
                 os.path.join(self.directory, "ledgers"),
                 "--ready-file",
                 ready,
+                "--standalone",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -133,6 +133,7 @@ def test_a_bookie_runs_from_a_configuration_file(tmp_path: Path) -> None:
             path,
             "--ready-file",
             str(ready),
+            "--standalone",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -372,6 +372,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-journal-sync", action="store_true", help="same as --journal-sync-data false (unsafe)"
     )
     parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="serve without a metadata store: no registration, no cookie in the store, no "
+        "garbage collection (for tools and tests that address the bookie directly)",
+    )
 
 
 def _dest(setting: Setting) -> str:

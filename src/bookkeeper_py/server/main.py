@@ -23,6 +23,7 @@ from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
 from bookkeeper_py.server.http import make_app, start_http
 from bookkeeper_py.storage.cookie import Cookie, verify_or_create
+from bookkeeper_py.storage.disk import prepare_directory
 from bookkeeper_py.storage.gc import LedgerExists, ListLedgers
 
 log = logging.getLogger(__name__)
@@ -244,8 +245,9 @@ def check_cookies(config: BookieConfig, metadata: MetadataClient | None) -> None
         instance_id=metadata.instance_id() if metadata is not None else None,
     )
     directories = [*storage.journal_directories, storage.ledger_directory]
-    for directory in directories:
-        os.makedirs(directory, exist_ok=True)
+    for directory in storage.journal_directories:
+        prepare_directory(directory, "journal directory (journalDirectories)")
+    prepare_directory(storage.ledger_directory, "ledger directory (ledgerDirectories)")
     store = MetadataCookieStore(metadata) if metadata is not None else None
     if verify_or_create(expected, directories, store):
         log.info(
@@ -322,4 +324,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> None:
     values = config.resolve(args)
-    run_event_loop(serve(config.build(values), values["metadataServiceUri"], args.ready_file))
+    bookie_config = config.build(values)
+    metadata_uri = values["metadataServiceUri"]
+    if not metadata_uri and not args.standalone:
+        raise config.ConfigError(
+            "no metadata service: clients find bookies in the metadata store, so this bookie "
+            "would serve unseen; pass --metadata-uri URI (metadataServiceUri in --conf), or "
+            "--standalone to serve without registering"
+        )
+    if metadata_uri and args.standalone:
+        raise config.ConfigError(
+            "--standalone and a metadata service URI exclude each other; drop one of them"
+        )
+    run_event_loop(serve(bookie_config, metadata_uri, args.ready_file))

@@ -12,12 +12,60 @@ counts (``readOnlyModeOnAnyDiskFullEnabled``).
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from bookkeeper_py.errors import BKError
+
 DiskUsage = Callable[[str], tuple[int, int]]  # path -> (total bytes, available bytes)
+
+
+class DataDirectoryError(BKError):
+    """A journal or ledger directory cannot be used: not creatable, not a directory, or not
+    writable. Raised before anything in it is read or written."""
+
+
+def prepare_directory(path: str, role: str) -> None:
+    """Makes ``path`` (the bookie's ``role``, e.g. "journal directory (journalDirectories)")
+    if it is missing and checks that it is a directory this process can write, by creating and
+    removing a temporary file in it. Raises ``DataDirectoryError`` saying which and what to do."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise DataDirectoryError(
+            f"the {role} {path} is a file, not a directory; move the file away or name another "
+            "directory"
+        ) from None
+    except OSError as error:
+        raise _directory_error(path, role, "cannot create", error) from None
+    if not os.path.isdir(path):
+        raise DataDirectoryError(
+            f"the {role} {path} is not a directory; move it away or name another directory"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
+    except OSError as error:
+        raise _directory_error(path, role, "cannot write to", error) from None
+
+
+def _directory_error(path: str, role: str, doing: str, error: OSError) -> DataDirectoryError:
+    reason = error.strerror or str(error)
+    if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        advice = "name a directory on a writable file system that this user may write"
+    elif error.errno in (errno.ENOTDIR, errno.ENOENT):
+        advice = "a part of the path is a file or cannot hold directories: name another path"
+    elif error.errno == errno.ENOSPC:
+        advice = "free some space on that disk or name another directory"
+    else:
+        advice = "name another directory"
+    shown = error.filename and os.path.dirname(error.filename) != path  # not the probe's name
+    where = f" ({error.filename})" if shown and error.filename != path else ""
+    return DataDirectoryError(f"{doing} the {role} {path}: {reason}{where}; {advice}")
 
 
 def statvfs_usage(path: str) -> tuple[int, int]:
