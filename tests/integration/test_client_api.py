@@ -1,0 +1,126 @@
+"""The public client contract as a user meets it: the asyncio client opens as asyncio clients
+do, handles are context managers, passwords are str or bytes, errors say what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from bookkeeper_py import BookKeeper, aio
+from bookkeeper_py.errors import (
+    ClientClosedError,
+    IncorrectParameterError,
+    LedgerClosedError,
+    UnauthorizedAccessError,
+)
+from bookkeeper_py.testing import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(3) as local:
+        yield local
+
+
+def test_async_with_opens_connects_and_closes(cluster: LocalCluster) -> None:
+    async def scenario() -> tuple[list[int], list[bytes], bool, bool]:
+        async with aio.BookKeeper(cluster.metadata_uri) as bk:
+            async with await bk.create_ledger(3, 2, 2, password="pw") as writer:
+                ids = await asyncio.gather(
+                    *(writer.add_entry_async(b"entry %d" % i) for i in range(100))
+                )
+            assert writer.is_closed
+            async with await bk.open_ledger(writer.ledger_id, password=b"pw") as reader:
+                read = await reader.read_entries(0, reader.last_add_confirmed)
+        with pytest.raises(ClientClosedError, match="closed"):
+            await bk.list_ledgers()
+        return list(ids), [entry.data for entry in read], reader.is_closed, bk._closed
+
+    ids, data, reader_closed, client_closed = asyncio.run(scenario())
+    assert ids == list(range(100))
+    assert data == [b"entry %d" % i for i in range(100)]
+    assert reader_closed and client_closed
+
+
+def test_connect_await_and_connect_on_first_use(cluster: LocalCluster) -> None:
+    async def scenario() -> list[list[int]]:
+        connected = await aio.BookKeeper.connect(cluster.metadata_uri)
+        awaited = await aio.BookKeeper(cluster.metadata_uri)
+        lazy = aio.BookKeeper(cluster.metadata_uri)  # nothing connected yet
+        handle = await connected.create_ledger(3, 2, 2, password=b"pw")
+        await handle.add_entry(b"x")
+        await handle.close()
+        # Two operations at once on the lazy client share one connection attempt.
+        seen = await asyncio.gather(lazy.list_ledgers(), lazy.list_ledgers())
+        seen.append(await awaited.list_ledgers())
+        for client in (connected, awaited, lazy):
+            await client.close()
+            await client.close()  # again: nothing
+        assert handle.ledger_id in seen[0]
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen[0] == seen[1] == seen[2]
+
+
+def test_a_str_password_is_its_utf8_bytes(cluster: LocalCluster) -> None:
+    with BookKeeper(cluster.metadata_uri) as bk:
+        writer = bk.create_ledger(3, 2, 2, password="pässword")
+        writer.add_entry(b"data")
+        writer.close()
+        reader = bk.open_ledger(writer.ledger_id, password="pässword".encode())
+        assert [entry.data for entry in reader.read_entries(0, 0)] == [b"data"]
+        assert reader.metadata.password == "pässword".encode()
+        with pytest.raises(UnauthorizedAccessError, match="wrong password"):
+            bk.open_ledger(writer.ledger_id, password="password")
+        with pytest.raises(IncorrectParameterError, match="password is str or bytes, got int"):
+            bk.create_ledger(3, 2, 2, password=1234)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "uri", ["localhost:2181", "zookeeper://h:2181/ledgers", "sqlite://relative.db", ""]
+)
+def test_a_malformed_uri_is_a_value_error_naming_the_schemes(uri: str) -> None:
+    pattern = r"zk\+hierarchical://.*sqlite:///.*memory://"
+    threads = set(threading.enumerate())
+    with pytest.raises(ValueError, match=pattern):
+        BookKeeper(uri)
+    assert set(threading.enumerate()) <= threads  # the blocking client left no loop thread
+    with pytest.raises(ValueError, match=pattern):
+        aio.BookKeeper(uri)
+
+
+def test_the_blocking_client_and_its_handles_after_close(cluster: LocalCluster) -> None:
+    bk = BookKeeper(cluster.metadata_uri)
+    writer = bk.create_ledger(3, 2, 2, password=b"pw")
+    writer.add_entry(b"one")
+    bk.close()
+    bk.close()  # again: nothing
+    for operation in (
+        bk.list_ledgers,
+        lambda: bk.create_ledger(3, 2, 2),
+        lambda: bk.open_ledger(writer.ledger_id, password=b"pw"),
+        lambda: writer.add_entry(b"two"),
+        lambda: writer.add_entry_async(b"two"),
+        lambda: writer.read_entries(0, 0),
+    ):
+        with pytest.raises(ClientClosedError, match="client is closed: make a new one"):
+            operation()
+
+
+def test_closing_a_writer_fails_the_adds_still_pending(cluster: LocalCluster) -> None:
+    """As Apache BookKeeper's LedgerHandle.close: what was not acknowledged yet is not in the
+    ledger, and its future says so; the ledger closes at what was acknowledged."""
+    with BookKeeper(cluster.metadata_uri) as bk:
+        writer = bk.create_ledger(3, 2, 2, password=b"pw")
+        futures = [writer.add_entry_async(b"x" * 1000) for _ in range(2000)]
+        writer.close()
+        acked = [f.result() for f in futures if f.exception() is None]
+        failed = [f.exception() for f in futures if f.exception() is not None]
+        assert acked == list(range(len(acked)))  # a prefix, in order
+        assert failed and all(isinstance(error, LedgerClosedError) for error in failed)
+        metadata = bk.get_ledger_metadata(writer.ledger_id)
+        assert metadata.last_entry_id == len(acked) - 1
