@@ -19,6 +19,7 @@ from bookkeeper_py.client import ledger as aio_ledger
 from bookkeeper_py.client.config import ClientConfig
 from bookkeeper_py.client.ledger import LedgerEntry
 from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.metadata.driver import parse_uri
 from bookkeeper_py.wire.digest import DigestType
 
 T = TypeVar("T")
@@ -228,7 +229,9 @@ class BookKeeper:
 
     def __init__(self, metadata_uri: str, config: ClientConfig | None = None, **options: Any):
         """``options``: ``bookkeeper_py.client.config.ClientConfig`` fields (timeouts, throttle,
-        TLS, authentication, speculative reads, placement policy...)."""
+        TLS, authentication, speculative reads, placement policy...). A malformed URI raises
+        ``ValueError`` before anything starts."""
+        parse_uri(metadata_uri)
         self._runner = _LoopThread()
         try:
             self._client = self._runner.run(
