@@ -5,6 +5,7 @@ created or changed by a tool that only reads."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,24 @@ def test_a_journal_directory_on_a_read_only_file_system(tmp_path: Path) -> None:
     assert "cannot write to the journal directory" in line
     assert "Read-only file system" in line and "writable file system" in line
     assert tree(readonly) == ["journal"]
+
+
+def test_a_bookie_on_a_port_in_use_touches_nothing_on_disk(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = bookkeeper(
+            "bookie",
+            "--journal-dir",
+            str(tmp_path / "journal"),
+            "--ledger-dir",
+            str(tmp_path / "ledgers"),
+            "--port",
+            str(port),
+            "--standalone",
+        )
+    line = one_line_error(result)
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in line
+    assert "--port" in line
+    assert tree(tmp_path) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
@@ -15,7 +16,7 @@ import time
 from aiohttp import web
 
 from bookkeeper_py.auth import bookie_provider
-from bookkeeper_py.errors import MetadataStoreError, NoSuchLedgerError
+from bookkeeper_py.errors import BKError, MetadataStoreError, NoSuchLedgerError
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server import config
@@ -49,29 +50,32 @@ class BookieServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         storage = self.config.storage
-        if self.metadata_uri:
-            self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
-            await asyncio.to_thread(self.metadata.init_cluster)
-        # Cookies first: nothing of the directories is read or written until they are known to
-        # belong to this bookie in this cluster.
-        await asyncio.to_thread(check_cookies, self.config, self.metadata)
-        self.bookie = Bookie(self.config, loop, self.metrics)
-        await asyncio.to_thread(self.bookie.start)
-        await asyncio.to_thread(self.bookie.check_disks)
-        bookie = self.bookie
-        security = Security(
-            tls_context=self.config.tls.server_context() if self.config.tls else None,
-            auth=bookie_provider(self.config.auth_provider, self.config.auth_settings),
-            tls_required=self.config.tls is not None and self.config.tls.client_authentication,
-        )
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self.config.host, self.config.port))
-        self._server = await loop.create_server(
-            lambda: BookieConnection(bookie, self._connections, security),
-            sock=listener,
-            backlog=1024,
-        )
+        # The port first: a bookie that cannot serve touches nothing on disk.
+        listener = listening_socket(self.config.host, self.config.port)
+        try:
+            if self.metadata_uri:
+                self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
+                await asyncio.to_thread(self.metadata.init_cluster)
+            # Cookies first: nothing of the directories is read or written until they are known to
+            # belong to this bookie in this cluster.
+            await asyncio.to_thread(check_cookies, self.config, self.metadata)
+            self.bookie = Bookie(self.config, loop, self.metrics)
+            await asyncio.to_thread(self.bookie.start)
+            await asyncio.to_thread(self.bookie.check_disks)
+            bookie = self.bookie
+            security = Security(
+                tls_context=self.config.tls.server_context() if self.config.tls else None,
+                auth=bookie_provider(self.config.auth_provider, self.config.auth_settings),
+                tls_required=self.config.tls is not None and self.config.tls.client_authentication,
+            )
+            self._server = await loop.create_server(
+                lambda: BookieConnection(bookie, self._connections, security),
+                sock=listener,
+                backlog=1024,
+            )
+        except BaseException:
+            listener.close()  # not taken over by a server: released here
+            raise
         if self.metadata is not None:
             await self._register()
 
@@ -215,6 +219,28 @@ class BookieServer:
             "requests still in flight after %.0f s of shutdown; their connections will close",
             timeout_s,
         )
+
+
+class ListenError(BKError):
+    """The bookie's address cannot be listened on (taken, or not an address of this host)."""
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not listening yet); ``ListenError`` saying why not."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        if error.errno == errno.EADDRINUSE:
+            advice = "another process holds that port: stop it or pick another (--port, bookiePort)"
+        else:
+            advice = "name an address of this host (--host, listeningInterface/advertisedAddress)"
+        raise ListenError(
+            f"cannot listen on {host}:{port}: {error.strerror or error}; {advice}"
+        ) from None
+    return listener
 
 
 class MetadataCookieStore:
