@@ -20,11 +20,16 @@ def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> str:
     return capsys.readouterr().out
 
 
-def refused(uri: str, *argv: str) -> str:
+def refused(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> str:
+    """The one-line error of a refused command (exit status 1)."""
+    capsys.readouterr()
     command, *rest = argv
     with pytest.raises(SystemExit) as stopped:
         cli.main(["shell", command, "--metadata-uri", uri, *rest])
-    return str(stopped.value.code)
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
 
 
 def make_ledger(uri: str) -> int:
@@ -38,24 +43,24 @@ def make_ledger(uri: str) -> int:
 
 
 def test_cluster_lifecycle_commands(capsys: pytest.CaptureFixture[str], uri: str) -> None:
-    before = refused(uri, "whatisinstanceid")
+    before = refused(capsys, uri, "whatisinstanceid")
     assert "no cluster" in before or "no metadata store" in before  # SQLite: no file yet
     out = shell(capsys, uri, "initnewcluster")
     instance = shell(capsys, uri, "whatisinstanceid").strip()
     assert instance in out and len(instance) == 36
-    assert "already exists" in refused(uri, "initnewcluster")
+    assert "already exists" in refused(capsys, uri, "initnewcluster")
     ledger_id = make_ledger(uri)
     assert shell(capsys, uri, "listledgers").split() == [str(ledger_id)]
     assert f"ledger {ledger_id}" in shell(capsys, uri, "ledgermetadata", "-l", str(ledger_id))
-    assert "holds metadata" in refused(uri, "metaformat")
+    assert "holds metadata" in refused(capsys, uri, "metaformat")
     shell(capsys, uri, "metaformat", "-n", "-f")
     formatted = shell(capsys, uri, "whatisinstanceid").strip()
     assert formatted != instance
     assert shell(capsys, uri, "listledgers").split() == []
-    assert "instance id" in refused(uri, "nukeexistingcluster", "-i", instance)
-    assert "-i INSTANCEID" in refused(uri, "nukeexistingcluster")
+    assert "instance id" in refused(capsys, uri, "nukeexistingcluster", "-i", instance)
+    assert "-i INSTANCEID" in refused(capsys, uri, "nukeexistingcluster")
     shell(capsys, uri, "nukeexistingcluster", "-i", formatted)
-    assert "no cluster" in refused(uri, "whatisinstanceid")
+    assert "no cluster" in refused(capsys, uri, "whatisinstanceid")
 
 
 def test_cookie_commands(capsys: pytest.CaptureFixture[str], uri: str, tmp_path: Path) -> None:
@@ -64,14 +69,18 @@ def test_cookie_commands(capsys: pytest.CaptureFixture[str], uri: str, tmp_path:
     cookie = Cookie(bookie_id=bookie, journal_dirs=("/j",), ledger_dirs=("/l",), instance_id="x")
     cookie_file = tmp_path / "cookie"
     cookie_file.write_bytes(cookie.encode())
-    assert "no cookie" in refused(uri, "cookie_get", bookie)
+    assert "no cookie" in refused(capsys, uri, "cookie_get", bookie)
     shell(capsys, uri, "cookie_create", bookie, "-cf", str(cookie_file))
-    assert "already has a cookie" in refused(uri, "cookie_create", bookie, "-cf", str(cookie_file))
+    assert "already has a cookie" in refused(
+        capsys, uri, "cookie_create", bookie, "-cf", str(cookie_file)
+    )
     assert "/j" in shell(capsys, uri, "cookie_get", bookie)
     moved = Cookie(bookie_id=bookie, journal_dirs=("/j2",), ledger_dirs=("/l",), instance_id="x")
     cookie_file.write_bytes(moved.encode())
     assert "version 1" in shell(capsys, uri, "cookie_update", bookie, "-cf", str(cookie_file))
     assert "/j2" in shell(capsys, uri, "cookie_get", bookie)
-    assert "not 10.0.0.1:1" in refused(uri, "cookie_update", "10.0.0.1:1", "-cf", str(cookie_file))
+    assert "not 10.0.0.1:1" in refused(
+        capsys, uri, "cookie_update", "10.0.0.1:1", "-cf", str(cookie_file)
+    )
     shell(capsys, uri, "cookie_delete", bookie)
-    assert "no cookie" in refused(uri, "cookie_delete", bookie)
+    assert "no cookie" in refused(capsys, uri, "cookie_delete", bookie)

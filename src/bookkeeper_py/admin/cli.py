@@ -26,6 +26,7 @@ import threading
 import traceback
 from typing import NoReturn
 
+from bookkeeper_py.admin import CommandError
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper_py.errors import BKError
@@ -37,10 +38,6 @@ DIGESTS = {
     "crc32c": DigestType.CRC32C,
     "dummy": DigestType.DUMMY,
 }
-
-
-class CommandError(Exception):
-    """An operator's mistake a command found: printed as ``error: <message>``, exit status 1."""
 
 
 class _Parser(argparse.ArgumentParser):

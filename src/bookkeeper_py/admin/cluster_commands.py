@@ -6,9 +6,9 @@ AutoRecovery switches ``listunderreplicated``, ``autorecovery``, ``lostbookierec
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
+from bookkeeper_py.admin import CommandError
 from bookkeeper_py.metadata.driver import NodeExistsError, NoNodeError
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.metadata.underreplication import UnderReplicationManager
@@ -28,9 +28,9 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
         with connect(args, create=True) as metadata:
             existing = metadata.instance_id()
             if existing is not None:
-                sys.exit(
+                raise CommandError(
                     f"a cluster already exists at {metadata.root} (instance id {existing}); "
-                    "nothing changed. Use nukeexistingcluster or metaformat to start over."
+                    "nothing changed; use nukeexistingcluster or metaformat to start over"
                 )
             metadata.init_cluster()
             print(f"new cluster at {metadata.root}, instance id {metadata.instance_id()}")
@@ -39,7 +39,7 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
         with connect(args, create=True) as metadata:
             existing = metadata.instance_id()
             if existing is not None and not args.force:
-                sys.exit(
+                raise CommandError(
                     f"the cluster at {metadata.root} (instance id {existing}) holds metadata; "
                     "metaformat -f deletes all of it (ledgers, registrations, cookies)"
                 )
@@ -52,11 +52,14 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
 
     def nukeexistingcluster(args: argparse.Namespace) -> None:
         if not args.force and not args.instanceid:
-            sys.exit("name the cluster to delete with -i INSTANCEID (see whatisinstanceid), or -f")
+            raise CommandError(
+                "name the cluster to delete with -i INSTANCEID (see whatisinstanceid), or -f"
+            )
         with connect(args) as metadata:
             if args.zkledgersrootpath and args.zkledgersrootpath != metadata.root:
-                sys.exit(
-                    f"-p {args.zkledgersrootpath} is not the metadata URI's root {metadata.root}"
+                raise CommandError(
+                    f"-p {args.zkledgersrootpath} is not the metadata URI's root {metadata.root}; "
+                    "drop -p or make it the URI's root"
                 )
             deleted = metadata.delete_cluster(None if args.force else args.instanceid)
             print(f"deleted the cluster at {metadata.root}: {deleted} nodes")
@@ -65,14 +68,16 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
         with connect(args) as metadata:
             instance_id = metadata.instance_id()
         if instance_id is None:
-            sys.exit(f"no cluster at {metadata.root}: run initnewcluster")
+            raise CommandError(f"no cluster at {metadata.root}: run initnewcluster")
         print(instance_id)
 
     def cookie_get(args: argparse.Namespace) -> None:
         with connect(args) as metadata:
             found = metadata.read_cookie(args.bookie_id)
         if found is None:
-            sys.exit(f"no cookie for bookie {args.bookie_id}")
+            raise CommandError(
+                f"no cookie for bookie {args.bookie_id}; check the bookie id (see listbookies)"
+            )
         data, version = found
         print(f"cookie of {args.bookie_id} (version {version}):")
         print(data.decode("utf-8", errors="replace"), end="")
@@ -82,10 +87,13 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as error:
-            sys.exit(f"cannot read cookie file {path}: {error}")
+            raise CommandError(f"cannot read cookie file {path}: {error}; check the path") from None
         cookie = Cookie.decode(data, path)  # refuses a file that is not a cookie
         if cookie.bookie_id != bookie_id:
-            sys.exit(f"cookie file {path} is for bookie {cookie.bookie_id}, not {bookie_id}")
+            raise CommandError(
+                f"cookie file {path} is for bookie {cookie.bookie_id}, not {bookie_id}; "
+                "pass the cookie file of that bookie"
+            )
         return data
 
     def store_cookie(args: argparse.Namespace, *, update: bool) -> None:
@@ -103,7 +111,7 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
                     if update
                     else "already has a cookie; use cookie_update"
                 )
-                sys.exit(f"bookie {args.bookie_id} {advice}")
+                raise CommandError(f"bookie {args.bookie_id} {advice}") from None
         print(
             f"cookie of {args.bookie_id} {'updated' if update else 'created'} (version {version})"
         )
@@ -113,7 +121,9 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
             try:
                 metadata.delete_cookie(args.bookie_id)
             except NoNodeError:
-                sys.exit(f"no cookie for bookie {args.bookie_id}")
+                raise CommandError(
+                    f"no cookie for bookie {args.bookie_id}; check the bookie id (see listbookies)"
+                ) from None
         print(f"cookie of {args.bookie_id} deleted")
 
     def listunderreplicated(args: argparse.Namespace) -> None:
@@ -148,7 +158,7 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
             manager = UnderReplicationManager(metadata)
             if args.set is not None:
                 if args.set < 0:
-                    sys.exit(f"-set takes seconds, 0 or more: {args.set}")
+                    raise CommandError(f"-set takes seconds, 0 or more, got {args.set}")
                 manager.set_lost_bookie_recovery_delay(args.set)
                 print(f"lostBookieRecoveryDelay set to {args.set} s")
             else:
