@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bookkeeper_py.errors import MetadataStoreError
-from bookkeeper_py.storage import entry_log, journal
+from bookkeeper_py.storage import entry_log, files
 from bookkeeper_py.storage.engine import StorageEngine
 from bookkeeper_py.storage.gc import GarbageCollector, GcConfig
 from bookkeeper_py.storage.ledger_storage import LedgerStorage, NoLedgerError
@@ -245,7 +245,7 @@ def test_a_log_created_during_a_checkpoint_is_not_deleted_as_empty(
     for entry_id in range(300):  # ~40 KiB: the checkpoint rolls into new logs twice
         storage.add_entry(1, entry_id, entry(1, entry_id))
     race = GcDuringCheckpoint(storage, collector_for(storage, FakeMetadata({1})))
-    real_sync = journal.fsync_directory
+    real_sync = files.fsync_directory
 
     def sync_then_gc(directory: str) -> None:
         real_sync(directory)

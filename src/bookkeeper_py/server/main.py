@@ -8,7 +8,6 @@ import contextlib
 import errno
 import gc
 import logging
-import os
 import signal
 import socket
 import time
@@ -25,6 +24,7 @@ from bookkeeper_py.server.connection import BookieConnection, Security
 from bookkeeper_py.server.http import make_app, start_http
 from bookkeeper_py.storage.cookie import Cookie, verify_or_create
 from bookkeeper_py.storage.disk import prepare_directory
+from bookkeeper_py.storage.files import write_atomically
 from bookkeeper_py.storage.gc import LedgerExists, ListLedgers
 
 log = logging.getLogger(__name__)
@@ -321,17 +321,15 @@ async def serve(config: BookieConfig, metadata_uri: str | None, ready_file: str 
     gc.collect()
     gc.freeze()
     if ready_file:
-        await asyncio.to_thread(_write_atomically, ready_file, config.effective_bookie_id + "\n")
+        await asyncio.to_thread(
+            write_atomically,
+            ready_file,
+            (config.effective_bookie_id + "\n").encode(),
+            durable=False,
+        )
     await stop.wait()
     log.info("bookie %s stopping", config.effective_bookie_id)
     await server.stop()
-
-
-def _write_atomically(path: str, text: str) -> None:
-    temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
 
 
 def run_event_loop(coroutine) -> None:  # type: ignore[no-untyped-def]

@@ -26,7 +26,7 @@ from typing import Protocol
 from google.protobuf import text_format
 
 from bookkeeper_py.errors import BKError
-from bookkeeper_py.storage.journal import fsync_directory
+from bookkeeper_py.storage.files import write_atomically
 from bookkeeper_py.wire.proto import data_formats_pb2 as formats
 
 LAYOUT_VERSION = 5
@@ -123,14 +123,7 @@ def read_local(directory: str) -> Cookie | None:
 def write_local(directory: str, cookie: Cookie) -> None:
     current = os.path.join(directory, "current")
     os.makedirs(current, exist_ok=True)
-    path = os.path.join(directory, VERSION_FILE)
-    temporary = path + ".tmp"
-    with open(temporary, "wb") as handle:
-        handle.write(cookie.encode())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    fsync_directory(current)
+    write_atomically(os.path.join(directory, VERSION_FILE), cookie.encode())
 
 
 def holds_data(directory: str) -> bool:

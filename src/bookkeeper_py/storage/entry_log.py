@@ -33,7 +33,7 @@ from itertools import accumulate, chain
 
 import crc32c
 
-from bookkeeper_py.storage.journal import fsync_directory
+from bookkeeper_py.storage.files import fsync_directory
 
 log = logging.getLogger(__name__)
 

@@ -40,6 +40,7 @@ from typing import Any
 import crc32c
 
 from bookkeeper_py.metrics import CounterMetric, OpStats
+from bookkeeper_py.storage.files import fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +90,6 @@ def list_journal_ids(directory: str) -> list[int]:
             except ValueError:
                 continue
     return sorted(ids)
-
-
-def fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- reading ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import struct
 
 import crc32c
 
-from bookkeeper_py.storage.journal import fsync_directory
+from bookkeeper_py.storage.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,4 @@ def read_mark(directory: str, name: str = FILE_NAME) -> tuple[int, int] | None:
 def write_mark(directory: str, mark: tuple[int, int], name: str = FILE_NAME) -> None:
     body = _MARK.pack(*mark)
     data = body + struct.pack(">I", crc32c.crc32c(body))
-    path = os.path.join(directory, name)
-    temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    fsync_directory(directory)
+    write_atomically(os.path.join(directory, name), data)
