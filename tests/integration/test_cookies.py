@@ -45,7 +45,9 @@ def test_an_emptied_ledger_disk_stops_the_bookie(cluster: LocalCluster) -> None:
     cluster.stop_bookie(0)
     shutil.rmtree(ledger_dir(cluster, 0))
     os.makedirs(ledger_dir(cluster, 0))  # a new, empty disk mounted in its place
-    with pytest.raises(RuntimeError, match=r"\nerror: .*has no cookie.*empty or was replaced"):
+    with pytest.raises(
+        RuntimeError, match=r"exited while starting: .*has no cookie.*empty or was replaced"
+    ):
         cluster.start_bookie(0)
 
 
@@ -57,7 +59,9 @@ def test_swapped_journal_directories_stop_both_bookies(cluster: LocalCluster) ->
     os.rename(second, first)
     os.rename(first + ".swap", second)
     for index in (0, 1):
-        with pytest.raises(RuntimeError, match=r"\nerror: the cookie in .* belongs elsewhere"):
+        with pytest.raises(
+            RuntimeError, match=r"exited while starting: the cookie in .* belongs elsewhere"
+        ):
             cluster.start_bookie(index)
 
 
@@ -67,7 +71,9 @@ def test_a_bookie_pointed_at_another_cluster_stops(cluster: LocalCluster, tmp_pa
     with LocalCluster(0, metadata_uri=other) as foreign:  # a second, empty cluster
         cluster.metadata_uri, original = foreign.metadata_uri, cluster.metadata_uri
         try:
-            with pytest.raises(RuntimeError, match=r"\nerror: .*metadata store has none"):
+            with pytest.raises(
+                RuntimeError, match=r"exited while starting: .*metadata store has none"
+            ):
                 cluster.start_bookie(0)
         finally:
             cluster.metadata_uri = original

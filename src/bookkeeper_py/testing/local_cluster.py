@@ -4,11 +4,17 @@ Each bookie is a real ``python -m bookkeeper_py bookie`` process with its own jo
 The cluster can stop (SIGTERM), kill (SIGKILL), pause (SIGSTOP), resume (SIGCONT) and restart
 each bookie, by its PID only; a restarted bookie keeps its port, id and data. ``close()`` stops
 everything and removes the directory the cluster made.
+
+Given a ``base_directory``, the cluster keeps its layout there (``localcluster.json``: the
+metadata URI and each bookie's ports, so its id) and starts again on it with the same ids and
+data; a lock file held while it runs refuses a second cluster on the same directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import logging
 import os
 import shutil
@@ -19,13 +25,29 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import IO
 
+from bookkeeper_py.errors import BKError
 from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.storage.disk import prepare_directory
+from bookkeeper_py.storage.files import write_atomically
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+LAYOUT_FILE = "localcluster.json"
+LAYOUT_VERSION = 1
+LOCK_FILE = "localcluster.lock"
+
+
+class LocalClusterError(BKError, RuntimeError):
+    """A local cluster cannot start: its directory is in use or holds something else, or a
+    bookie exited while starting (``log_tail`` holds the end of its log)."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -93,21 +115,101 @@ class LocalCluster:
         self.base_directory = os.path.abspath(
             base_directory or tempfile.mkdtemp(prefix="bk-cluster-")
         )
-        os.makedirs(self.base_directory, exist_ok=True)
-        self.metadata_uri = (
-            metadata_uri or f"sqlite:///{os.path.join(self.base_directory, 'metadata.db')}"
-        )
-        self._bookie_args = list(bookie_args or [])
-        ports = free_ports(2 * num_bookies)  # a bookie port and an HTTP port each, all distinct
-        self.bookies = [
-            BookieProcess(
-                i,
-                ports[2 * i],
-                os.path.join(self.base_directory, f"bookie-{i}"),
-                ports[2 * i + 1],
+        prepare_directory(self.base_directory, "cluster directory (--data-dir)")
+        self._lock = self._take_lock()
+        try:
+            recorded = self._read_layout()
+            self.metadata_uri = (
+                recorded[0]
+                if recorded
+                else metadata_uri or f"sqlite:///{os.path.join(self.base_directory, 'metadata.db')}"
             )
-            for i in range(num_bookies)
-        ]
+            if recorded and metadata_uri and metadata_uri != self.metadata_uri:
+                raise LocalClusterError(
+                    f"{self.base_directory} holds a cluster on {self.metadata_uri}, not "
+                    f"{metadata_uri}; use another directory"
+                )
+            self._bookie_args = list(bookie_args or [])
+            known = recorded[1] if recorded else []
+            if len(known) > num_bookies:
+                raise LocalClusterError(
+                    f"{self.base_directory} holds a cluster of {len(known)} bookies; start it "
+                    f"with {len(known)} or more (or use another directory)"
+                )
+            # A bookie port and an HTTP port for each new bookie, all distinct.
+            ports = free_ports(2 * (num_bookies - len(known)))
+            known += [(ports[i], ports[i + 1]) for i in range(0, len(ports), 2)]
+            self.bookies = [
+                BookieProcess(i, port, os.path.join(self.base_directory, f"bookie-{i}"), http)
+                for i, (port, http) in enumerate(known)
+            ]
+            if not self._owns_directory:
+                self._write_layout()
+        except BaseException:
+            self._lock.close()
+            raise
+
+    def _take_lock(self) -> IO[str]:
+        """Holds ``LOCK_FILE`` of the directory (flock) for the cluster's life."""
+        path = os.path.join(self.base_directory, LOCK_FILE)
+        handle = open(path, "a+")  # noqa: SIM115 (held until close())
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise LocalClusterError(
+                f"{self.base_directory} is in use by another local cluster ({holder}); stop it "
+                "or use another directory"
+            ) from None
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        return handle
+
+    def _read_layout(self) -> tuple[str, list[tuple[int, int]]] | None:
+        """The metadata URI and (port, HTTP port) of each bookie recorded in the directory."""
+        path = os.path.join(self.base_directory, LAYOUT_FILE)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                layout = json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            raise LocalClusterError(
+                f"cannot read {path}: {error}; restore it or use another directory"
+            ) from None
+        try:
+            if layout["version"] != LAYOUT_VERSION:
+                raise LocalClusterError(
+                    f"{path} is of layout version {layout['version']}, this program reads "
+                    f"{LAYOUT_VERSION}; use another directory"
+                )
+            bookies = [(int(b["port"]), int(b["http_port"])) for b in layout["bookies"]]
+            return str(layout["metadata_uri"]), bookies
+        except (KeyError, TypeError, ValueError) as error:
+            raise LocalClusterError(
+                f"{path} is damaged ({type(error).__name__}: {error}); restore it or use another "
+                "directory"
+            ) from None
+
+    def _write_layout(self) -> None:
+        layout = {
+            "version": LAYOUT_VERSION,
+            "metadata_uri": self.metadata_uri,
+            "bookies": [
+                {
+                    "index": b.index,
+                    "bookie_id": b.bookie_id,
+                    "port": b.port,
+                    "http_port": b.http_port,
+                }
+                for b in self.bookies
+            ],
+        }
+        data = (json.dumps(layout, indent=2) + "\n").encode()
+        write_atomically(os.path.join(self.base_directory, LAYOUT_FILE), data)
 
     def __enter__(self) -> LocalCluster:
         self.start()
@@ -170,13 +272,17 @@ class LocalCluster:
             if os.path.exists(bookie.ready_file):
                 return
             if not bookie.running:
-                raise RuntimeError(
-                    f"bookie {bookie.bookie_id} exited while starting; its log:\n{self._log_tail(bookie)}"
+                tail = self._log_tail(bookie)
+                raise LocalClusterError(
+                    f"bookie {bookie.bookie_id} exited while starting: {_reason(tail)} "
+                    f"(its log: {bookie.log_file})",
+                    tail,
                 )
             time.sleep(0.05)
-        raise RuntimeError(
+        raise LocalClusterError(
             f"bookie {bookie.bookie_id} did not start within {START_TIMEOUT_S:.0f} s; "
-            f"its log:\n{self._log_tail(bookie)}"
+            f"see its log: {bookie.log_file}",
+            self._log_tail(bookie),
         )
 
     @staticmethod
@@ -247,3 +353,13 @@ class LocalCluster:
                 pass
         if self._owns_directory:
             shutil.rmtree(self.base_directory, ignore_errors=True)
+        self._lock.close()
+
+
+def _reason(log_tail: str) -> str:
+    """The bookie's own one-line error from the end of its log (else its last line)."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line[len("error: ") :]
+    return lines[-1] if lines else "no output"
