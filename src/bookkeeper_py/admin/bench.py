@@ -12,7 +12,7 @@ on a fixed schedule and each latency is measured from the moment its add was due
 shows up in every add it delays (no coordinated omission); without it each writer keeps
 ``--in-flight`` adds outstanding (closed loop). Latencies go into an HdrHistogram (1 µs to 60 s,
 3 significant digits); ``--warmup`` seconds are left out of every figure. A progress line per
-second goes to stderr; the report (or ``--json``) to stdout.
+second goes to stderr (unless ``--quiet``); the report (or ``--json``) to stdout.
 
 Reads: ``--entries`` entries are written to ``--ledgers-per-writer`` ledgers, which are closed,
 then read back from the start by one reader per ledger (``--read-batch`` entries per request,
@@ -20,7 +20,14 @@ each entry from one replica), MB/s and batch latencies reported. ``--tail``: a r
 process follows a live writer (long polls) and the lag from each add's acknowledgement to the
 reader's receipt is reported.
 
+Catch-up reads stop after ``--seconds`` of reading if the entries are not all read by then.
+
 ``--local N`` starts N bookie processes on an embedded SQLite metadata store for the run.
+
+Ctrl-C stops the run cleanly: no new operation is issued, those in flight finish, the ledgers
+are closed, and the report of what was measured so far is printed, marked as interrupted
+(``"interrupted": true`` in ``--json``); the exit status is then 130. A second Ctrl-C stops at
+once.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +53,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from bookkeeper_py import aio
+from bookkeeper_py.admin import CommandError
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
 
@@ -83,6 +92,8 @@ class Report:
     latency: dict[str, float] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     failures: int = 0
+    interrupted: bool = False  # Ctrl-C: the figures are of the part measured before it
+    elapsed_s: float = 0.0  # from the start of the workload to its end (or interruption)
 
     @property
     def entries_per_s(self) -> float:
@@ -106,9 +117,60 @@ class Report:
             f"{self.mb_per_s:,.1f} MB/s ({self.entry_size} B entries)"
             + (f", {self.failures} failed" if self.failures else ""),
             f"{latency_name} (ms): "
-            + "  ".join(f"{k[:-3]} {v:.3f}" for k, v in self.latency.items() if k != "mean_ms"),
+            + (
+                "  ".join(f"{k[:-3]} {v:.3f}" for k, v in self.latency.items() if k != "mean_ms")
+                or "not measured"
+            ),
         ]
+        if self.interrupted:
+            lines.insert(0, f"interrupted after {self.elapsed_s:.1f} s: partial results")
         return "\n".join(lines)
+
+
+class Interrupt:
+    """Ctrl-C during a measurement: the first SIGINT asks the workload to wind down (``stop``
+    is set; the workloads check it where they issue work), a second one raises
+    ``KeyboardInterrupt`` at once."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.started = time.monotonic()
+        self._installed = False
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._first)
+        except (ValueError, RuntimeError, NotImplementedError):
+            return  # not the main thread (a script measuring in a thread): no Ctrl-C handling
+        self._installed = True
+
+    def _first(self) -> None:
+        self.stop.set()
+        loop = asyncio.get_running_loop()
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._installed = False
+        print(
+            "interrupted: finishing what is in flight (Ctrl-C again stops at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def uninstall(self) -> None:
+        if self._installed:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+            self._installed = False
+
+    @property
+    def requested(self) -> bool:
+        return self.stop.is_set()
+
+    def mark(self, report: Report) -> Report:
+        if self.requested:
+            report.interrupted = True
+            report.elapsed_s = time.monotonic() - self.started
+        return report
 
 
 class Progress:
@@ -155,7 +217,10 @@ class Progress:
 # -- writes ------------------------------------------------------------------------------------
 
 
-async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report:
+async def run_writes(
+    client: aio.BookKeeper, args: argparse.Namespace, interrupt: Interrupt | None = None
+) -> Report:
+    interrupt = interrupt or Interrupt()
     quorum = (args.ensemble, args.write_quorum, args.ack_quorum)
     digest = DigestType[args.digest.upper()]
     payload = os.urandom(args.entry_size)
@@ -167,7 +232,7 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
         for _ in range(args.writers)
     ]
     loop = asyncio.get_running_loop()
-    progress = Progress(args.json or args.quiet)
+    progress = Progress(args.quiet)
     start = time.monotonic()
     warm_until = start + args.warmup
     stop_at: float | None = (
@@ -185,6 +250,8 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
             all_done.set_result(None)
 
     def finished_issuing(now: float) -> bool:
+        if interrupt.requested:
+            return True
         if limit is not None:
             return state.issued >= limit
         assert stop_at is not None
@@ -235,7 +302,10 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
                     issue(writer, due)
                     due += interval
                 progress.tick(now)
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                if interrupt.requested:
+                    return
+                with contextlib.suppress(TimeoutError):  # woken early by Ctrl-C
+                    await asyncio.wait_for(interrupt.stop.wait(), max(0.0, due - time.monotonic()))
 
         await asyncio.gather(*(paced(w) for w in range(args.writers)))
         stop_issuing()
@@ -257,28 +327,40 @@ async def run_writes(client: aio.BookKeeper, args: argparse.Namespace) -> Report
         for writer in range(args.writers):
             for _ in range(args.in_flight):
                 refill(writer)()
+        if not all_done.done():  # Ctrl-C while nothing completes: stop issuing now
+            waiter = asyncio.ensure_future(interrupt.stop.wait())
+            await asyncio.wait({waiter, all_done}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if interrupt.requested:
+                stop_issuing()
     await all_done
-    if errors_seen and not (args.json or args.quiet):
+    if errors_seen and not args.quiet:
         print(f"the writers failed: {errors_seen[0]}", file=sys.stderr)
     for handles in writers:
         for handle in handles:
             await handle.close()
     seconds = max(state.last - max(state.first, warm_until), 1e-9)
-    return Report(
-        "writes",
-        state.acked_measured,
-        seconds,
-        args.entry_size,
-        summary(progress.histogram()),
-        settings(args),
-        state.failed,
+    return interrupt.mark(
+        Report(
+            "writes",
+            state.acked_measured,
+            seconds,
+            args.entry_size,
+            summary(progress.histogram()) if state.acked_measured else {},
+            settings(args),
+            state.failed,
+        )
     )
 
 
 # -- reads -------------------------------------------------------------------------------------
 
 
-async def run_catchup_reads(client: aio.BookKeeper, args: argparse.Namespace) -> Report:
+async def run_catchup_reads(
+    client: aio.BookKeeper, args: argparse.Namespace, interrupt: Interrupt | None = None
+) -> Report:
+    """Writes ``--entries`` to closed ledgers, then reads them back for at most ``--seconds``."""
+    interrupt = interrupt or Interrupt()
     quorum = (args.ensemble, args.write_quorum, args.ack_quorum)
     digest = DigestType[args.digest.upper()]
     payload = os.urandom(args.entry_size)
@@ -286,19 +368,23 @@ async def run_catchup_reads(client: aio.BookKeeper, args: argparse.Namespace) ->
     ledgers = []
     per_ledger = max(1, total // args.ledgers_per_writer)
     for _ in range(args.ledgers_per_writer):
+        if interrupt.requested:
+            break
         handle = await client.create_ledger(*quorum, digest_type=digest, password=b"bench")
         futures = [handle.add_entry_async(payload) for _ in range(per_ledger)]
-        await asyncio.gather(*futures)
+        await asyncio.gather(*futures, return_exceptions=interrupt.requested)
         await handle.close()
         ledgers.append(handle.ledger_id)
-    if not (args.json or args.quiet):
+    if not args.quiet:
         print(f"wrote {per_ledger * len(ledgers):,} entries; reading", file=sys.stderr)
-    progress = Progress(args.json or args.quiet)
+    progress = Progress(args.quiet)
 
     async def read_ledger(ledger_id: int) -> int:
         reader = await client.open_ledger(ledger_id, b"bench")
         count = 0
         for first in range(0, reader.last_add_confirmed + 1, args.read_batch):
+            if interrupt.requested or time.monotonic() >= stop_at:
+                break
             last = min(first + args.read_batch - 1, reader.last_add_confirmed)
             started = time.monotonic()
             entries = await reader.read_entries(first, last)
@@ -308,15 +394,18 @@ async def run_catchup_reads(client: aio.BookKeeper, args: argparse.Namespace) ->
         return count
 
     start = time.monotonic()
+    stop_at = start + float(args.seconds)
     counts = await asyncio.gather(*(read_ledger(ledger_id) for ledger_id in ledgers))
     seconds = time.monotonic() - start
-    return Report(
-        "reads",
-        sum(counts),
-        seconds,
-        args.entry_size,
-        summary(progress.histogram()),
-        settings(args),
+    return interrupt.mark(
+        Report(
+            "reads",
+            sum(counts),
+            seconds,
+            args.entry_size,
+            summary(progress.histogram()) if sum(counts) else {},
+            settings(args),
+        )
     )
 
 
@@ -343,11 +432,15 @@ def _follower(uri: str, ledger_id: int, count: int, pipe: Connection) -> None:
         asyncio.run(_follow(uri, ledger_id, count, pipe))
 
 
-async def run_tail(client: aio.BookKeeper, uri: str, args: argparse.Namespace) -> Report:
+async def run_tail(
+    client: aio.BookKeeper, uri: str, args: argparse.Namespace, interrupt: Interrupt | None = None
+) -> Report:
     """A writer at ``--rate`` and a reader in another process following it; lag per entry =
     the reader's receipt - the writer's ack (CLOCK_MONOTONIC, shared by the processes). The
     writer goes on 0.2 s past the measured entries: readers learn of an entry from the LAC that
-    later entries carry."""
+    later entries carry. Ctrl-C: the writer stops, and the report says what it wrote (the lag
+    is measured over complete runs only)."""
+    interrupt = interrupt or Interrupt()
     rate = args.rate or 10_000
     measured_count = int(rate * args.seconds)
     count = measured_count + int(rate * 0.2) + 1
@@ -369,7 +462,7 @@ async def run_tail(client: aio.BookKeeper, uri: str, args: argparse.Namespace) -
         futures = []
         start = time.monotonic()
         issued = 0
-        while issued < count:
+        while issued < count and not interrupt.requested:
             due = min(count, int((time.monotonic() - start) * rate) + 1)
             while issued < due:
                 future = handle.add_entry_async(payload)
@@ -377,16 +470,22 @@ async def run_tail(client: aio.BookKeeper, uri: str, args: argparse.Namespace) -
                 futures.append(future)
                 issued += 1
             await asyncio.sleep(max(0.0, start + issued / rate - time.monotonic()))
-        await asyncio.gather(*futures)
+        await asyncio.gather(*futures, return_exceptions=interrupt.requested)
         elapsed = time.monotonic() - start
         await handle.close()
+        if interrupt.requested:
+            acked_count = sum(1 for future in futures if not future.exception())
+            return interrupt.mark(
+                Report("tail", acked_count, elapsed, args.entry_size, {}, settings(args))
+            )
         if not await asyncio.to_thread(ours.poll, 120):
             raise RuntimeError("the tailing reader did not see every entry within 120 s")
         seen = ours.recv()
     finally:
-        reader.join(30)
+        reader.join(1 if interrupt.requested else 30)
         if reader.is_alive():
             reader.kill()
+            reader.join(10)
     lags = histogram()
     negative = 0
     for i in range(measured_count):
@@ -437,7 +536,10 @@ def cluster_for(args: argparse.Namespace) -> Iterator[str]:
         return
     uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
     if not uri:
-        sys.exit("bench: pass --local N or --metadata-uri URI (or set BOOKKEEPER_METADATA_URI)")
+        raise CommandError(
+            "no cluster to measure; pass --local N or --metadata-uri URI (or set "
+            "BOOKKEEPER_METADATA_URI)"
+        )
     yield uri
 
 
@@ -454,13 +556,16 @@ async def measure(uri: str, args: argparse.Namespace) -> Report:
     # the latencies as a stall of the cluster.
     gc.collect()
     gc.freeze()
+    interrupt = Interrupt()
+    interrupt.install()
     try:
         if args.workload == "writes":
-            return await run_writes(client, args)
+            return await run_writes(client, args, interrupt)
         if args.tail:
-            return await run_tail(client, uri, args)
-        return await run_catchup_reads(client, args)
+            return await run_tail(client, uri, args, interrupt)
+        return await run_catchup_reads(client, args, interrupt)
     finally:
+        interrupt.uninstall()
         gc.unfreeze()
         await client.close()
 
@@ -469,9 +574,15 @@ def run(args: argparse.Namespace) -> Report:
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)  # the report and progress lines only
     if args.ensemble < args.write_quorum or args.write_quorum < args.ack_quorum:
-        sys.exit("bench: need ensemble >= write quorum >= ack quorum")
+        raise CommandError(
+            f"-e {args.ensemble} -w {args.write_quorum} -a {args.ack_quorum}: need ensemble >= "
+            "write quorum >= ack quorum"
+        )
     if args.local and args.local < args.ensemble:
-        sys.exit(f"bench: --local {args.local} bookies cannot hold an ensemble of {args.ensemble}")
+        raise CommandError(
+            f"--local {args.local} bookies cannot hold an ensemble of {args.ensemble}; start "
+            "more bookies or make the ensemble smaller"
+        )
     try:
         import uvloop
 
@@ -484,6 +595,9 @@ def run(args: argparse.Namespace) -> Report:
         print(json.dumps(report.as_dict()))
     else:
         print(report.text())
+    if report.interrupted:
+        sys.stdout.flush()
+        raise SystemExit(130)
     return report
 
 
@@ -500,8 +614,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--digest", default="crc32c", choices=("crc32", "crc32c", "mac", "dummy"))
     parser.add_argument("--in-flight", type=int, default=1000, help="closed loop, per writer")
     parser.add_argument("--rate", type=float, default=0.0, help="adds/s, open loop (0: closed)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured duration")
-    parser.add_argument("--entries", type=int, default=None, help="instead of --seconds")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help="measured duration of writes and --tail; reads stop after it if not done",
+    )
+    parser.add_argument(
+        "--entries",
+        type=int,
+        default=None,
+        help="writes: instead of --seconds; reads: entries to write, then read back",
+    )
     parser.add_argument("--warmup", type=float, default=0.0, help="seconds left out")
     parser.add_argument("--read-batch", type=int, default=1000)
     parser.add_argument("--tail", action="store_true", help="reads: a tailing reader's lag")

@@ -262,8 +262,14 @@ class LocalCluster:
             *self._bookie_args,
         ]
         with open(bookie.log_file, "ab") as log_handle:
+            # A session of its own: Ctrl-C at a terminal signals the program that runs the
+            # cluster, which stops its bookies in order, not every bookie at once.
             bookie.process = subprocess.Popen(
-                command, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                command,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
 
     def _wait_ready(self, bookie: BookieProcess) -> None:
