@@ -327,12 +327,6 @@ async def run_writes(
         for writer in range(args.writers):
             for _ in range(args.in_flight):
                 refill(writer)()
-        if not all_done.done():  # Ctrl-C while nothing completes: stop issuing now
-            waiter = asyncio.ensure_future(interrupt.stop.wait())
-            await asyncio.wait({waiter, all_done}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            if interrupt.requested:
-                stop_issuing()
     await all_done
     if errors_seen and not args.quiet:
         print(f"the writers failed: {errors_seen[0]}", file=sys.stderr)
@@ -372,7 +366,7 @@ async def run_catchup_reads(
             break
         handle = await client.create_ledger(*quorum, digest_type=digest, password=b"bench")
         futures = [handle.add_entry_async(payload) for _ in range(per_ledger)]
-        await asyncio.gather(*futures, return_exceptions=interrupt.requested)
+        await asyncio.gather(*futures)
         await handle.close()
         ledgers.append(handle.ledger_id)
     if not args.quiet:
@@ -470,13 +464,12 @@ async def run_tail(
                 futures.append(future)
                 issued += 1
             await asyncio.sleep(max(0.0, start + issued / rate - time.monotonic()))
-        await asyncio.gather(*futures, return_exceptions=interrupt.requested)
+        await asyncio.gather(*futures)
         elapsed = time.monotonic() - start
         await handle.close()
         if interrupt.requested:
-            acked_count = sum(1 for future in futures if not future.exception())
             return interrupt.mark(
-                Report("tail", acked_count, elapsed, args.entry_size, {}, settings(args))
+                Report("tail", len(futures), elapsed, args.entry_size, {}, settings(args))
             )
         if not await asyncio.to_thread(ours.poll, 120):
             raise RuntimeError("the tailing reader did not see every entry within 120 s")
