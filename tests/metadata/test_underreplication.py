@@ -94,4 +94,4 @@ def test_autorecovery_shell_commands(capsys: pytest.CaptureFixture[str], uri: st
     assert "0 s" in shell(capsys, uri, "lostbookierecoverydelay", "-g")
     assert "set to 45 s" in shell(capsys, uri, "lostbookierecoverydelay", "-s", "45")
     assert "45 s" in shell(capsys, uri, "lostbookierecoverydelay")
-    assert "0 or more" in refused(uri, "lostbookierecoverydelay", "-s", "-1")
+    assert "0 or more" in refused(capsys, uri, "lostbookierecoverydelay", "-s", "-1")
