@@ -6,13 +6,14 @@ snippets, taken from README.md itself, work as written."""
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from bookkeeper_py.testing.waiting import interrupt
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -116,11 +117,5 @@ def test_readme_in_a_fresh_environment_beside_apache_bookkeeper_client(
         out = run(python, "-c", PLACEHOLDER.sub(uri, asyncio_snippet)).stdout
         assert out.strip() == "1000 entries added, 1000 read back"
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            _, err = process.communicate(timeout=60)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                _, err = process.communicate(timeout=30)
+        _, err = interrupt(process)  # Ctrl-C, as the README says
     assert process.returncode == 0, err[-3000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,9 @@ import pytest
 from bookkeeper_py import BookKeeper
 from bookkeeper_py.testing import LocalCluster
 from bookkeeper_py.testing.local_cluster import LAYOUT_FILE, LocalClusterError
+from bookkeeper_py.testing.waiting import interrupt
+
+from .test_cli_errors import bookkeeper, one_line_error
 
 PASSWORD = b"pw"
 
@@ -86,14 +88,8 @@ def start_localbookie(directory: Path) -> tuple[subprocess.Popen[str], str]:
 
 
 def stop(process: subprocess.Popen[str]) -> None:
-    """SIGINT (to this PID only), as Ctrl-C: the cluster stops cleanly, status 0."""
-    process.send_signal(signal.SIGINT)
-    try:
-        _, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=30)
+    """Ctrl-C: the cluster stops cleanly, status 0."""
+    _, err = interrupt(process)
     assert process.returncode == 0, err[-2000:]
 
 
@@ -103,17 +99,8 @@ def test_the_localbookie_command_restarts_on_its_data_directory(tmp_path: Path) 
     process, uri = start_localbookie(data)
     try:
         ledger = write_ledger(uri, 1000, b"entry")
-        second = subprocess.run(
-            [sys.executable, "-m", "bookkeeper_py", "localbookie", "3", "--data-dir", str(data)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
-        lines = [line for line in second.stderr.splitlines() if line.strip()]
-        assert second.returncode == 1 and len(lines) == 1, second.stderr
-        assert lines[0].startswith("error: ") and "in use by another local cluster" in lines[0]
-        assert f"pid {process.pid}" in lines[0]
+        line = one_line_error(bookkeeper("localbookie", "3", "--data-dir", str(data)))
+        assert "in use by another local cluster" in line and f"pid {process.pid}" in line
         assert read_ledger(uri, ledger)[-1] == b"entry-999"  # the first one still serves
     finally:
         stop(process)
@@ -128,16 +115,8 @@ def test_the_localbookie_command_restarts_on_its_data_directory(tmp_path: Path) 
 def test_a_data_directory_that_is_a_file(tmp_path: Path) -> None:
     path = tmp_path / "data"
     path.write_text("mine")
-    result = subprocess.run(
-        [sys.executable, "-m", "bookkeeper_py", "localbookie", "1", "--data-dir", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 1 and len(lines) == 1, result.stderr
-    assert lines[0] == (
+    line = one_line_error(bookkeeper("localbookie", "1", "--data-dir", str(path)))
+    assert line == (
         f"error: the cluster directory (--data-dir) {path} is a file, not a directory; move the "
         "file away or name another directory"
     )
