@@ -4,11 +4,12 @@ speculative reads and learn to ask it last; the long poll itself."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
 
-from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerState
+from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerState, aio
 from bookkeeper_py.testing import LocalCluster
 
 from .workloads import payload
@@ -102,3 +103,34 @@ def test_reads_go_around_a_frozen_bookie(quorum: tuple[int, int, int]) -> None:
                     assert reader_client.client.replica_health.reordered > 0
         finally:
             cluster.resume_bookie(frozen)
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_a_batched_range_read_past_the_batches_in_flight_ends_with_a_bookie_down(
+    fault: str,
+) -> None:
+    """Issue 15, item 1: a 3/3/2 read of more batches than are in flight at once, one bookie
+    killed or frozen. Each batch sent to it fails (or is given up as slow) and its entries are
+    read one by one; the next batch must take its place, or the read waits for ever."""
+    count = 8000  # 16 batches of 512: four times BATCHES_IN_FLIGHT
+    with LocalCluster(3) as cluster:
+        with BookKeeper(cluster.metadata_uri) as client:
+            writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, b"batch")
+            for future in [writer.add_entry_async(payload(i, 64)) for i in range(count)]:
+                future.result(60)
+            writer.close()
+        (cluster.kill_bookie if fault == "killed" else cluster.pause_bookie)(0)
+
+        async def read_all() -> list[bytes]:
+            async with aio.BookKeeper(
+                cluster.metadata_uri, speculative_read_timeout_ms=50, request_timeout_s=60
+            ) as reader_client:
+                reader = await reader_client.open_ledger(writer.ledger_id, b"batch")
+                entries = await asyncio.wait_for(reader.read_entries(0, count - 1), 120)
+                return [entry.data for entry in entries]
+
+        try:
+            assert asyncio.run(read_all()) == [payload(i, 64) for i in range(count)]
+        finally:
+            if fault == "frozen":
+                cluster.resume_bookie(0)

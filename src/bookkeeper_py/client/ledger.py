@@ -526,10 +526,10 @@ class _RangeRead:
                 self._send_batch(entry_id, end)  # cut by its size limit: ask for the rest
                 return
             # An error, or nothing served: each entry of the batch goes the careful way
-            # (one replica at a time, failover, speculative reads).
+            # (one replica at a time, failover, speculative reads), and the next batch takes
+            # this one's place (else every failed batch would leave one slot empty for good).
             for missing in range(entry_id, end + 1):
                 self._start_entry(missing)
-            return
         self._next_batch()
 
     # -- one entry at a time ---------------------------------------------------------------------
@@ -573,6 +573,7 @@ class _RangeRead:
                 self.client.speculative_reads += 1
                 for entry_id in range(start, end + 1):
                     self._start_entry(entry_id)
+                self._next_batch()  # takes the slow one's place
         soonest: int | None = min((d for _, d in self.open_batches.values()), default=None)
         for read in list(self.reads.values()):
             attempts = read.tick(now)
