@@ -98,6 +98,10 @@ class LedgerRecoveryError(BKError):
     """Recovery of an unclosed ledger failed; the ledger stays IN_RECOVERY and may be retried."""
 
 
+class BookieIdInUseError(BKError):
+    """Another live process is registered under this bookie id."""
+
+
 class MetadataVersionError(BKError):
     """The ledger metadata changed under us in a way that conflicts with this operation."""
 

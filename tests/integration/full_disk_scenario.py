@@ -2,15 +2,17 @@
 user and mount namespace (``unshare --user --map-root-user --mount``), because it mounts a small
 tmpfs for the bookie's data. Prints a line per step; exits non-zero on any failed check.
 
-    python full_disk_scenario.py WORK_DIRECTORY threshold|enospc
+    python full_disk_scenario.py WORK_DIRECTORY threshold|enospc|journal
 
 ``threshold``: the usage threshold (0.6) turns the bookie read-only long before the disk is full.
 ``enospc``: thresholds of 0.99 let writes run into a really full disk (ENOSPC) first.
+``journal``: only the journal is on a small disk; it must keep giving its space back.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -82,8 +84,70 @@ def fill_until_refused(client: BookKeeper, acked: dict[int, int]) -> Exception |
     return None
 
 
+def journal_disk(work: str) -> None:
+    """Only the journal is on a small disk (64 MiB), with the default thresholds and the
+    default 16 MiB preallocation. Three times the disk is written through it: adds are never
+    answered EIO (they used to be from 84 % usage on, for ever, while the bookie stayed
+    registered writable); the journal gives its space back (a new file, then a checkpoint
+    deletes the old one); any refusal is EREADONLY while registered read-only, and passes."""
+    base = os.path.join(work, "cluster")
+    journal = os.path.join(base, "bookie-0", "journal")
+    os.makedirs(journal)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", journal], check=True)
+    try:
+        uri = f"sqlite:///{os.path.join(work, 'metadata.db')}"
+        args = ["--disk-check-interval-ms", "100"]
+        with LocalCluster(1, metadata_uri=uri, base_directory=base, bookie_args=args) as cluster:
+            bookie = cluster.bookie_ids[0]
+            metadata = MetadataClient.connect(uri)
+            written: dict[int, int] = {}
+            refusals = 0
+            total = 0
+            with BookKeeper(uri) as client:
+                while total < 3 * 64 * 1024 * 1024:
+                    handle = client.create_ledger(1, 1, 1, DigestType.CRC32C, PASSWORD)
+                    written[handle.ledger_id] = 0
+                    try:
+                        for entry_id in range(PER_LEDGER):
+                            handle.add_entry(bytes([entry_id]) * ENTRY)
+                            written[handle.ledger_id] = entry_id + 1
+                            total += ENTRY
+                        handle.close()
+                    except (WriteOnReadOnlyBookieError, WriteError) as error:
+                        check("EIO" not in str(error), f"refused without EIO ({error})")
+                        refusals += 1
+                        check(refusals <= 20, "refused at most 20 times")
+                        check(
+                            wait_until(lambda: metadata.writable_bookies() == [bookie], 30),
+                            "writable again once the journal gave its space back",
+                        )
+                check(True, f"{total >> 20} MiB written through a 64 MiB journal disk")
+                usage = shutil.disk_usage(journal)
+                check(usage.used < 0.95 * usage.total, f"journal disk at {usage.used >> 20} MiB")
+                for ledger_id, count in written.items():
+                    if count:
+                        reader = client.open_ledger_no_recovery(ledger_id, PASSWORD)
+                        entries = reader.read_unconfirmed_entries(0, count - 1)
+                        if [e.data for e in entries] != [bytes([i]) * ENTRY for i in range(count)]:
+                            check(False, f"ledger {ledger_id}: acknowledged entries read back")
+                check(True, f"all {sum(written.values())} acknowledged entries read back")
+            metadata.close()
+    except BaseException:
+        log = os.path.join(base, "bookie-0", "bookie.log")
+        if os.path.exists(log):
+            with open(log, errors="replace") as handle:
+                print("".join(handle.readlines()[-60:]), flush=True)
+        raise
+    finally:
+        subprocess.run(["umount", "-l", journal], check=False)
+    print("SCENARIO PASSED", flush=True)
+
+
 def main() -> None:
     work, mode = sys.argv[1], sys.argv[2]
+    if mode == "journal":
+        journal_disk(work)
+        return
     disk = os.path.join(work, "disk")
     os.makedirs(disk, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", disk], check=True)

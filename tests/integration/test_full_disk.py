@@ -16,7 +16,7 @@ SCENARIO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "full_disk_s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["threshold", "enospc"])
+@pytest.mark.parametrize("mode", ["threshold", "enospc", "journal"])
 def test_full_disk_turns_the_bookie_read_only_and_back(tmp_path: Path, mode: str) -> None:
     """``threshold``: read-only (EREADONLY, recovery adds taken) well before the disk is full.
     ``enospc``: the disk really fills; the failed writes are answered EIO and never acknowledged,

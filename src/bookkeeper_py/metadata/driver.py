@@ -95,6 +95,9 @@ class MetadataStore(abc.ABC):
     re-create them.
     """
 
+    # How long an ephemeral node outlives a process that died without closing its session.
+    session_timeout_s: float = 0.0
+
     @abc.abstractmethod
     def get(self, path: str) -> tuple[bytes, int]:
         """(data, version) of ``path``; raises ``NoNodeError``."""

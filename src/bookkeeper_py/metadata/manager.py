@@ -6,13 +6,16 @@ ZooKeeper-backed cluster is laid out as Apache BookKeeper's tools expect.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.errors import (
+    BookieIdInUseError,
     LedgerExistsError,
     LedgerIdOverflowError,
     MetadataStoreError,
@@ -44,6 +47,8 @@ LAYOUT_FACTORIES = {
     "longhierarchical": "org.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory:1",
 }
 MAX_UPDATE_ATTEMPTS = 100
+# The registration property naming one run of a bookie process (ours; Java ignores it).
+INCARNATION_PROPERTY = "bookkeeper-py.incarnation"
 _MAX_DELETE_PAGES = 1_000_000
 
 
@@ -307,23 +312,85 @@ class MetadataClient:
     # -- bookies -------------------------------------------------------------------------------
 
     def register_bookie(
-        self, bookie_id: str, host: str, port: int, *, readonly: bool = False
+        self,
+        bookie_id: str,
+        host: str,
+        port: int,
+        *,
+        readonly: bool = False,
+        incarnation: str | None = None,
+        predecessors: Collection[str] = (),
+        wait_s: float | None = None,
     ) -> None:
-        """Registers a live bookie as an ephemeral node holding its service info."""
+        """Registers a live bookie as an ephemeral node holding its service info (and, in its
+        properties, ``incarnation``: a token of this run of the bookie process).
+
+        A registration already there is replaced only when it is one of ``predecessors`` (an
+        earlier run on the same directories, known dead because the directory locks were free).
+        Any other is waited on for up to ``wait_s`` (default: the store's session timeout), the
+        time a crashed process's session takes to expire; if it is still there, another live
+        process uses this bookie id: ``BookieIdInUseError``, and nothing is changed."""
         info = formats.BookieServiceInfoFormat()
         info.endpoints.add(id="bookie", port=port, host=host, protocol="bookie-rpc")
+        if incarnation is not None:
+            info.properties[INCARNATION_PROPERTY] = incarnation
+        data = info.SerializeToString()
+        path = self._bookie_path(bookie_id, readonly)
+        deadline = time.monotonic() + (self.store.session_timeout_s if wait_s is None else wait_s)
+        while True:
+            try:
+                self.store.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                self._claim(bookie_id, path, predecessors, deadline)
+
+    def claim_bookie_id(
+        self, bookie_id: str, predecessors: Collection[str], wait_s: float | None = None
+    ) -> None:
+        """Returns once no live process is registered (writable or read-only) as ``bookie_id``:
+        registrations of ``predecessors`` are removed, others waited on for up to ``wait_s``
+        (default: the session timeout), then ``BookieIdInUseError``. A bookie asks this before
+        it reads its directories; ``register_bookie`` asks again."""
+        deadline = time.monotonic() + (self.store.session_timeout_s if wait_s is None else wait_s)
+        for readonly in (False, True):
+            self._claim(bookie_id, self._bookie_path(bookie_id, readonly), predecessors, deadline)
+
+    def _claim(
+        self, bookie_id: str, path: str, predecessors: Collection[str], deadline: float
+    ) -> None:
+        while True:
+            try:
+                existing, version = self.store.get(path)
+            except NoNodeError:
+                return
+            holder = formats.BookieServiceInfoFormat.FromString(existing)
+            if holder.properties.get(INCARNATION_PROPERTY) in predecessors:
+                # An earlier run on our directories whose session has not expired: replace it.
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    self.store.delete(path, version)
+                continue
+            if time.monotonic() >= deadline:
+                where = ", ".join(f"{e.host}:{e.port}" for e in holder.endpoints) or "?"
+                raise BookieIdInUseError(
+                    f"bookie id {bookie_id} is registered by another live process (serving on "
+                    f"{where}); stop that bookie first, or give this one another --bookie-id"
+                )
+            time.sleep(0.2)
+
+    def unregister_bookie(
+        self, bookie_id: str, *, readonly: bool = False, incarnation: str | None = None
+    ) -> None:
+        """Removes the registration; with ``incarnation``, only when it is that run's."""
         path = self._bookie_path(bookie_id, readonly)
         try:
-            self.store.create(path, info.SerializeToString(), ephemeral=True)
-        except NodeExistsError:
-            # A previous incarnation's registration whose session has not expired yet: replace it.
-            self.store.delete(path)
-            self.store.create(path, info.SerializeToString(), ephemeral=True)
-
-    def unregister_bookie(self, bookie_id: str, *, readonly: bool = False) -> None:
-        try:
-            self.store.delete(self._bookie_path(bookie_id, readonly))
-        except NoNodeError:
+            if incarnation is None:
+                self.store.delete(path)
+                return
+            existing, version = self.store.get(path)
+            holder = formats.BookieServiceInfoFormat.FromString(existing)
+            if holder.properties.get(INCARNATION_PROPERTY) == incarnation:
+                self.store.delete(path, version)
+        except (NoNodeError, BadVersionError):
             pass
 
     def _bookie_path(self, bookie_id: str, readonly: bool) -> str:

@@ -110,6 +110,7 @@ class SqliteStore(MetadataStore):
             )
         self._path = path
         self._lease_ms = int(lease_s * 1000)
+        self.session_timeout_s = lease_s
         self._lock = threading.RLock()
         self._db = self._connect()
         try:

@@ -62,6 +62,7 @@ class ZooKeeperStore(MetadataStore):
         digest_auth_file: str | None = None,
     ) -> None:
         self._hosts = hosts
+        self.session_timeout_s = session_timeout_s + 1.0  # and a tick of the server's clock
         self._session_listeners: list[SessionCallback] = []
         self._session_lost = False
         self._closing = False

@@ -49,6 +49,7 @@ DISK_CHECK_BYTES = 1024 * 1024
 LongPollDone = Callable[[StatusCode, bytes, int], None]  # status, entry (or b""), maxLAC
 _LAC_AT = struct.Struct(">q")
 _ENTRY_IDS = struct.Struct(">qq")  # an entry starts with its ledger id and entry id
+LAST_ENTRY = -1  # a read of entry -1 asks for the last entry the bookie holds (v2 and v3)
 LAC_CACHE_SIZE = 100_000
 
 
@@ -149,6 +150,7 @@ class Bookie:
         self.disk_full = False
         self.forced_read_only = False
         self._last_disk_state: DiskState | None = None
+        self._free_when_out_of_space: int | None = None  # free bytes when a write hit ENOSPC
         # Bytes added since the last disk check: a fast writer triggers a check every
         # DISK_CHECK_BYTES, so it cannot fill the disk between two periodic checks.
         self._added_since_disk_check = 0
@@ -173,10 +175,31 @@ class Bookie:
         if report.state == DiskState.WARN and self._last_disk_state != DiskState.WARN:
             log.warning("disk %s is %.1f%% full", report.path, 100 * report.usage)
         self._last_disk_state = report.state
+        # A journal disk past the warning mark gets its space back before it is full: the journal
+        # starts a new file and the next checkpoint deletes the old one.
+        filling = [
+            directory
+            for directory in self.config.storage.journal_directories
+            if self.disk.usages.get(directory, 0.0) >= self.disk.thresholds.warn_threshold
+        ]
+        if filling:
+            self.engine.reclaim_journal_space(filling)
         # A write that ran out of space means full, whatever the usage figure says: large writes
-        # (a checkpoint, a journal group) can fail while statvfs still shows some room.
-        if report.usage < self.disk.thresholds.lwm:
-            self.engine.space_freed()
+        # (a checkpoint, a journal group) can fail while statvfs still shows some room. It ends,
+        # with hysteresis, once usage is under the low-water mark and a margin of the disk (the
+        # larger of 5 % and 1 - diskUsageThreshold) was freed since: clearing it as soon as usage
+        # looked low let a bookie stay writable and answer EIO to every add.
+        if self.engine.out_of_space:
+            if self._free_when_out_of_space is None:
+                self._free_when_out_of_space = report.free_bytes
+            margin = max(0.05, 1 - self.disk.thresholds.usage_threshold) * report.total_bytes
+            if (
+                report.usage < self.disk.thresholds.lwm
+                and report.free_bytes >= self._free_when_out_of_space + margin
+            ):
+                self.engine.space_freed()
+        if not self.engine.out_of_space:
+            self._free_when_out_of_space = None
         full = report.state == DiskState.FULL or self.engine.out_of_space
         if full != self.disk_full:
             self.disk_full = full
@@ -294,8 +317,13 @@ class Bookie:
         elif self.engine.write_cache_full or self.pending_adds >= self.config.max_pending_adds:
             self._rejected.inc()
             refusal = StatusCode.ETOOMANYREQUESTS
-        elif len(entry) < 16 or _ENTRY_IDS.unpack_from(entry) != (ledger_id, entry_id):
-            refusal = StatusCode.EBADREQ
+        elif (
+            ledger_id < 0
+            or entry_id < 0
+            or len(entry) < 16
+            or _ENTRY_IDS.unpack_from(entry) != (ledger_id, entry_id)
+        ):
+            refusal = StatusCode.EBADREQ  # ids are >= 0 (a read of -1 means "the last entry")
         if refusal is not None:
             stats.failure(time.perf_counter() - started)
             done(refusal)
@@ -333,6 +361,9 @@ class Bookie:
         self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone
     ) -> None:
         done = self._timed(self._fence_stats if fence else self._read_stats, done)
+        if ledger_id < 0 or entry_id < LAST_ENTRY:
+            done(StatusCode.EBADREQ, b"")
+            return
         if not fence:
             done(*self._read(ledger_id, entry_id))
             return
@@ -432,6 +463,9 @@ class Bookie:
         read status if this bookie does not hold it). A timeout answers EOK with the unchanged
         maxLAC and no entry."""
         done = self._timed(self._long_poll_stats, done)
+        if ledger_id < 0 or previous_lac < LAST_ENTRY or entry_id < LAST_ENTRY:
+            done(StatusCode.EBADREQ, b"", LAST_ENTRY)
+            return
 
         def answer() -> None:
             lac = self.last_add_confirmed(ledger_id)
@@ -478,6 +512,9 @@ class Bookie:
         (cut to the frame limit; the first entry is sent even if larger). The status is that of
         the first entry; the batch stops at the first entry that cannot be read."""
         started = time.perf_counter()
+        if ledger_id < 0 or start < 0:
+            self._batch_read_stats.failure(time.perf_counter() - started)
+            return StatusCode.EBADREQ, []
         status, entries = self._batch_read(ledger_id, start, max_count, max_size)
         elapsed = time.perf_counter() - started
         if status == StatusCode.EOK:

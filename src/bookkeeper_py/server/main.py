@@ -23,7 +23,7 @@ from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
 from bookkeeper_py.server.http import make_app, start_http
 from bookkeeper_py.storage.cookie import Cookie, verify_or_create
-from bookkeeper_py.storage.disk import prepare_directory
+from bookkeeper_py.storage.disk import DirectoryLocks
 from bookkeeper_py.storage.files import write_atomically
 from bookkeeper_py.storage.gc import LedgerExists, ListLedgers
 
@@ -46,6 +46,9 @@ class BookieServer:
         self._disk_task: asyncio.Task[None] | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self._reregistration: asyncio.Future[None] | None = None
+        self._locks = DirectoryLocks(
+            {"bookie_id": config.effective_bookie_id, "address": f"{config.host}:{config.port}"}
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -53,9 +56,19 @@ class BookieServer:
         # The port first: a bookie that cannot serve touches nothing on disk.
         listener = listening_socket(self.config.host, self.config.port)
         try:
+            # Then the directories, locked before anything in them is read: a second process on
+            # a live bookie's directories would replay, trim and delete its journal.
+            self._locks.acquire_all(lock_directories(self.config))
             if self.metadata_uri:
                 self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
                 await asyncio.to_thread(self.metadata.init_cluster)
+                # No other live process may serve under this id (a copy of these directories
+                # elsewhere): asked before the journal is replayed.
+                await asyncio.to_thread(
+                    self.metadata.claim_bookie_id,
+                    self.config.effective_bookie_id,
+                    self._locks.predecessors,
+                )
             # Cookies first: nothing of the directories is read or written until they are known to
             # belong to this bookie in this cluster.
             await asyncio.to_thread(check_cookies, self.config, self.metadata)
@@ -75,6 +88,8 @@ class BookieServer:
             )
         except BaseException:
             listener.close()  # not taken over by a server: released here
+            if self.bookie is None:
+                self._locks.release()
             raise
         if self.metadata is not None:
             await self._register()
@@ -111,7 +126,10 @@ class BookieServer:
         bookie_id = self.config.effective_bookie_id
         if self._registered_read_only is not None:
             await asyncio.to_thread(
-                self.metadata.unregister_bookie, bookie_id, readonly=self._registered_read_only
+                self.metadata.unregister_bookie,
+                bookie_id,
+                readonly=self._registered_read_only,
+                incarnation=self._locks.incarnation,
             )
         await asyncio.to_thread(
             self.metadata.register_bookie,
@@ -119,6 +137,8 @@ class BookieServer:
             self.config.host,
             self.config.port,
             readonly=read_only,
+            incarnation=self._locks.incarnation,
+            predecessors=self._locks.predecessors | {self._locks.incarnation},
         )
         self._registered_read_only = read_only
         log.info("bookie %s registered as %s", bookie_id, "read-only" if read_only else "writable")
@@ -188,12 +208,13 @@ class BookieServer:
             connection.stop_reading()
         if self.bookie is not None:
             self.bookie.begin_shutdown()
-        if self.metadata is not None:
+        if self.metadata is not None and self._registered_read_only is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(
                     self.metadata.unregister_bookie,
                     self.config.effective_bookie_id,
-                    readonly=bool(self._registered_read_only),
+                    readonly=self._registered_read_only,
+                    incarnation=self._locks.incarnation,
                 )
         await self._drain(drain_timeout_s)
         if self.metadata is not None:
@@ -205,6 +226,7 @@ class BookieServer:
             connection.close()
         if self._server is not None:
             await self._server.wait_closed()
+        self._locks.release()
 
     async def _drain(self, timeout_s: float) -> None:
         """Waits until no connection has a request in flight, or ``timeout_s``."""
@@ -271,9 +293,6 @@ def check_cookies(config: BookieConfig, metadata: MetadataClient | None) -> None
         instance_id=metadata.instance_id() if metadata is not None else None,
     )
     directories = [*storage.journal_directories, storage.ledger_directory]
-    for directory in storage.journal_directories:
-        prepare_directory(directory, "journal directory (journalDirectories)")
-    prepare_directory(storage.ledger_directory, "ledger directory (ledgerDirectories)")
     store = MetadataCookieStore(metadata) if metadata is not None else None
     if verify_or_create(expected, directories, store):
         log.info(
@@ -281,6 +300,18 @@ def check_cookies(config: BookieConfig, metadata: MetadataClient | None) -> None
             config.effective_bookie_id,
             ", ".join(directories),
         )
+
+
+def lock_directories(config: BookieConfig) -> list[tuple[str, str]]:
+    """(directory, role) of every directory the bookie writes, in locking order."""
+    storage = config.storage
+    return [
+        *(
+            (directory, "journal directory (journalDirectories)")
+            for directory in storage.journal_directories
+        ),
+        (storage.ledger_directory, "ledger directory (ledgerDirectories)"),
+    ]
 
 
 def gc_metadata_view(metadata: MetadataClient) -> tuple[ListLedgers, LedgerExists]:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import enum
 import errno
+import fcntl
+import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -124,12 +127,14 @@ class DiskChecker:
         self.thresholds = thresholds
         self._usage = usage
         self.full = False
+        self.usages: dict[str, float] = {}  # each directory's usage at the last check
 
     def check(self) -> DiskReport:
         worst: tuple[float, str, int, int] = (-1.0, "", 0, 0)
         for directory in self.directories:
             total, free = self._usage(directory)
             used = (total - free) / total if total else 1.0
+            self.usages[directory] = used
             if used > worst[0]:
                 worst = (used, directory, total, free)
         used, path, total, free = worst
@@ -150,3 +155,117 @@ def total_and_free(path: str) -> tuple[int, int]:
     """(total, free) bytes of the file system holding ``path`` (for GET_BOOKIE_INFO)."""
     usage = shutil.disk_usage(path)
     return usage.total, usage.free
+
+
+LOCK_FILE = "bookie.lock"
+
+
+class DirectoryInUseError(DataDirectoryError):
+    """Another live process holds the lock of a journal or ledger directory."""
+
+
+class DirectoryLocks:
+    """Exclusive locks (``flock``) on a bookie's directories, held while it runs.
+
+    Each directory gets a ``bookie.lock`` file, locked before anything else in the directory is
+    read, and holding one JSON line that names the holder (pid, bookie id, address and a random
+    incarnation token). The kernel drops the lock when the process dies, however it dies, so a
+    crashed bookie never blocks its successor; the line it left says which incarnation it was,
+    which lets the successor replace that incarnation's lingering registration at once (when
+    that process ran on this host and is gone; otherwise the registration is waited on).
+    """
+
+    def __init__(self, owner: dict[str, object]) -> None:
+        self.incarnation = os.urandom(8).hex()
+        self._owner = {
+            **owner,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "incarnation": self.incarnation,
+        }
+        self._files: list[int] = []
+        self._paths: set[str] = set()  # one lock per directory, however often it is named
+        self.predecessors: set[str] = set()  # incarnation tokens left by earlier holders
+
+    def acquire(self, path: str, role: str) -> None:
+        """Locks ``path`` (made and checked by ``prepare_directory`` first); raises
+        ``DirectoryInUseError`` naming the holder when another process has it."""
+        prepare_directory(path, role)
+        lock_path = os.path.join(path, LOCK_FILE)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as error:
+            raise _directory_error(path, role, "cannot lock", error) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe_holder(_read_owner(fd))
+            os.close(fd)
+            raise DirectoryInUseError(
+                f"the {role} {path} is in use by {holder}; two bookies on one directory destroy "
+                "each other's data: stop that process first, or give this bookie directories of "
+                "its own"
+            ) from None
+        except OSError as error:
+            os.close(fd)
+            raise _directory_error(path, role, "cannot lock", error) from None
+        previous = _read_owner(fd)
+        if isinstance(previous.get("incarnation"), str) and _known_dead(previous):
+            self.predecessors.add(str(previous["incarnation"]))
+        line = (json.dumps(self._owner, sort_keys=True) + "\n").encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+        self._files.append(fd)
+        self._paths.add(os.path.realpath(path))
+
+    def acquire_all(self, directories: Iterable[tuple[str, str]]) -> None:
+        """Locks each (path, role) in turn; on a failure, releases what it had locked."""
+        try:
+            for path, role in directories:
+                if os.path.realpath(path) not in self._paths:
+                    self.acquire(path, role)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Unlocks every directory (the lock files stay, naming the last holder)."""
+        files, self._files = self._files, []
+        self._paths.clear()
+        for fd in files:
+            os.close(fd)  # closing the only descriptor drops the flock
+
+
+def _read_owner(fd: int) -> dict[str, object]:
+    try:
+        data = os.pread(fd, 4096, 0)
+        owner = json.loads(data.decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _known_dead(owner: dict[str, object]) -> bool:
+    """Whether the process a lock file names is surely gone: it ran on this host and no process
+    has its pid. A copied directory (its holder elsewhere, or alive here) proves nothing."""
+    pid = owner.get("pid")
+    if owner.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # it exists (another user's): alive as far as we can tell
+    return False
+
+
+def _describe_holder(owner: dict[str, object]) -> str:
+    if not owner.get("pid"):
+        return "another process (it has not written its name yet)"
+    parts = [f"pid {owner['pid']}"]
+    if owner.get("bookie_id"):
+        parts.append(f"bookie {owner['bookie_id']}")
+    if owner.get("address"):
+        parts.append(f"listening on {owner['address']}")
+    return "another bookie process (" + ", ".join(parts) + ")"

@@ -26,13 +26,20 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from bookkeeper_py.metrics import Metrics, NullMetrics
 from bookkeeper_py.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
-from bookkeeper_py.storage.journal import Callback, Journal, RecordType, list_journal_ids, replay
+from bookkeeper_py.storage.journal import (
+    FILE_HEADER,
+    Callback,
+    Journal,
+    RecordType,
+    list_journal_ids,
+    replay,
+)
 from bookkeeper_py.storage.last_log_mark import mark_file_name, read_mark, write_mark
 from bookkeeper_py.storage.ledger_storage import LedgerInfo, LedgerStorage
 
@@ -99,6 +106,8 @@ class StorageEngine:
         )
         # One journal (and journal thread) per directory; a ledger always uses the same one, so
         # its records keep their order.
+        self._reclaiming: set[str] = set()  # journals rolled, waiting for a checkpoint
+        self._checkpoint_requested = threading.Event()
         self.journals = [
             Journal(
                 directory,
@@ -110,10 +119,10 @@ class StorageEngine:
                 max_group_wait_s=config.journal_max_group_wait_s,
                 sync_stats=sync_stats,
                 records_added=records_added,
+                on_rolled=self.request_checkpoint,
             )
             for directory in config.journal_directories
         ]
-        self._checkpoint_requested = threading.Event()
         self._stopping = threading.Event()
         self._pace_s = config.flush_interval_s * config.checkpoint_pace
         self._sync_thread: threading.Thread | None = None
@@ -230,6 +239,30 @@ class StorageEngine:
         checkpoint_full = isinstance(failure, OSError) and failure.errno == errno.ENOSPC
         return checkpoint_full or any(journal.out_of_space for journal in self.journals)
 
+    def reclaim_journal_space(self, directories: Iterable[str]) -> None:
+        """The disks of ``directories`` are filling: each journal there that holds records in its
+        current file starts a new one, and a checkpoint is asked for, which then deletes the
+        older files. Once per checkpoint, however often it is asked."""
+        wanted = set(directories)
+        requested = False
+        for journal in self.journals:
+            _, size = journal.position
+            if (
+                journal.directory in wanted
+                and size > FILE_HEADER.size
+                and journal.directory not in self._reclaiming
+            ):
+                self._reclaiming.add(journal.directory)  # until a checkpoint has run
+                log.info(
+                    "journal disk %s is filling: starting a new journal file so that the next "
+                    "checkpoint frees the current one",
+                    journal.directory,
+                )
+                journal.request_roll()
+                requested = True
+        if requested:
+            self._checkpoint_requested.set()
+
     def space_freed(self) -> None:
         """The disk check saw usage fall below the low-water mark: forget past out-of-space errors
         (a read-only bookie gets no writes that could clear them); a new one sets them again."""
@@ -303,6 +336,7 @@ class StorageEngine:
     def checkpoint(self, pace_s: float = 0.0) -> list[tuple[int, int]]:
         """Runs one checkpoint now; returns the LastLogMark it persisted for each journal. With
         ``pace_s``, its entry-log writes are spread over up to that many seconds."""
+        reclaiming = set(self._reclaiming)  # rolled before these marks were taken (or soon)
         marks = [journal.position for journal in self.journals]  # before the write cache is swapped
         started = time.monotonic()
         result = self.storage.checkpoint(pace_s)
@@ -312,6 +346,7 @@ class StorageEngine:
             write_mark(self.config.ledger_directory, mark, mark_file_name(index))
             self.last_marks[index] = mark
             deleted.extend(journal.delete_before(mark[0]))
+        self._reclaiming -= reclaiming
         self.checkpoints += 1
         log.debug(
             "checkpoint: %d entries (%d bytes), %d ledger states; marks %s; deleted journals %s",

@@ -50,6 +50,7 @@ FILE_HEADER = struct.Struct(">4sIQ")
 GROUP_HEADER = struct.Struct(">II")  # length, crc
 _COUNT = struct.Struct(">I")
 MAX_GROUP_SIZE = 1024 * 1024 * 1024
+_ROLL = -1  # a queue item asking the journal thread to start a new file (never written)
 
 
 class RecordType(enum.IntEnum):
@@ -215,10 +216,12 @@ class Journal:
         max_group_wait_s: float = 0.0,
         sync_stats: OpStats | None = None,
         records_added: CounterMetric | None = None,
+        on_rolled: Callable[[], None] | None = None,
     ) -> None:
         self.directory = directory
         self._on_synced = on_synced
         self._max_file_size = max_file_size
+        self._on_rolled = on_rolled  # told (on the journal thread) after a roll by size
         self._threshold = buffered_writes_threshold
         self._sync_data = sync_data
         self._preallocate = preallocate_bytes
@@ -241,7 +244,14 @@ class Journal:
         self.out_of_space = False
 
     def open(self, next_file_id: int) -> None:
-        """Starts a new journal file and the writer thread."""
+        """Starts a new journal file and the writer thread.
+
+        A file never takes more than 30 % of its disk (journalMaxSizeMB, whichever is smaller):
+        on a small journal disk, a file as large as the disk could never be deleted, since a
+        checkpoint frees only the files before the current one."""
+        stats = os.statvfs(self.directory)
+        share = max(stats.f_blocks * stats.f_frsize * 3 // 10, 1024 * 1024)
+        self._max_file_size = min(self._max_file_size, share)
         self._roll(next_file_id)
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()
@@ -308,7 +318,21 @@ class Journal:
             if stop:
                 break
 
+    def request_roll(self) -> None:
+        """Asks the journal thread to start a new file (if the current one holds any record),
+        so that the next checkpoint can delete the current one and give its space back."""
+        self._queue.put((_ROLL, b"", None))
+
     def _commit(self, batch: list[tuple[int, bytes, Any]]) -> None:
+        if any(record_type == _ROLL for record_type, _, _ in batch):
+            batch = [item for item in batch if item[0] != _ROLL]
+            if self._failure is None and self._size > FILE_HEADER.size:
+                try:
+                    self._roll(self._file_id + 1)
+                except OSError as error:
+                    log.warning("journal: cannot start a new file to free space: %s", error)
+            if not batch:
+                return
         tokens = [token for _, _, token in batch if token is not None]
         if self._failure is not None:
             self._on_synced(tokens, self._failure)
@@ -317,6 +341,8 @@ class Journal:
             if self._size >= self._max_file_size:
                 try:
                     self._roll(self._file_id + 1)
+                    if self._on_rolled is not None:
+                        self._on_rolled()  # a checkpoint now frees the file just closed
                 except OSError as error:
                     if error.errno != errno.ENOSPC:
                         raise
@@ -344,8 +370,20 @@ class Journal:
                     # Grow the file ahead of the writes so that a group's fdatasync need not
                     # also record a new file size. Replay stops at the zeros that follow.
                     # Never past the roll size: preallocation must not cost more than a full file.
-                    grow = max(min(self._preallocate, self._max_file_size - self._allocated), total)
-                    os.posix_fallocate(self._fd, self._allocated, grow)
+                    # Nor past 90 % of the disk: on a small journal disk a whole preallocation
+                    # would fail (or fill the disk) long before the records do.
+                    stats = os.fstatvfs(self._fd)
+                    room = (stats.f_bavail - stats.f_blocks // 10) * stats.f_frsize
+                    grow = max(
+                        min(self._preallocate, self._max_file_size - self._allocated, room), total
+                    )
+                    try:
+                        os.posix_fallocate(self._fd, self._allocated, grow)
+                    except OSError as error:
+                        if error.errno != errno.ENOSPC or grow == total:
+                            raise
+                        grow = total  # what the records need, no more
+                        os.posix_fallocate(self._fd, self._allocated, grow)
                     self._allocated += grow
                 while view:
                     written = os.write(self._fd, view)
