@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from bookkeeper_py import BookKeeper, DigestType, LedgerState
@@ -123,3 +124,35 @@ def test_a_writer_paused_while_a_reader_recovers_is_fenced_and_loses_nothing_it_
                 writer.wait()
             if writer.stdout is not None:
                 writer.stdout.close()
+
+
+def test_dead_spares_still_registered_cause_a_few_ensemble_changes_not_a_storm() -> None:
+    """Issue 15, item 3: the only spare bookies are dead but still registered (their sessions
+    have not expired) when a member of the ensemble dies. Each replacement fails at once; the
+    writer used to change its ensemble 100-175 times a second (606 fragments in 4.5 s, a
+    metadata write each). Failed replacements are now suspects, avoided while others answer,
+    and changes in quick succession back off: a handful of changes, and every add acked by the
+    two members left (Qa = 2)."""
+    with (
+        LocalCluster(5) as cluster,
+        BookKeeper(cluster.metadata_uri, throttle=100) as client,
+    ):
+        handle = client.create_ledger(3, 3, 2, DigestType.CRC32C, b"storm")
+        ((_, ensemble),) = client.get_ledger_metadata(handle.ledger_id).ensembles
+        spares = [bookie for bookie in cluster.bookie_ids if bookie not in ensemble]
+        for spare in spares:  # SIGKILL: registered for the lease's 5 s more
+            cluster.kill_bookie(cluster.bookie_ids.index(spare))
+        assert set(spares) <= set(client.client.metadata.writable_bookies())
+        cluster.kill_bookie(cluster.bookie_ids.index(ensemble[2]))
+        added = 0
+        deadline = time.monotonic() + 4.5  # as long as the storm the issue measured
+        for _ in range(200):  # a writer that keeps going: batches of 500 adds for 4.5 s
+            futures = [handle.add_entry_async(payload(added + i, 128)) for i in range(500)]
+            assert [future.result(120) for future in futures] == list(range(added, added + 500))
+            added += 500
+            if time.monotonic() > deadline:
+                break
+        changes = handle.ensemble_changes
+        assert 1 <= changes <= 10, (changes, added)
+        assert len(client.get_ledger_metadata(handle.ledger_id).ensembles) <= changes + 1
+        handle.close()

@@ -162,9 +162,10 @@ def test_checkpoint_deletes_journals_older_than_the_mark(tmp_path: Path) -> None
     )
     fill(engine, durable, range(3), 400)  # ~55 KiB per ledger in groups of 8 KiB: several files
     journals = list_journal_ids(str(tmp_path / "journal"))
-    assert len(journals) > 2
+    assert journals[-1] >= 2  # several files were made (each roll asks for a checkpoint too)
     (mark,) = engine.checkpoint()
-    assert list_journal_ids(str(tmp_path / "journal")) == [j for j in journals if j >= mark[0]]
+    assert mark[0] == journals[-1]
+    assert list_journal_ids(str(tmp_path / "journal")) == [mark[0]]
     engine.close()
     engine, _ = open_engine(tmp_path)
     assert engine.read(2, 399) == entry(2, 399)

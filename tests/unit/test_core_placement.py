@@ -8,6 +8,7 @@ import pytest
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.placement import (
+    ChangeRate,
     NetworkTopology,
     Quarantine,
     RandomPlacement,
@@ -108,11 +109,17 @@ def test_region_aware_spreads_write_quorums_over_regions_and_reads_locally_first
 
 
 def test_quarantined_bookies_are_used_only_when_nothing_else_is_left() -> None:
-    quarantine = Quarantine(threshold=2, window_ms=1000, duration_ms=5000)
+    quarantine = Quarantine(threshold=2, window_ms=1000, duration_ms=5000, suspect_ms=300)
     quarantine.record_failure("b0", 0)
-    assert quarantine.quarantined(10) == set()
+    assert quarantine.quarantined(10) == {"b0"}  # a suspect: its last answer was a failure
+    quarantine.record_success("b0")
+    assert quarantine.quarantined(20) == set()  # it answered since
+    quarantine.record_failure("b1", 30)
+    assert quarantine.quarantined(400) == set()  # suspects are forgotten after suspect_ms
     quarantine.record_failure("b0", 500)
-    assert quarantine.quarantined(600) == {"b0"}
+    assert quarantine.quarantined(600) == {"b0"}  # twice within the window: quarantined
+    quarantine.record_success("b0")
+    assert quarantine.quarantined(700) == {"b0"}  # and that lasts its duration
     for policy in (
         RandomPlacement(random.Random(3)),
         TopologyAwarePlacement(NetworkTopology(RACKS), random.Random(3)),
@@ -121,3 +128,14 @@ def test_quarantined_bookies_are_used_only_when_nothing_else_is_left() -> None:
             assert "b0" not in policy.new_ensemble(5, RACKS, {"b0"}, write_quorum_size=2)
         assert "b0" in policy.new_ensemble(6, RACKS, {"b0"}, write_quorum_size=2)
     assert quarantine.quarantined(5600) == set()
+
+
+def test_ensemble_changes_in_quick_succession_back_off() -> None:
+    rate = ChangeRate(initial_ms=100, max_ms=1000, reset_after_ms=10_000)
+    assert rate.made(0) == 0  # the first change: the next may follow at once
+    assert rate.made(10) == 110
+    assert rate.made(110) == 310
+    assert rate.made(310) == 710
+    assert rate.made(710) == 1510
+    assert rate.made(1510) == 2510  # capped at max_ms
+    assert rate.made(20_000) == 20_000  # long after the last: at once again

@@ -426,7 +426,8 @@ class _RangeRead:
         self.ticker: asyncio.TimerHandle | None = None
         self.batched = False
         self.batches = 0
-        self.open_batches: dict[int, tuple[int, int]] = {}  # start -> (end, deadline ms)
+        # start -> (end, deadline ms, bookie asked)
+        self.open_batches: dict[int, tuple[int, int, str]] = {}
         config = self.client.config
         self.speculative_ms = config.speculative_read_timeout_ms
         self.max_speculative_ms = config.max_speculative_read_timeout_ms
@@ -474,16 +475,20 @@ class _RangeRead:
         set); the answer's entries are checked one by one."""
         # Every bookie of the fragment holds all of it: take them in turn by ensemble index
         # (the write set's order rotates with the start entry), slow ones given up on below.
+        # Replicas that failed or were slow lately are left out while others remain.
         replicas = sorted(self.handle._replicas(start))
+        now = self.client.now_ms()
+        health = self.client.replica_health
+        healthy = [r for r in replicas if health.recent_failures(r[1], now) == 0] or replicas
         self.batches += 1
-        _, bookie = replicas[self.batches % len(replicas)]
+        _, bookie = healthy[self.batches % len(healthy)]
         answered = partial(self._batch_answer, start, end, bookie)
         if self.speculative_ms > 0:
-            self.open_batches[start] = (end, self.client.now_ms() + self.speculative_ms)
+            self.open_batches[start] = (end, now + self.speculative_ms, bookie)
             if self.ticker is None:
                 self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
         else:
-            self.open_batches[start] = (end, 2**62)
+            self.open_batches[start] = (end, 2**62, bookie)
         self.handle._on_bookie(
             bookie,
             lambda connection: connection.batch_read(
@@ -518,6 +523,8 @@ class _RangeRead:
             except (errors.DigestMismatchError, MalformedMessageError) as error:
                 log.info("ledger %d: batch read from %s: %s", self.handle.ledger_id, bookie, error)
                 status = None
+        if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
+            self.client.replica_health.failed(bookie, self.client.now_ms())
         if self.left == 0:
             self.finished.set_result(None)
             return
@@ -565,19 +572,24 @@ class _RangeRead:
         if self.finished.done():
             return
         now = self.client.now_ms()
-        for start, (end, deadline) in list(self.open_batches.items()):
+        health = self.client.replica_health
+        for start, (end, deadline, bookie) in list(self.open_batches.items()):
             if deadline <= now:
                 # A slow batch: its entries go the careful way (failover, speculative reads);
-                # its late answer is ignored.
+                # its late answer is ignored, and its bookie avoided by the next reads.
                 del self.open_batches[start]
+                health.failed(bookie, now)
                 self.client.speculative_reads += 1
                 for entry_id in range(start, end + 1):
                     self._start_entry(entry_id)
                 self._next_batch()  # takes the slow one's place
-        soonest: int | None = min((d for _, d in self.open_batches.values()), default=None)
+        soonest: int | None = min((d for _, d, _ in self.open_batches.values()), default=None)
         for read in list(self.reads.values()):
+            slow = read.asking
             attempts = read.tick(now)
             if attempts:
+                if slow is not None:
+                    health.failed(slow, now)  # later entries start on another replica
                 self.client.speculative_reads += len(attempts)
                 self._send(attempts)
             if read.deadline is not None and (soonest is None or read.deadline < soonest):
@@ -781,6 +793,8 @@ class WriteHandle(ReadHandle):
             )
             log.info("ledger %d: %s", self.ledger_id, problem)
             self._client.quarantine.record_failure(bookie_id, self._now())
+        elif self._client.quarantine.suspects:
+            self._client.quarantine.record_success(bookie_id)
         self._execute(
             self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
         )

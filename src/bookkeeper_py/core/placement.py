@@ -13,8 +13,9 @@ the bookie list (from the metadata store, or the simulator's world).
   ``min_regions``) and then racks (up to ``min_racks``) as it can; ties are broken at random.
   With ``enforce`` a write quorum that cannot reach ``min_racks`` racks is an error rather than
   a weaker ensemble. Region-aware reads try the local region's replicas first.
-* Bookies that keep failing are *quarantined* (``Quarantine``) for a while and chosen only when
-  no other bookie is left.
+* Bookies that keep failing are *quarantined* (``Quarantine``) for a while, and bookies whose
+  last answer was a failure are *suspects*; both are chosen only when no other bookie is left.
+  ``ChangeRate`` paces a writer's ensemble changes with backoff.
 """
 
 from __future__ import annotations
@@ -31,16 +32,29 @@ DEFAULT_RACK = "default-rack"
 
 
 class Quarantine:
-    """Bookies that failed ``threshold`` times within ``window_ms``, kept out for ``duration_ms``."""
+    """Bookies to avoid when choosing ensemble members: those that failed ``threshold`` times
+    within ``window_ms`` (kept out for ``duration_ms``), and *suspects*, whose last answer
+    within ``suspect_ms`` was a failure (until one succeeds). Both are chosen only when no
+    other bookie is left. Suspects end ensemble-change storms: a dead bookie still registered
+    (its session not expired yet) failed once and is not picked again while others answer."""
 
-    def __init__(self, threshold: int = 3, window_ms: int = 60_000, duration_ms: int = 60_000):
+    def __init__(
+        self,
+        threshold: int = 3,
+        window_ms: int = 60_000,
+        duration_ms: int = 60_000,
+        suspect_ms: int = 30_000,
+    ):
         self.threshold = threshold
         self.window_ms = window_ms
         self.duration_ms = duration_ms
+        self.suspect_ms = suspect_ms
         self._failures: dict[str, list[int]] = {}
         self._until: dict[str, int] = {}
+        self.suspects: dict[str, int] = {}  # bookie -> when its last failure was
 
     def record_failure(self, bookie: str, now_ms: int) -> None:
+        self.suspects[bookie] = now_ms
         recent = [t for t in self._failures.get(bookie, []) if now_ms - t < self.window_ms]
         recent.append(now_ms)
         self._failures[bookie] = recent
@@ -48,10 +62,45 @@ class Quarantine:
             self._until[bookie] = now_ms + self.duration_ms
             self._failures[bookie] = []
 
+    def record_success(self, bookie: str) -> None:
+        """``bookie`` answered: no longer a suspect (check ``suspects`` first on hot paths)."""
+        self.suspects.pop(bookie, None)
+
     def quarantined(self, now_ms: int) -> set[str]:
+        """The bookies to avoid now: quarantined ones and suspects."""
         for bookie in [b for b, until in self._until.items() if until <= now_ms]:
             del self._until[bookie]
-        return set(self._until)
+        for bookie in [b for b, at in self.suspects.items() if now_ms - at >= self.suspect_ms]:
+            del self.suspects[bookie]
+        return set(self._until) | set(self.suspects)
+
+
+class ChangeRate:
+    """Paces a writer's ensemble changes: after a change, the next may follow at once; one that
+    follows the previous within ``reset_after_ms`` makes the one after it wait ``initial_ms``,
+    doubling up to ``max_ms``. A storm of changes (replacements that fail at once: bookies dead
+    but still registered) costs a few metadata writes, not a hundred a second."""
+
+    def __init__(
+        self, initial_ms: int = 100, max_ms: int = 5_000, reset_after_ms: int = 10_000
+    ) -> None:
+        self.initial_ms = initial_ms
+        self.max_ms = max_ms
+        self.reset_after_ms = reset_after_ms
+        self._last: int | None = None
+        self._quick = 0  # changes in a row that followed the previous one closely
+
+    def made(self, now_ms: int) -> int:
+        """A change is made at ``now_ms``; returns when the next one may be."""
+        if self._last is not None and now_ms - self._last < self.reset_after_ms:
+            self._quick = min(self._quick + 1, 30)
+        else:
+            self._quick = 0
+        self._last = now_ms
+        if self._quick == 0:
+            return now_ms
+        backoff: int = self.initial_ms << (self._quick - 1)
+        return now_ms + min(backoff, self.max_ms)
 
 
 class PlacementPolicy(Protocol):

@@ -1,6 +1,7 @@
 """Reading entries as sans-IO state machines (reference sections 1.1 and 1.5).
 
-* ``ReplicaHealth`` remembers, per bookie, recent read failures (forgotten after
+* ``ReplicaHealth`` remembers, per bookie, recent read failures and replicas given up on as
+  slow by a speculative read (forgotten after
   ``failure_expiry_ms``, BookKeeper's bookieFailureHistoryExpirationMSec) and the reads pending on
   it; ``order`` puts the replicas of a write set healthy first (BookKeeper's
   reorderReadSequence): no recent failure before some, fewer failures before more, and with a
@@ -200,8 +201,15 @@ class EntryRead:
         # The replica failed: go on to the next one now, unless every one was asked already.
         return self._send_next(now_ms)
 
+    @property
+    def asking(self) -> str | None:
+        """The bookie of the latest attempt (the one a speculative read gives up waiting on)."""
+        return self.replicas[self._next - 1][1] if self._next > 0 else None
+
     def tick(self, now_ms: int) -> list[ReadAttempt]:
-        """A speculative read to the next replica once the current one is slow."""
+        """A speculative read to the next replica once the current one is slow (the caller
+        should count the slow one as failed in ``ReplicaHealth``, so that later reads start
+        elsewhere instead of each waiting out the timeout on it)."""
         if self.done or self.deadline is None or now_ms < self.deadline:
             return []
         self.speculative_reads += 1

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.core.placement import ChangeRate
 from bookkeeper_py.core.quorum import AckSet, write_set
 from bookkeeper_py.wire.status import StatusCode
 
@@ -190,6 +191,7 @@ class LedgerWriter:
         delay_ensemble_change: bool = False,
         explicit_lac_interval_ms: int = 0,
         deferred_sync: bool = False,
+        change_rate: ChangeRate | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"at least one add must be allowed in flight: {max_in_flight}")
@@ -207,6 +209,10 @@ class LedgerWriter:
         self._in_flight = 0
         self.changing = False
         self._failed: dict[int, str] = {}  # index -> bookie of the last fragment, to replace
+        # Ensemble changes in quick succession back off (a storm of replacements that fail at
+        # once); meanwhile entries complete with the copies they have, if Qa still can be met.
+        self._change_rate = change_rate if change_rate is not None else ChangeRate()
+        self._change_not_before = 0
         self._why: dict[str, str] = {}  # bookie -> how it last failed
         self.error: errors.BKError | None = None
         self._lac_carried = -1  # the LAC the last sent entry (or explicit write) carried
@@ -323,9 +329,11 @@ class LedgerWriter:
                 )
             )
         why = problem or (status.name if status is not None else "no answer")
-        return self._bookie_failed(add, bookie_index, bookie, why)
+        return self._bookie_failed(add, bookie_index, bookie, why, now)
 
-    def _bookie_failed(self, add: _Add, index: int, bookie: str, why: str) -> list[Instruction]:
+    def _bookie_failed(
+        self, add: _Add, index: int, bookie: str, why: str, now: int
+    ) -> list[Instruction]:
         if add.acks.acked(index):
             return []  # a failure after its durable ack changes nothing for this entry
         add.acks.fail(index)
@@ -343,11 +351,14 @@ class LedgerWriter:
         self._failed[index] = bookie
         if self.delay_ensemble_change and add.acks.still_possible:
             return []  # replaced with the next change, once some entry needs it
-        return self._maybe_change()
+        return self._maybe_change(now)
 
-    def _maybe_change(self) -> list[Instruction]:
+    def _maybe_change(self, now: int) -> list[Instruction]:
         if self.changing or not self._failed or self.error is not None:
             return []
+        if now < self._change_not_before:
+            return []  # paced: ``tick`` makes the change once it is due
+        self._change_not_before = self._change_rate.made(now)
         self.changing = True
         start, ensemble = self.metadata.last_ensemble
         return [ChangeEnsemble(self.last_add_confirmed + 1, start, ensemble, dict(self._failed))]
@@ -379,7 +390,7 @@ class LedgerWriter:
             instructions.append(SendAdd(entry_id, self._targets(entry_id, again)))
         instructions += self._complete(now)
         instructions += self._send_waiting(now)
-        return instructions + self._maybe_change()
+        return instructions + self._maybe_change(now)
 
     def on_ensemble_change_failed(self, error: errors.BKError, now: int) -> list[Instruction]:
         """The change could not be made: no replacement bookie, or the metadata refused it."""
@@ -418,9 +429,19 @@ class LedgerWriter:
                 for index, bookie in self._targets(add.entry_id):
                     if not add.acks.acked(index) and self.error is None:
                         instructions += self._bookie_failed(
-                            add, index, bookie, f"no answer within {self.add_timeout_ms} ms"
+                            add, index, bookie, f"no answer within {self.add_timeout_ms} ms", now
                         )
                 add.sent_at = now  # one timeout per period, not per tick
+        if (
+            self._failed
+            and not self.changing
+            and now >= self._change_not_before
+            and (
+                not self.delay_ensemble_change
+                or any(not add.acks.still_possible for add in self._adds.values())
+            )
+        ):
+            instructions += self._maybe_change(now)  # a paced change now due
         if (
             self.explicit_lac_interval_ms > 0
             and not self._adds
@@ -516,6 +537,8 @@ class LedgerWriter:
         """Whether a later ``tick`` may do anything: time adds out or write an explicit LAC."""
         if self.add_timeout_ms is not None and self._adds:
             return True
+        if self._failed and not self.changing:
+            return True  # a paced ensemble change to make
         return self.explicit_lac_interval_ms > 0 and self.last_add_confirmed > self._lac_carried
 
     @property
