@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Collection, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Self
@@ -133,6 +133,34 @@ class ReadHandle:
             lambda connection, answered: connection.read(
                 self.ledger_id, entry_id, fence, key, answered
             ),
+        )
+
+    async def read_stored_entry(self, entry_id: int, exclude: Collection[str] = ()) -> bytes:
+        """Entry ``entry_id`` exactly as bookies store it (ids, LAC, length, digest, payload),
+        from the first replica of its write set outside ``exclude`` that serves it with a good
+        digest: what a bookie copies to repair or re-replicate its own copy. Each request ends
+        by the request timeout; ``ReadError`` names every replica's failure."""
+        problems: list[str] = []
+        for _, bookie in self._replicas(entry_id):
+            if bookie in exclude:
+                continue
+            try:
+                status, body = await self._read_from(bookie, entry_id, False)
+            except errors.BKError as error:
+                problems.append(f"{bookie}: {error}")
+                continue
+            if status != StatusCode.EOK:
+                problems.append(f"{bookie}: {status.name}")
+                continue
+            try:
+                self._digest.verify(body, entry_id)
+            except errors.DigestMismatchError as error:
+                problems.append(f"{bookie}: {error}")
+                continue
+            return body
+        raise errors.ReadError(
+            f"ledger {self.ledger_id} entry {entry_id}: no replica outside {sorted(exclude)} "
+            f"served it ({'; '.join(problems) or 'none left'})"
         )
 
     # -- reads ---------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bookkeeper_py.metrics import Metrics, NullMetrics, OpStats
+from bookkeeper_py.server.limbo import Limbo
 from bookkeeper_py.storage.disk import (
     DiskChecker,
     DiskReport,
@@ -142,6 +143,8 @@ class Bookie:
         self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
         self._closed = False
         self._shutting_down = False
+        # Absence answers are not trusted while the bookie repairs lost journal records.
+        self.limbo = Limbo(config.storage.ledger_directory)
         self.disk = DiskChecker(
             [*config.storage.journal_directories, config.storage.ledger_directory], config.disk
         )
@@ -223,6 +226,16 @@ class Bookie:
 
     def start(self) -> None:
         self.engine.start()
+        lost = self.engine.lost_journal_tails
+        if lost:
+            self.limbo.enter("; ".join(lost))
+        if self.limbo.active:
+            log.warning(
+                "bookie in limbo: journal records it may have acknowledged are gone (%s); it "
+                "answers EUNKNOWNLEDGERSTATE instead of 'no such entry' until its ledgers are "
+                "repaired from the other replicas",
+                self.limbo.reason,
+            )
 
     def begin_shutdown(self) -> None:
         """Answers every parked long poll now, as its timeout would (and new ones at once), so
@@ -543,14 +556,20 @@ class Bookie:
     def _read(self, ledger_id: int, entry_id: int, count: bool = True) -> tuple[StatusCode, bytes]:
         """One entry from storage; ``count``: add it to bookie_READ_BYTES (a batch counts only
         the entries it sends)."""
+        if entry_id == LAST_ENTRY and self.limbo.active and self.limbo.unknown(ledger_id):
+            return StatusCode.EUNKNOWNLEDGERSTATE, b""  # its last entry may be among the lost
         try:
             entry = self.engine.read(ledger_id, entry_id)
             if count:
                 self._read_bytes.inc(len(entry))
             return StatusCode.EOK, entry
         except NoLedgerError:
+            if self.limbo.unknown(ledger_id):
+                return StatusCode.EUNKNOWNLEDGERSTATE, b""
             return StatusCode.ENOLEDGER, b""
         except NoEntryError:
+            if self.limbo.unknown(ledger_id):
+                return StatusCode.EUNKNOWNLEDGERSTATE, b""
             return StatusCode.ENOENTRY, b""
         except StorageIOError as error:
             log.error("ledger %d entry %d: %s", ledger_id, entry_id, error)
@@ -605,6 +624,9 @@ class Bookie:
         The index scan runs on a worker thread: a ledger of millions of entries must not stall
         the loop (the write cache is read under its lock, so any thread may call this)."""
         done = self._timed(self._list_entries_stats, done)
+        if self.limbo.unknown(ledger_id):
+            done(StatusCode.EUNKNOWNLEDGERSTATE, b"")  # what it holds may lack lost entries
+            return
 
         def scan() -> tuple[StatusCode, bytes]:
             try:

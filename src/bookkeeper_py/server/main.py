@@ -18,7 +18,7 @@ from bookkeeper_py.auth import bookie_provider
 from bookkeeper_py.errors import BKError, MetadataStoreError, NoSuchLedgerError
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.prometheus import PrometheusMetrics
-from bookkeeper_py.server import config
+from bookkeeper_py.server import config, limbo
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
 from bookkeeper_py.server.http import make_app, start_http
@@ -46,6 +46,7 @@ class BookieServer:
         self._disk_task: asyncio.Task[None] | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self._reregistration: asyncio.Future[None] | None = None
+        self._limbo_task: asyncio.Task[None] | None = None
         self._locks = DirectoryLocks(
             {"bookie_id": config.effective_bookie_id, "address": f"{config.host}:{config.port}"}
         )
@@ -100,6 +101,10 @@ class BookieServer:
             self.metadata.store.add_session_listener(session_replaced)
             list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
             self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
+        if self.bookie.limbo.active and self.metadata_uri:
+            self._limbo_task = asyncio.ensure_future(self._repair_limbo())
+        elif self.bookie.limbo.active:
+            log.warning("limbo: no metadata store to repair from (--standalone); staying in it")
         self._disk_task = asyncio.ensure_future(self._watch_disks())
         if self.config.idle_connection_timeout_s > 0:
             self._idle_task = asyncio.ensure_future(self._close_idle_connections())
@@ -116,6 +121,19 @@ class BookieServer:
             ", ".join(storage.journal_directories),
             storage.ledger_directory,
         )
+
+    async def _repair_limbo(self) -> None:
+        """Repairs the ledgers from the other replicas (``server.limbo``), then leaves limbo."""
+        assert self.bookie is not None and self.metadata_uri is not None
+        from bookkeeper_py.client.client import BookKeeper  # the client only where it is used
+
+        try:
+            async with BookKeeper(self.metadata_uri) as client:
+                await limbo.repair(self.bookie, client, self.config.effective_bookie_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("limbo repair failed; the bookie stays in limbo until it restarts")
 
     async def _register(self) -> None:
         """Registers as writable or read-only, moving the registration when the mode changed."""
@@ -197,7 +215,7 @@ class BookieServer:
         answer parked long polls, let requests in flight finish (adds wait for their journal
         sync) for up to ``drain_timeout_s``, checkpoint, then close the connections (what is
         still unanswered fails on the client's side as a closed connection)."""
-        for task in (self._disk_task, self._idle_task, self._reregistration):
+        for task in (self._disk_task, self._idle_task, self._reregistration, self._limbo_task):
             if task is not None:
                 task.cancel()
         if self._http is not None:

@@ -130,6 +130,9 @@ class StorageEngine:
         self.last_marks: list[tuple[int, int] | None] = [None] * len(self.journals)
         self.checkpoints = 0
         self.replayed_records = 0
+        # Journal damage replay cut off or found missing: records this bookie may have
+        # acknowledged are gone, so its answers of absence cannot be trusted until repaired.
+        self.lost_journal_tails: list[str] = []
         self.gc: GarbageCollector | None = None
         self.metrics.gauge_function(
             "bookie_journal_JOURNAL_QUEUE_SIZE",
@@ -161,7 +164,8 @@ class StorageEngine:
         for index, journal in enumerate(self.journals):
             mark = read_mark(self.config.ledger_directory, mark_file_name(index))
             self.last_marks[index] = mark
-            for record_type, body, _file_id, _offset in replay(journal.directory, mark):
+            replayed_from = replay(journal.directory, mark, self._tail_lost)
+            for record_type, body, _file_id, _offset in replayed_from:
                 self._apply(record_type, body)
                 replayed += 1
                 if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
@@ -169,6 +173,10 @@ class StorageEngine:
         for journal in self.journals:
             ids = list_journal_ids(journal.directory)
             journal.open((ids[-1] + 1) if ids else 0)
+        if replayed or any(mark is None for mark in self.last_marks):
+            # What was replayed goes to the entry logs now, and a mark always exists from the
+            # first start on: a journal file then missing after it is known to be lost.
+            self.checkpoint()
         log.info(
             "storage started: replayed %d journal records from marks %s of %d journal(s)",
             replayed,
@@ -179,6 +187,10 @@ class StorageEngine:
         self._sync_thread.start()
         self.replayed_records = replayed
         return replayed
+
+    def _tail_lost(self, path: str, offset: int, problem: str) -> None:
+        what = f"{path}: {problem}" if offset < 0 else f"{path} at offset {offset}: {problem}"
+        self.lost_journal_tails.append(what)
 
     def _apply(self, record_type: RecordType, body: bytes) -> None:
         ledger_id = int(_LEDGER_ID.unpack_from(body, 0)[0])

@@ -39,6 +39,7 @@ from typing import Any
 
 import crc32c
 
+from bookkeeper_py.errors import BKError
 from bookkeeper_py.metrics import CounterMetric, OpStats
 from bookkeeper_py.storage.files import fsync_directory
 
@@ -64,7 +65,7 @@ class RecordType(enum.IntEnum):
 _VALID_TYPES = frozenset(int(t) for t in RecordType)
 
 
-class JournalError(Exception):
+class JournalError(BKError):
     """The journal could not make records durable; the bookie must stop taking writes."""
 
 
@@ -72,7 +73,12 @@ class CorruptJournalError(JournalError):
     """A group in the middle of the journal is damaged."""
 
     def __init__(self, path: str, offset: int, reason: str) -> None:
-        super().__init__(f"journal {path} is corrupt at offset {offset}: {reason}")
+        super().__init__(
+            f"journal {path} is corrupt at offset {offset}: {reason}; the records after it "
+            "cannot be trusted, so the bookie does not start. Move that file out of the journal "
+            "directory (keep it for inspection) and start again: the bookie then treats its "
+            "ledgers as unknown until it has repaired them from the other replicas"
+        )
         self.path = path
         self.offset = offset
 
@@ -142,9 +148,15 @@ def _torn_tail(data: bytes, offset: int, problem: str) -> bool:
     return end >= len(data) or not data[end:].strip(b"\0")
 
 
-def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]:
+TailCut = Callable[[str, int, str], None]  # (path, offset, problem) of a tail cut off
+
+
+def scan(
+    path: str, *, is_last: bool, on_cut: TailCut | None = None
+) -> Iterator[tuple[RecordType, bytes, int]]:
     """Yields (type, body, offset just past its group) of every record of every valid group; cuts
-    a torn tail off the newest file and raises ``CorruptJournalError`` for any other damage."""
+    a torn tail off the newest file (telling ``on_cut``) and raises ``CorruptJournalError`` for
+    any other damage."""
     with open(path, "r+b" if is_last else "rb") as handle:
         data = handle.read()
         if len(data) < FILE_HEADER.size:
@@ -170,6 +182,8 @@ def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]
                     handle.truncate(offset)
                     handle.flush()
                     os.fsync(handle.fileno())
+                    if on_cut is not None:
+                        on_cut(path, offset, problem)
                     return
                 raise CorruptJournalError(path, offset, problem)
             for record_type, body in records:
@@ -178,17 +192,25 @@ def scan(path: str, *, is_last: bool) -> Iterator[tuple[RecordType, bytes, int]]
 
 
 def replay(
-    directory: str, mark: tuple[int, int] | None
+    directory: str, mark: tuple[int, int] | None, on_cut: TailCut | None = None
 ) -> Iterator[tuple[RecordType, bytes, int, int]]:
     """Yields (type, body, file id, offset just past its group) of every record in the groups at
-    or after ``mark`` (every record when there is none), in order. Marks fall on group ends."""
+    or after ``mark`` (every record when there is none), in order. Marks fall on group ends.
+    ``on_cut`` hears of a damaged tail cut off, and of journal files missing after the mark
+    (offset -1): either way, records this bookie may have acknowledged are gone."""
     ids = list_journal_ids(directory)
     start_file, start_offset = mark if mark is not None else (-1, 0)
+    if on_cut is not None and mark is not None:
+        # A checkpoint never deletes the mark's file, nor any later one.
+        wanted = set(range(start_file, max(ids[-1] if ids else start_file, start_file) + 1))
+        for missing in sorted(wanted - set(ids)):
+            on_cut(os.path.join(directory, journal_name(missing)), -1, "file missing")
     for position, file_id in enumerate(ids):
         if file_id < start_file:
             continue
         path = os.path.join(directory, journal_name(file_id))
-        for record_type, body, group_end in scan(path, is_last=position == len(ids) - 1):
+        last = position == len(ids) - 1
+        for record_type, body, group_end in scan(path, is_last=last, on_cut=on_cut):
             if file_id == start_file and group_end <= start_offset:
                 continue
             yield record_type, body, file_id, group_end
