@@ -4,10 +4,12 @@ again, writes resume, and no ledger metadata is lost or corrupted (issue 5)."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.errors import MetadataUnavailableError
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.testing import LocalCluster
 from bookkeeper_py.testing.waiting import wait_for
@@ -75,3 +77,45 @@ def test_an_expired_bookie_session_registers_again() -> None:
                 observer.close()
             ledger_id, data = write_ledger(uri, 100)
             assert read_ledger(uri, ledger_id, 100) == data
+
+
+def test_client_operations_end_by_their_deadline_while_zookeeper_is_away() -> None:
+    """Issue 15: every client operation has a deadline. With ZooKeeper gone, kazoo queues the
+    requests until it is back, for ever: creating or closing a ledger hung. Each metadata request
+    now ends after ``metadata_timeout_s`` with a one-line ``MetadataUnavailableError``; reads of a
+    closed ledger need no metadata and go on; once ZooKeeper is back, so does everything."""
+    with ZooKeeperServer() as zookeeper:
+        uri = zookeeper.metadata_uri("/deadline")
+        with (
+            LocalCluster(3, metadata_uri=uri) as cluster,
+            BookKeeper(uri, metadata_timeout_s=2) as client,
+        ):
+            closed = client.create_ledger(3, 2, 2, DigestType.CRC32C, b"deadline")
+            closed.add_entry(b"before")
+            closed.close()
+            reader = client.open_ledger(closed.ledger_id, b"deadline")
+            writer = client.create_ledger(3, 2, 2, DigestType.CRC32C, b"deadline")
+            writer.add_entry(b"open")
+            zookeeper.stop()
+            # Each call runs in a thread waited on for 60 s: a hang fails the test, not CI.
+            with ThreadPoolExecutor(1) as pool:
+                try:
+                    create = pool.submit(
+                        client.create_ledger, 3, 2, 2, DigestType.CRC32C, b"deadline"
+                    )
+                    with pytest.raises(MetadataUnavailableError, match="no answer from ZooKeeper"):
+                        create.result(60)
+                    with pytest.raises(MetadataUnavailableError, match="outcome is unknown"):
+                        pool.submit(writer.close).result(60)
+                    read = pool.submit(reader.read_entries, 0, 0)
+                    assert [e.data for e in read.result(60)] == [b"before"]
+                finally:
+                    zookeeper.start()
+            with MetadataClient.connect(uri) as observer:
+                wait_for(
+                    lambda: len(observer.writable_bookies()) == 3, 60, "bookies registered again"
+                )
+            again = client.create_ledger(3, 2, 2, DigestType.CRC32C, b"deadline")
+            assert again.add_entry(b"after") == 0
+            again.close()
+            assert cluster.bookie_ids

@@ -147,7 +147,10 @@ class BookKeeper:
 
     async def _connect(self) -> None:
         metadata = await asyncio.to_thread(
-            MetadataClient.connect, self._uri, connect_timeout_s=self.config.metadata_timeout_s
+            MetadataClient.connect,
+            self._uri,
+            connect_timeout_s=self.config.metadata_timeout_s,
+            operation_timeout_s=self.config.metadata_timeout_s,
         )
         if self._closed:  # closed while connecting
             await asyncio.to_thread(metadata.close)

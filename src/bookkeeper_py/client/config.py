@@ -22,7 +22,7 @@ PLACEMENT_POLICIES = ("random", "rackaware", "regionaware")
 class ClientConfig:
     # Connections
     use_v3: bool = False  # protocol v3 for adds and reads (long polls always use v3)
-    metadata_timeout_s: float = 10.0
+    metadata_timeout_s: float = 10.0  # connecting, and each request (ZooKeeper may be away)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 5.0  # [readTimeout / addEntryTimeout]
     tls: TlsConfig | None = None

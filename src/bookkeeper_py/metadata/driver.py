@@ -233,11 +233,13 @@ def open_store(
     create: bool = False,
     connect_timeout_s: float = 10.0,
     session_timeout_s: float = 10.0,
+    operation_timeout_s: float = 30.0,
 ) -> tuple[MetadataStore, StoreAddress]:
     """Connects to the store named by ``uri``.
 
     ``create`` allows a new SQLite file; otherwise a missing store is an error. Raises
-    ``MetadataUnavailableError`` when the store cannot be reached within ``connect_timeout_s``.
+    ``MetadataUnavailableError`` when the store cannot be reached within ``connect_timeout_s``,
+    and (ZooKeeper) when a request is not answered within ``operation_timeout_s``.
     """
     address = parse_uri(uri)
     if address.scheme == "memory":
@@ -253,7 +255,11 @@ def open_store(
     from bookkeeper_py.metadata.zookeeper import ZooKeeperStore
 
     return ZooKeeperStore(
-        address.location, connect_timeout_s, session_timeout_s, address.digest_auth_file
+        address.location,
+        connect_timeout_s,
+        session_timeout_s,
+        address.digest_auth_file,
+        operation_timeout_s,
     ), address
 
 

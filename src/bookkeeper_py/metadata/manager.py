@@ -81,9 +81,19 @@ class MetadataClient:
 
     @classmethod
     def connect(
-        cls, uri: str, *, create: bool = False, connect_timeout_s: float = 10.0
+        cls,
+        uri: str,
+        *,
+        create: bool = False,
+        connect_timeout_s: float = 10.0,
+        operation_timeout_s: float = 30.0,
     ) -> MetadataClient:
-        store, address = open_store(uri, create=create, connect_timeout_s=connect_timeout_s)
+        store, address = open_store(
+            uri,
+            create=create,
+            connect_timeout_s=connect_timeout_s,
+            operation_timeout_s=operation_timeout_s,
+        )
         return cls(store, address)
 
     def close(self) -> None:

@@ -11,9 +11,12 @@ from kazoo.exceptions import (
     BadVersionError as KazooBadVersion,
 )
 from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
     KazooException,
     NoAuthError,
     RolledBackError,
+    SessionExpiredError,
     ZookeeperError,
 )
 from kazoo.exceptions import (
@@ -60,8 +63,11 @@ class ZooKeeperStore(MetadataStore):
         connect_timeout_s: float,
         session_timeout_s: float,
         digest_auth_file: str | None = None,
+        operation_timeout_s: float = 30.0,
     ) -> None:
         self._hosts = hosts
+        # How long one request may wait for ZooKeeper's answer (it is queued while reconnecting).
+        self.operation_timeout_s = operation_timeout_s
         self.session_timeout_s = session_timeout_s + 1.0  # and a tick of the server's clock
         self._session_listeners: list[SessionCallback] = []
         self._session_lost = False
@@ -89,9 +95,35 @@ class ZooKeeperStore(MetadataStore):
                 "check that it runs and that the metadata URI names it"
             ) from error
 
+    def _wait(self, what: str, path: str, function, *args, **kwargs):  # type: ignore[no-untyped-def]
+        """Runs a kazoo ``*_async`` call and waits for its answer for at most the operation
+        timeout: kazoo queues requests while it reconnects, for as long as ZooKeeper is away,
+        and no caller may wait for ever."""
+        timeout = self.operation_timeout_s
+
+        def call():  # type: ignore[no-untyped-def]
+            try:
+                return function(*args, **kwargs).get(timeout=timeout)
+            except KazooTimeoutError:
+                raise MetadataUnavailableError(
+                    f"no answer from ZooKeeper at {self._hosts} within {timeout:.0f} s to "
+                    f"{what} {path}: it is down or unreachable; the operation's outcome is "
+                    "unknown, retry once ZooKeeper is back"
+                ) from None
+
+        return self._call(what, path, call)
+
     def _call(self, what: str, path: str, function, *args, **kwargs):  # type: ignore[no-untyped-def]
         try:
             return function(*args, **kwargs)
+        except MetadataUnavailableError:
+            raise
+        except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as error:
+            raise MetadataUnavailableError(
+                f"ZooKeeper at {self._hosts} lost the connection during {what} {path} "
+                f"({type(error).__name__}): the operation's outcome is unknown, retry once "
+                "ZooKeeper is back"
+            ) from error
         except KazooNoNode as error:
             raise NoNodeError(f"no node {path}") from error
         except KazooNodeExists as error:
@@ -111,11 +143,11 @@ class ZooKeeperStore(MetadataStore):
             ) from error
 
     def get(self, path: str) -> tuple[bytes, int]:
-        data, stat = self._call("get", path, self._client.get, path)
+        data, stat = self._wait("get", path, self._client.get_async, path)
         return bytes(data or b""), int(stat.version)
 
     def exists(self, path: str) -> int | None:
-        stat = self._call("exists", path, self._client.exists, path)
+        stat = self._wait("exists", path, self._client.exists_async, path)
         return None if stat is None else int(stat.version)
 
     def create(
@@ -129,10 +161,10 @@ class ZooKeeperStore(MetadataStore):
     ) -> str:
         check_path(path)
         return str(
-            self._call(
+            self._wait(
                 "create",
                 path,
-                self._client.create,
+                self._client.create_async,
                 path,
                 bytes(data),
                 ephemeral=ephemeral,
@@ -142,14 +174,14 @@ class ZooKeeperStore(MetadataStore):
         )
 
     def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> int:
-        stat = self._call("set", path, self._client.set, path, bytes(data), version=version)
+        stat = self._wait("set", path, self._client.set_async, path, bytes(data), version=version)
         return int(stat.version)
 
     def delete(self, path: str, version: int = ANY_VERSION) -> None:
-        self._call("delete", path, self._client.delete, path, version=version)
+        self._wait("delete", path, self._client.delete_async, path, version=version)
 
     def children(self, path: str) -> list[str]:
-        return sorted(self._call("list", path, self._client.get_children, path))
+        return sorted(self._wait("list", path, self._client.get_children_async, path))
 
     # -- watches, transactions, sessions ------------------------------------------------------
 
@@ -177,7 +209,9 @@ class ZooKeeperStore(MetadataStore):
                 transaction.delete(operation.path, operation.version)
             elif isinstance(operation, CheckOp):
                 transaction.check(operation.path, operation.version)
-        results = self._call("multi", operations[0].path if operations else "/", transaction.commit)
+        results = self._wait(
+            "multi", operations[0].path if operations else "/", transaction.commit_async
+        )
         failures = [
             (operation, result)
             for operation, result in zip(operations, results, strict=True)
