@@ -392,7 +392,7 @@ class Bookie:
             if not ok:
                 done(StatusCode.EIO, b"")
             else:
-                done(*self._read(ledger_id, entry_id))
+                done(*self._read(ledger_id, entry_id, fencing=True))
 
         waiting = self._fences_in_flight.get(ledger_id)
         if waiting is not None:
@@ -553,10 +553,15 @@ class Bookie:
         status = StatusCode.EOK if entries else StatusCode.EBADREQ
         return status, entries
 
-    def _read(self, ledger_id: int, entry_id: int, count: bool = True) -> tuple[StatusCode, bytes]:
+    def _read(
+        self, ledger_id: int, entry_id: int, count: bool = True, fencing: bool = False
+    ) -> tuple[StatusCode, bytes]:
         """One entry from storage; ``count``: add it to bookie_READ_BYTES (a batch counts only
-        the entries it sends)."""
-        if entry_id == LAST_ENTRY and self.limbo.active and self.limbo.unknown(ledger_id):
+        the entries it sends). In limbo, absence is answered EUNKNOWNLEDGERSTATE, except to a
+        fencing read: its fence is durable, and the last entry it reports is only a lower bound
+        of the LAC, which recovery reads forward from (meeting this bookie's unknown answers)."""
+        unknown = self.limbo.active and not fencing and self.limbo.unknown(ledger_id)
+        if entry_id == LAST_ENTRY and unknown:
             return StatusCode.EUNKNOWNLEDGERSTATE, b""  # its last entry may be among the lost
         try:
             entry = self.engine.read(ledger_id, entry_id)
@@ -564,11 +569,11 @@ class Bookie:
                 self._read_bytes.inc(len(entry))
             return StatusCode.EOK, entry
         except NoLedgerError:
-            if self.limbo.unknown(ledger_id):
+            if unknown:
                 return StatusCode.EUNKNOWNLEDGERSTATE, b""
             return StatusCode.ENOLEDGER, b""
         except NoEntryError:
-            if self.limbo.unknown(ledger_id):
+            if unknown:
                 return StatusCode.EUNKNOWNLEDGERSTATE, b""
             return StatusCode.ENOENTRY, b""
         except StorageIOError as error:
