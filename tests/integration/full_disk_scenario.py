@@ -60,6 +60,17 @@ def raw_add(bookie_id: str, ledger_id: int, entry_id: int, recovery: bool) -> St
         return v2.decode_response(recv_frame(connection)).status
 
 
+def read_back(client: BookKeeper, acked: dict[int, int]) -> None:
+    """Every acknowledged entry (``acked``: ledger -> count), without fencing."""
+    for ledger_id, count in acked.items():
+        if count:
+            reader = client.open_ledger_no_recovery(ledger_id, PASSWORD)
+            entries = reader.read_unconfirmed_entries(0, count - 1)
+            if [e.data for e in entries] != [bytes([i]) * ENTRY for i in range(count)]:
+                check(False, f"ledger {ledger_id}: acknowledged entries read back")
+    check(True, f"all {sum(acked.values())} acknowledged entries read back")
+
+
 def wait_until(condition, seconds: float) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -124,13 +135,7 @@ def journal_disk(work: str) -> None:
                 check(True, f"{total >> 20} MiB written through a 64 MiB journal disk")
                 usage = shutil.disk_usage(journal)
                 check(usage.used < 0.95 * usage.total, f"journal disk at {usage.used >> 20} MiB")
-                for ledger_id, count in written.items():
-                    if count:
-                        reader = client.open_ledger_no_recovery(ledger_id, PASSWORD)
-                        entries = reader.read_unconfirmed_entries(0, count - 1)
-                        if [e.data for e in entries] != [bytes([i]) * ENTRY for i in range(count)]:
-                            check(False, f"ledger {ledger_id}: acknowledged entries read back")
-                check(True, f"all {sum(written.values())} acknowledged entries read back")
+                read_back(client, written)
             metadata.close()
     except BaseException:
         log = os.path.join(base, "bookie-0", "bookie.log")
@@ -187,13 +192,7 @@ def main() -> None:
                     )
                 # Reads need no space: every acknowledged entry, without fencing (a fence must be
                 # journaled, which a really full disk cannot do until space is freed).
-                for ledger_id, count in acked.items():
-                    if count:
-                        reader = client.open_ledger_no_recovery(ledger_id, PASSWORD)
-                        entries = reader.read_unconfirmed_entries(0, count - 1)
-                        if [e.data for e in entries] != [bytes([i]) * ENTRY for i in range(count)]:
-                            check(False, f"ledger {ledger_id}: acknowledged entries read back")
-                check(True, f"all {sum(acked.values())} acknowledged entries read back")
+                read_back(client, acked)
                 for ledger_id in list(acked)[:-1]:
                     client.delete_ledger(ledger_id)
                 writable = wait_until(lambda: metadata.writable_bookies() == [bookie], 60)

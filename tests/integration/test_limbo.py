@@ -65,69 +65,103 @@ def test_a_bookie_that_cut_acknowledged_records_answers_unknown_until_repaired(
     tmp_path: Path,
 ) -> None:
     count = 400
-    with LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster:
-        with BookKeeper(cluster.metadata_uri) as client:
-            writer = client.create_ledger(3, 3, 3, DigestType.CRC32C, PASSWORD)
-            for i in range(count):  # one at a time: a group per entry, the last one alone
-                writer.add_entry(payload(i, 100))
-            victim = cluster.bookies[0]
-            cluster.kill_bookie(0)
-            journal = last_journal(victim.journal_directory)
-            start, end, lost = groups(journal)[-1]
-            assert lost == [(writer.ledger_id, count - 1)]  # acknowledged at Qa = 3
-            flip(journal, (start + end) // 2)  # the last group damaged: cut as a torn tail
-            cluster.start_bookie(0)
-            # Before: ENOENTRY for an entry it had acknowledged. Now: unknown, as for a ledger
-            # it never heard of, and for "the last entry".
-            assert read(victim.port, writer.ledger_id, count - 1)[0] == (
-                StatusCode.EUNKNOWNLEDGERSTATE
-            )
-            assert read(victim.port, writer.ledger_id, -1)[0] == StatusCode.EUNKNOWNLEDGERSTATE
-            assert read(victim.port, 999_999, 0)[0] == StatusCode.EUNKNOWNLEDGERSTATE
-            status, body = read(victim.port, writer.ledger_id, 5)  # what it holds is served
-            assert status == StatusCode.EOK and body.endswith(payload(5, 100))
-            limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)
-            assert os.path.exists(limbo)
-            # An open ledger waits for its close; then the lost entry is copied back.
-            writer.close()
-            wait_for(lambda: not os.path.exists(limbo), 60, "the bookie to leave limbo")
-            status, body = read(victim.port, writer.ledger_id, count - 1)
-            assert status == StatusCode.EOK
-            assert body == read(cluster.bookies[1].port, writer.ledger_id, count - 1)[1]
-            assert read(victim.port, 999_999, 0)[0] == StatusCode.ENOLEDGER  # trusted again
-            reader = client.open_ledger(writer.ledger_id, PASSWORD)
-            assert [e.data for e in reader.read_entries(0, count - 1)] == [
-                payload(i, 100) for i in range(count)
-            ]
+    with (
+        LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster,
+        BookKeeper(cluster.metadata_uri) as client,
+    ):
+        # Qa = 1: an open ledger's entry may have been acknowledged by the damaged bookie alone,
+        # so it stays unknown until the ledger is closed.
+        writer = client.create_ledger(3, 3, 1, DigestType.CRC32C, PASSWORD)
+        for i in range(count):  # one at a time: a group per entry, the last one alone
+            writer.add_entry(payload(i, 100))
+        victim = cluster.bookies[0]
+        cluster.kill_bookie(0)
+        journal = last_journal(victim.journal_directory)
+        start, end, lost = groups(journal)[-1]
+        assert lost == [(writer.ledger_id, count - 1)]  # acknowledged, stored by all three
+        flip(journal, (start + end) // 2)  # the last group damaged: cut as a torn tail
+        cluster.start_bookie(0)
+        # Before: ENOENTRY for an entry it had acknowledged. Now: unknown, as for a ledger
+        # it never heard of, and for "the last entry".
+        assert read(victim.port, writer.ledger_id, count - 1)[0] == (StatusCode.EUNKNOWNLEDGERSTATE)
+        assert read(victim.port, writer.ledger_id, -1)[0] == StatusCode.EUNKNOWNLEDGERSTATE
+        assert read(victim.port, 999_999, 0)[0] == StatusCode.EUNKNOWNLEDGERSTATE
+        status, body = read(victim.port, writer.ledger_id, 5)  # what it holds is served
+        assert status == StatusCode.EOK and body.endswith(payload(5, 100))
+        limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)
+        assert os.path.exists(limbo)
+        # An open ledger waits for its close; then the lost entry is copied back.
+        writer.close()
+        wait_for(lambda: not os.path.exists(limbo), 60, "the bookie to leave limbo")
+        status, body = read(victim.port, writer.ledger_id, count - 1)
+        assert status == StatusCode.EOK
+        assert body == read(cluster.bookies[1].port, writer.ledger_id, count - 1)[1]
+        assert read(victim.port, 999_999, 0)[0] == StatusCode.ENOLEDGER  # trusted again
+        reader = client.open_ledger(writer.ledger_id, PASSWORD)
+        assert [e.data for e in reader.read_entries(0, count - 1)] == [
+            payload(i, 100) for i in range(count)
+        ]
 
 
 @pytest.mark.slow
 def test_a_corrupt_group_in_the_middle_of_a_journal_stops_the_bookie_in_one_line(
     tmp_path: Path,
 ) -> None:
-    with LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster:
-        with BookKeeper(cluster.metadata_uri) as client:
-            writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, PASSWORD)
-            for i in range(50):
-                writer.add_entry(payload(i, 100))
-            writer.close()
-            victim = cluster.bookies[2]
-            cluster.kill_bookie(2)
-            journal = last_journal(victim.journal_directory)
-            start, end, _ = groups(journal)[10]
-            flip(journal, (start + end) // 2)
-            result = bookkeeper(
-                "bookie", "--metadata-uri", cluster.metadata_uri, "--host", "127.0.0.1",
-                "--port", str(victim.port), "--journal-dir", victim.journal_directory,
-            )  # fmt: skip
-            error = one_line_error(result)
-            assert f"journal {journal} is corrupt at offset {start}" in error
-            assert "Move that file out of the journal directory" in error
-            # Following the advice: the bookie starts in limbo and repairs the closed ledger.
-            shutil.move(journal, tmp_path / "damaged.txn")
-            cluster.start_bookie(2)
-            limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)
-            wait_for(lambda: not os.path.exists(limbo), 60, "the bookie to leave limbo")
-            for entry_id in range(50):
-                status, body = read(victim.port, writer.ledger_id, entry_id)
-                assert status == StatusCode.EOK and body.endswith(payload(entry_id, 100))
+    with (
+        LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster,
+        BookKeeper(cluster.metadata_uri) as client,
+    ):
+        writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, PASSWORD)
+        for i in range(50):
+            writer.add_entry(payload(i, 100))
+        writer.close()
+        victim = cluster.bookies[2]
+        cluster.kill_bookie(2)
+        journal = last_journal(victim.journal_directory)
+        start, end, _ = groups(journal)[10]
+        flip(journal, (start + end) // 2)
+        result = bookkeeper(
+            "bookie", "--metadata-uri", cluster.metadata_uri, "--host", "127.0.0.1",
+            "--port", str(victim.port), "--journal-dir", victim.journal_directory,
+        )  # fmt: skip
+        error = one_line_error(result)
+        assert f"journal {journal} is corrupt at offset {start}" in error
+        assert "Move that file out of the journal directory" in error
+        # Following the advice: the bookie starts in limbo and repairs the closed ledger.
+        shutil.move(journal, tmp_path / "damaged.txn")
+        cluster.start_bookie(2)
+        limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)
+        wait_for(lambda: not os.path.exists(limbo), 60, "the bookie to leave limbo")
+        for entry_id in range(50):
+            status, body = read(victim.port, writer.ledger_id, entry_id)
+            assert status == StatusCode.EOK and body.endswith(payload(entry_id, 100))
+
+
+@pytest.mark.slow
+def test_an_open_ledger_with_qa_two_is_repaired_without_waiting_for_its_close(
+    tmp_path: Path,
+) -> None:
+    """With Qa >= 2, an entry the damaged bookie acknowledged has a copy on another member of
+    the fragment: the repair copies back everything up to the highest entry the others hold,
+    while the writer keeps the ledger open."""
+    count = 200
+    with (
+        LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster,
+        BookKeeper(cluster.metadata_uri) as client,
+    ):
+        writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, PASSWORD)
+        for i in range(count):
+            writer.add_entry(payload(i, 100))
+        victim = cluster.bookies[1]
+        cluster.kill_bookie(1)
+        journal = last_journal(victim.journal_directory)
+        start, end, lost = groups(journal)[-1]
+        assert lost == [(writer.ledger_id, count - 1)]
+        flip(journal, (start + end) // 2)
+        cluster.start_bookie(1)
+        limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)
+        wait_for(lambda: not os.path.exists(limbo), 60, "the bookie to leave limbo")
+        assert not writer.is_closed
+        status, body = read(victim.port, writer.ledger_id, count - 1)
+        assert status == StatusCode.EOK and body.endswith(payload(count - 1, 100))
+        assert writer.add_entry(payload(count, 100)) == count  # the writer goes on

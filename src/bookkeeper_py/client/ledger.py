@@ -163,6 +163,21 @@ class ReadHandle:
             f"served it ({'; '.join(problems) or 'none left'})"
         )
 
+    async def last_entry_on(self, bookie: str) -> int:
+        """The highest entry id ``bookie`` holds of this ledger (-1: none), by a read of entry
+        -1; ``ReadError`` if it cannot say (down, in limbo, a bad digest)."""
+        try:
+            status, body = await self._read_from(bookie, -1, False)
+        except errors.BKError as error:
+            raise errors.ReadError(f"ledger {self.ledger_id}: {bookie}: {error}") from error
+        if status in NEGATIVE_ANSWERS:
+            return -1
+        if status != StatusCode.EOK:
+            raise errors.ReadError(f"ledger {self.ledger_id}: {bookie} answered {status.name}")
+        entry_id = int.from_bytes(body[8:16], "big", signed=True)
+        self._digest.verify(body, entry_id)  # raises DigestMismatchError
+        return entry_id
+
     # -- reads ---------------------------------------------------------------------------------
 
     def _replicas(self, entry_id: int) -> list[tuple[int, str]]:

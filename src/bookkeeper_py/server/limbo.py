@@ -13,11 +13,13 @@ every ledger not repaired yet; entries the bookie holds are served as usual. Rea
 recovery count that answer as an error, never as absence.
 
 The repair (``repair``) runs in the bookie process: for each ledger of the metadata store with
-this bookie in a fragment, once the ledger is closed, every entry the bookie should hold (its
-write sets) and does not is read as stored from another replica, its digest checked, and stored
-here as a recovery add; then the ledger is repaired. Open ledgers wait for their close (an entry
-acknowledged after the last LAC could otherwise be declared absent by a recovery). Ledgers deleted
-meanwhile, or without this bookie, need nothing.
+this bookie in a fragment, every entry the bookie should hold (its write sets) and does not is
+read as stored from another replica, its digest checked, and stored here as a recovery add; then
+the ledger is repaired. In the last fragment of an open ledger "should hold" means up to the
+highest entry another member of the fragment holds: with Qa >= 2 an entry acknowledged with this
+bookie's copy has another copy there. Open ledgers with Qa = 1 wait for their close (their
+entry could have been acknowledged by this bookie alone). Ledgers deleted meanwhile, or without
+this bookie, need nothing.
 """
 
 from __future__ import annotations
@@ -97,11 +99,15 @@ async def repair(bookie, client, bookie_id: str) -> None:  # type: ignore[no-unt
             if not any(bookie_id in ensemble for _, ensemble in ledger.ensembles):
                 limbo.repaired.add(ledger_id)
                 continue
-            if not ledger.is_closed or not ledger.stores_password:
-                waiting += 1  # open: wait for its close; no password: cannot check digests
+            if not ledger.stores_password:
+                waiting += 1  # no password in the metadata: its digests cannot be checked
                 continue
             try:
                 copied = await _repair_ledger(bookie, client, bookie_id, ledger)
+            except _NotYet as error:
+                waiting += 1
+                log.debug("limbo: %s", error)
+                continue
             except errors.BKError as error:
                 waiting += 1
                 log.warning("limbo: ledger %d not repaired yet: %s", ledger_id, error)
@@ -124,8 +130,17 @@ async def repair(bookie, client, bookie_id: str) -> None:  # type: ignore[no-unt
         await asyncio.sleep(RETRY_INTERVAL_S)
 
 
+class _NotYet(errors.BKError):
+    """The ledger cannot be repaired yet; it stays in limbo until a later round."""
+
+
 async def _repair_ledger(bookie, client, bookie_id: str, ledger: LedgerMetadata) -> int:  # type: ignore[no-untyped-def]
-    """Copies back the entries of a closed ledger this bookie should hold and does not."""
+    """Copies back the entries of ``ledger`` this bookie should hold and does not: every entry
+    of its write sets in the fragments that ended (all of them once the ledger is closed), and,
+    in the last fragment of an open ledger, those up to the highest entry any other member of
+    that fragment holds. With Qa >= 2 an entry this bookie acknowledged was acknowledged by
+    another member too, so nothing acknowledged lies beyond that; with Qa = 1 it may have been
+    this bookie's alone, and the ledger waits for its close."""
     ledger_id = ledger.ledger_id
     try:
         held = set(
@@ -133,21 +148,27 @@ async def _repair_ledger(bookie, client, bookie_id: str, ledger: LedgerMetadata)
         )
     except Exception:  # NoLedgerError: the ledger itself was lost here
         held = set()
-    wanted: list[int] = []
+    handle = await client.open_ledger_no_recovery(ledger_id, ledger.password)
     starts = [start for start, _ in ledger.ensembles]
+    wanted: list[int] = []
     for position, (start, ensemble) in enumerate(ledger.ensembles):
-        end = starts[position + 1] - 1 if position + 1 < len(starts) else ledger.last_entry_id
         if bookie_id not in ensemble:
             continue
+        if position + 1 < len(starts):
+            end = starts[position + 1] - 1
+        elif ledger.is_closed:
+            end = ledger.last_entry_id
+        elif ledger.ack_quorum_size < 2:
+            raise _NotYet(f"ledger {ledger_id} is open with Qa = 1: waiting for its close")
+        else:
+            others = [member for member in ensemble if member != bookie_id]
+            end = max([-1, *[await handle.last_entry_on(member) for member in others]])
         index = ensemble.index(bookie_id)
         for entry_id in range(start, end + 1):
             if entry_id not in held and index in write_set(
                 entry_id, ledger.ensemble_size, ledger.write_quorum_size
             ):
                 wanted.append(entry_id)
-    if not wanted:
-        return 0
-    handle = await client.open_ledger_no_recovery(ledger_id, ledger.password)
     key = master_key(ledger.password)
     loop = asyncio.get_running_loop()
     for entry_id in wanted:

@@ -40,11 +40,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import write_set
+from bookkeeper_py.server.limbo import LIMBO_FILE
 from bookkeeper_py.storage.journal import list_journal_ids, scan
 from bookkeeper_py.testing.local_cluster import LocalCluster, free_port
 from bookkeeper_py.testing.raw import recv_frame
@@ -62,7 +65,7 @@ FAULTS = {  # kind: weight
     "second_bookie": 10,
 }
 ENTRY_DEADLINE_S = 120.0  # an add not answered by then is a hung operation
-LIMBO_FILE = "limbo"
+T = TypeVar("T")
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:
@@ -382,6 +385,12 @@ class Campaign:
                 self.cluster.start_bookie(index)
         started = time.monotonic()
         created, acked, closed = self._read_log()
+        from bookkeeper_py.metadata.manager import MetadataClient
+
+        with MetadataClient.connect(self.cluster.metadata_uri) as metadata:
+            for ledger in metadata.list_ledgers():  # a writer killed before it logged one
+                created.setdefault(ledger, (0, 0, 0))
+        self.report.ledgers = len(created)
         asyncio.run(self._check(created, acked, closed))
         self.report.check_s = round(time.monotonic() - started, 1)
 
@@ -398,16 +407,9 @@ class Campaign:
         lasts: dict[int, int] = {}
         async with BookKeeper(uri) as first, BookKeeper(uri, use_v3=True) as second:
             for ledger in sorted(created):
-                try:
-                    handle = await asyncio.wait_for(
-                        first.open_ledger(ledger, PASSWORD), ENTRY_DEADLINE_S
-                    )  # recovers and closes a ledger left open
-                except TimeoutError:
-                    self.report.hung += 1
-                    violations.append(f"ledger {ledger}: recovery hung")
-                    continue
-                except errors.BKError as error:
-                    violations.append(f"ledger {ledger}: cannot be opened: {error}")
+                # Recovers and closes a ledger left open.
+                handle = await self._bounded(first.open_ledger(ledger, PASSWORD), ledger, "open")
+                if handle is None:
                     continue
                 last = handle.metadata.last_entry_id
                 lasts[ledger] = last
@@ -423,16 +425,10 @@ class Campaign:
                 for client in (first, second):
                     reader = await client.open_ledger_no_recovery(ledger, PASSWORD)
                     if last >= 0:
-                        try:
-                            entries = await asyncio.wait_for(
-                                reader.read_entries(0, last), ENTRY_DEADLINE_S
-                            )
-                        except TimeoutError:
-                            self.report.hung += 1
-                            violations.append(f"ledger {ledger}: read hung")
-                            continue
-                        except errors.BKError as error:
-                            violations.append(f"ledger {ledger}: read 0..{last}: {error}")
+                        entries = await self._bounded(
+                            reader.read_entries(0, last), ledger, f"read 0..{last}"
+                        )
+                        if entries is None:
                             continue
                         for entry in entries:
                             if entry.data != payload(ledger, entry.entry_id):
@@ -449,6 +445,17 @@ class Campaign:
                         pass
         await self._wait_limbo_over()
         self._check_replicas(acked, lasts)
+
+    async def _bounded(self, operation: Awaitable[T], ledger: int, what: str) -> T | None:
+        """``operation``'s result; None, with a violation recorded, if it failed or hung."""
+        try:
+            return await asyncio.wait_for(operation, ENTRY_DEADLINE_S)
+        except TimeoutError:
+            self.report.hung += 1
+            self.report.violations.append(f"ledger {ledger}: {what} hung")
+        except errors.BKError as error:
+            self.report.violations.append(f"ledger {ledger}: {what}: {error}")
+        return None
 
     async def _wait_limbo_over(self) -> None:
         deadline = time.monotonic() + 120
