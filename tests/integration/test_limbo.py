@@ -75,6 +75,13 @@ def test_a_bookie_that_cut_acknowledged_records_answers_unknown_until_repaired(
         for i in range(count):  # one at a time: a group per entry, the last one alone
             writer.add_entry(payload(i, 100))
         victim = cluster.bookies[0]
+        # Acknowledged by the first answer (Qa = 1): the victim's copy of the last entry may
+        # still be on its way; wait until it is stored there too.
+        wait_for(
+            lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
+            30,
+            "the last entry stored on the victim",
+        )
         cluster.kill_bookie(0)
         journal = last_journal(victim.journal_directory)
         start, end, lost = groups(journal)[-1]
@@ -153,6 +160,11 @@ def test_an_open_ledger_with_qa_two_is_repaired_without_waiting_for_its_close(
         for i in range(count):
             writer.add_entry(payload(i, 100))
         victim = cluster.bookies[1]
+        wait_for(
+            lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
+            30,
+            "the last entry stored on the victim",
+        )
         cluster.kill_bookie(1)
         journal = last_journal(victim.journal_directory)
         start, end, lost = groups(journal)[-1]
