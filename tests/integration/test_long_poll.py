@@ -23,8 +23,9 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def long_poll(ledger_id: int, entry_id: int, previous_lac: int, timeout_ms: int, txn: int) -> bytes:
-    return v3.encode(v3.long_poll_request(txn, ledger_id, entry_id, previous_lac, timeout_ms))
+def long_poll(ledger_id: int, previous_lac: int, timeout_ms: int, txn: int) -> bytes:
+    """Entry previous_lac + 1 piggybacked (the request names entry -1, as Java's client)."""
+    return v3.encode(v3.long_poll_request(txn, ledger_id, previous_lac, timeout_ms))
 
 
 def test_a_parked_reader_is_woken_by_the_next_add(cluster: LocalCluster) -> None:
@@ -36,7 +37,7 @@ def test_a_parked_reader_is_woken_by_the_next_add(cluster: LocalCluster) -> None
         digest = DigestManager(writer.ledger_id, DigestType.CRC32C, b"lp")
         with socket.create_connection((host, int(port)), timeout=30) as connection:
             connection.sendall(
-                long_poll(writer.ledger_id, 4, previous_lac=3, timeout_ms=20_000, txn=1)
+                long_poll(writer.ledger_id, previous_lac=3, timeout_ms=20_000, txn=1)
             )
             connection.setblocking(False)
             time.sleep(0.3)
@@ -55,12 +56,10 @@ def test_a_parked_reader_is_woken_by_the_next_add(cluster: LocalCluster) -> None
 
         with socket.create_connection((host, int(port)), timeout=30) as connection:
             connection.sendall(
-                long_poll(writer.ledger_id, 3, previous_lac=2, timeout_ms=20_000, txn=2)
+                long_poll(writer.ledger_id, previous_lac=2, timeout_ms=20_000, txn=2)
             )
             already = v3.decode_response(recv_frame(connection)).readResponse  # LAC 4 > 2: at once
-            connection.sendall(
-                long_poll(writer.ledger_id, 5, previous_lac=4, timeout_ms=200, txn=3)
-            )
+            connection.sendall(long_poll(writer.ledger_id, previous_lac=4, timeout_ms=200, txn=3))
             expired = v3.decode_response(
                 recv_frame(connection)
             ).readResponse  # nothing new: times out
@@ -78,7 +77,7 @@ def test_an_explicit_lac_wakes_a_parked_reader(cluster: LocalCluster) -> None:
         digest = DigestManager(writer.ledger_id, DigestType.CRC32C, b"lp")
         with socket.create_connection((host, int(port)), timeout=30) as connection:
             connection.sendall(
-                long_poll(writer.ledger_id, 2, previous_lac=1, timeout_ms=20_000, txn=7)
+                long_poll(writer.ledger_id, previous_lac=1, timeout_ms=20_000, txn=7)
             )
             write_lac = pb.Request()
             write_lac.header.CopyFrom(v3.header(pb.WRITE_LAC, 8))
@@ -94,4 +93,33 @@ def test_an_explicit_lac_wakes_a_parked_reader(cluster: LocalCluster) -> None:
         assert answers[8].writeLacResponse.status == pb.EOK
         assert answers[7].readResponse.maxLAC == 2  # woken by the explicit LAC, not the timeout
         assert digest.verify(answers[7].readResponse.body, 2).payload == b"e2"
+        writer.close()
+
+
+def test_a_java_style_long_poll_gets_the_entry_after_its_previous_lac_named_by_its_id(
+    cluster: LocalCluster,
+) -> None:
+    """Issue 16, items 1 and 2: Java's client asks with entry -1 and ENTRY_PIGGYBACK (Java's
+    bookie refuses any other entry id) and takes a piggybacked body only when the answer names
+    the entry. Our bookie read entry -1 ("the last entry") and answered it under -1, so a Java
+    reader got no entry from a long poll. The request below is built field by field, as Java's
+    PerChannelBookieClient builds it."""
+    host, port = cluster.bookie_ids[0].rsplit(":", 1)
+    with BookKeeper(cluster.metadata_uri) as client:
+        writer = client.create_ledger(1, 1, 1, DigestType.CRC32C, b"java")
+        for i in range(10):
+            writer.add_entry(b"entry %d" % i)  # the LAC is 8
+        request = pb.Request()
+        request.header.version = pb.VERSION_THREE
+        request.header.operation = pb.READ_ENTRY
+        request.header.txnId = 9
+        read = request.readRequest
+        read.ledgerId, read.entryId, read.previousLAC, read.timeOut = writer.ledger_id, -1, 4, 1000
+        read.flag = pb.ReadRequest.ENTRY_PIGGYBACK
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(v3.encode(request))
+            answer = v3.decode_response(recv_frame(connection)).readResponse
+        digest = DigestManager(writer.ledger_id, DigestType.CRC32C, b"java")
+        assert (answer.status, answer.maxLAC, answer.entryId) == (pb.EOK, 8, 5)
+        assert digest.verify(answer.body, 5).payload == b"entry 5"
         writer.close()

@@ -165,3 +165,25 @@ def test_reads_stop_waiting_on_a_frozen_replica(use_v3: bool) -> None:
                 assert 0 < speculative <= 2 * READ_WINDOW, speculative
         finally:
             cluster.resume_bookie(0)
+
+
+def test_opening_an_open_ledger_without_recovery_reads_its_lac_from_the_bookies() -> None:
+    """Issue 16, item 4: Apache BookKeeper's openLedgerNoRecovery reads the LAC from the bookies
+    (48 on a 50-entry open ledger: the last entry carries its predecessor's LAC); ours started
+    at -1 until read_last_add_confirmed() was called. A closed ledger's comes from its metadata."""
+    with (
+        LocalCluster(3) as cluster,
+        BookKeeper(cluster.metadata_uri) as writer_client,
+        BookKeeper(cluster.metadata_uri) as reader_client,
+    ):
+        writer = writer_client.create_ledger(3, 2, 2, DigestType.CRC32C, b"lac")
+        for i in range(50):
+            writer.add_entry(payload(i, 32))
+        reader = reader_client.open_ledger_no_recovery(writer.ledger_id, b"lac")
+        assert reader.last_add_confirmed == 48
+        assert [e.data for e in reader.read_entries(0, 48)][-1] == payload(48, 32)
+        assert not writer.is_closed  # no recovery: the writer goes on
+        assert writer.add_entry(payload(50, 32)) == 50
+        writer.close()
+        closed = reader_client.open_ledger_no_recovery(writer.ledger_id, b"lac")
+        assert closed.last_add_confirmed == 50

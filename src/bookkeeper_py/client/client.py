@@ -33,6 +33,8 @@ from bookkeeper_py.wire.digest import DigestType
 
 log = logging.getLogger(__name__)
 
+MAX_ID_COLLISIONS = 100  # generated ledger ids found taken before giving up
+
 
 def password_bytes(password: str | bytes | bytearray | memoryview) -> bytes:
     """A ledger password as the bookies see it: ``bytes`` as given, ``str`` encoded UTF-8 (as
@@ -273,9 +275,47 @@ class BookKeeper:
         ensemble = self.placement.new_ensemble(
             ensemble_size, bookies, self.quarantine.quarantined(self.now_ms()), write_quorum_size
         )
-        if ledger_id is None:
-            ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
-        metadata = LedgerMetadata(
+        chosen = ledger_id is not None
+        for _ in range(MAX_ID_COLLISIONS):
+            if not chosen:
+                ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
+            assert ledger_id is not None
+            metadata = self._new_metadata(
+                ledger_id,
+                ensemble,
+                (ensemble_size, write_quorum_size, ack_quorum_size),
+                digest_type,
+                password,
+                custom_metadata,
+            )
+            try:
+                await asyncio.to_thread(self.metadata.create_ledger_metadata, metadata)
+            except errors.LedgerExistsError:
+                # Another kind of client allocates ids from another counter (Java's flat layout
+                # counts under <root>/ID-, ours did under <root>/idgen/ID-): take the next id, as
+                # BookKeeper's LedgerCreateOp does. An id the caller chose is the caller's error.
+                if chosen:
+                    raise
+                log.info("ledger id %d is taken already; generating another", ledger_id)
+                continue
+            log.debug("created ledger %d on %s", ledger_id, ensemble)
+            return metadata
+        raise errors.LedgerExistsError(
+            f"{MAX_ID_COLLISIONS} generated ledger ids in a row were taken already; the id "
+            "generator of this metadata store is not the one its ledgers were made with"
+        )
+
+    def _new_metadata(
+        self,
+        ledger_id: int,
+        ensemble: tuple[str, ...],
+        quorums: tuple[int, int, int],
+        digest_type: DigestType,
+        password: bytes,
+        custom_metadata: Mapping[str, bytes] | None,
+    ) -> LedgerMetadata:
+        ensemble_size, write_quorum_size, ack_quorum_size = quorums
+        return LedgerMetadata(
             ledger_id=ledger_id,
             ensemble_size=ensemble_size,
             write_quorum_size=write_quorum_size,
@@ -287,9 +327,6 @@ class BookKeeper:
             custom_metadata=dict(custom_metadata or {}),
             c_token=self._random.getrandbits(63),
         )
-        await asyncio.to_thread(self.metadata.create_ledger_metadata, metadata)
-        log.debug("created ledger %d on %s", ledger_id, ensemble)
-        return metadata
 
     async def _open(
         self, ledger_id: int, password: str | bytes, digest_type: DigestType | None
@@ -329,9 +366,15 @@ class BookKeeper:
     async def open_ledger_no_recovery(
         self, ledger_id: int, password: str | bytes = b"", digest_type: DigestType | None = None
     ) -> ReadHandle:
-        """Opens a ledger for reading without fencing it: a live writer keeps writing."""
+        """Opens a ledger for reading without fencing it: a live writer keeps writing. An open
+        ledger's LAC is read from the bookies of its last ensemble first, as BookKeeper's
+        ``openLedgerNoRecovery`` does (it used to start at -1 until ``read_last_add_confirmed``);
+        ``ReadError`` when they cannot tell it."""
         metadata = await self._open(ledger_id, password, digest_type)
-        return ReadHandle(self, metadata, metadata.password)
+        handle = ReadHandle(self, metadata, metadata.password)
+        if not metadata.is_closed:
+            await handle.read_last_add_confirmed()
+        return handle
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Deletes the ledger's metadata; bookies reclaim the data in their garbage collection."""

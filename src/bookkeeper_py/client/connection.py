@@ -435,21 +435,18 @@ class BookieConnection(asyncio.Protocol):
     def read_long_poll(
         self,
         ledger_id: int,
-        entry_id: int,
         previous_lac: int,
         timeout_ms: int,
         callback: LongPollCallback,
     ) -> None:
         """A long-poll read (v3 READ_ENTRY with previousLAC, timeOut and ENTRY_PIGGYBACK): the
-        bookie answers once its LAC passes ``previous_lac`` (with entry ``entry_id`` if it has
-        it) or after ``timeout_ms`` (EOK, its LAC, no entry). v3 only: a v2 connection answers
-        EBADVERSION."""
+        bookie answers once its LAC passes ``previous_lac`` (with entry ``previous_lac + 1`` if it
+        has it) or after ``timeout_ms`` (EOK, its LAC, no entry). v3 only: a v2 connection
+        answers EBADVERSION."""
         if not self.use_v3:
             callback(StatusCode.EBADVERSION, b"", -1)
             return
-        request = v3.long_poll_request(
-            next(self._txn_ids), ledger_id, entry_id, previous_lac, timeout_ms
-        )
+        request = v3.long_poll_request(next(self._txn_ids), ledger_id, previous_lac, timeout_ms)
         sent: list[_Pending] = []
 
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:

@@ -275,15 +275,16 @@ class ReadHandle:
         self, entry_id: int, timeout_ms: int, parallel: bool = False
     ) -> tuple[int, LedgerEntry | None]:
         """Long poll (BookKeeper's readLastAddConfirmedAndEntry): waits up to ``timeout_ms`` on
-        a bookie of ``entry_id``'s write set until the LAC passes this handle's, and returns the
-        new LAC with entry ``entry_id`` if it is now confirmed. ``parallel`` asks the whole
-        write set at once. Nothing new within the timeout returns the unchanged LAC and None."""
+        a bookie of ``entry_id``'s write set until the LAC passes ``entry_id - 1`` (as Java's:
+        the bookie piggybacks the entry after the LAC the request names), and returns the new LAC
+        with entry ``entry_id`` if it is now confirmed. ``parallel`` asks the whole write set at
+        once. Nothing new within the timeout returns the unchanged LAC and None."""
         self._check_open()
         if self.metadata.is_closed:
             if entry_id > self.last_add_confirmed:
                 return self.last_add_confirmed, None
             return self.last_add_confirmed, await self.read_entry(entry_id)
-        previous = self.last_add_confirmed
+        previous = entry_id - 1
         poll = LastConfirmedAndEntryRead(
             self.ledger_id,
             entry_id,
@@ -338,7 +339,7 @@ class ReadHandle:
     ) -> None:
         def issue(connection: BookieConnection) -> None:
             connection.read_long_poll(
-                self.ledger_id, request.entry_id, request.previous_lac, request.timeout_ms, answer
+                self.ledger_id, request.previous_lac, request.timeout_ms, answer
             )
 
         def failed(status: StatusCode | None, body: bytes | errors.BKError) -> None:

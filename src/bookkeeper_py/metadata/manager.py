@@ -163,15 +163,19 @@ class MetadataClient:
         """A cluster-unique ledger id, as BookKeeper's generators make them.
 
         31-bit ids come from the sequence of an ephemeral sequential ``idgen/ID-`` node
-        (ZkLedgerIdGenerator). Once that sequence overflows, the hierarchical layouts go on with
-        63-bit ids (LongZkLedgerIdGenerator): ``idgen-long/HOB-<high 32 bits>`` holds a
-        sequence of its own for the low bits, and a full one is followed by the next HOB node.
+        (ZkLedgerIdGenerator; ``<root>/ID-`` in the flat layout, as Java's). Once that sequence
+        overflows, the hierarchical layouts go on with 63-bit ids (LongZkLedgerIdGenerator):
+        ``idgen-long/HOB-<high 32 bits>`` holds a sequence of its own for the low bits, and a
+        full one is followed by the next HOB node.
         The ``idgen-long`` node, once made, tells every client to stay on long ids."""
         long_root = f"{self.root}/idgen-long"
         if self.layout != "flat" and (self._long_ids or self.store.exists(long_root) is not None):
             self._long_ids = True
             return self._long_ledger_id(long_root)
-        short = self._sequence_id(f"{self.root}/idgen")
+        # Java's FlatLedgerManagerFactory counts flat-layout ids under <root>/ID- itself (no
+        # idgen node), the hierarchical ones under <root>/idgen/ID-: the same, so that both kinds
+        # of client draw from one counter.
+        short = self._sequence_id(self.root if self.layout == "flat" else f"{self.root}/idgen")
         if short is not None:
             return short
         if self.layout == "flat":

@@ -480,10 +480,19 @@ class Bookie:
             done(StatusCode.EBADREQ, b"", LAST_ENTRY)
             return
 
+        if piggyback and entry_id == LAST_ENTRY:
+            entry_id = previous_lac + 1  # Java's clients name the entry by previousLAC
+
         def answer() -> None:
             lac = self.last_add_confirmed(ledger_id)
             if piggyback and lac > previous_lac:
                 status, body = self._read(ledger_id, entry_id)
+                if status in (
+                    StatusCode.ENOENTRY,
+                    StatusCode.ENOLEDGER,
+                    StatusCode.EUNKNOWNLEDGERSTATE,
+                ):
+                    status, body = StatusCode.EOK, b""  # best effort: striped elsewhere
                 done(status, body, lac)
             else:
                 done(StatusCode.EOK, b"", lac)

@@ -16,6 +16,7 @@ import asyncio
 import collections
 import logging
 import ssl
+import struct
 import time
 from dataclasses import dataclass
 from typing import cast
@@ -31,6 +32,7 @@ from bookkeeper_py.wire.proto import bookkeeper_protocol_pb2 as pb
 from bookkeeper_py.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
+_ENTRY_ID = struct.Struct(">q")  # at offset 8 of a stored entry
 
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 WRITE_BUFFER_LOW = 1024 * 1024
@@ -385,7 +387,13 @@ class BookieConnection(asyncio.Protocol):
                     response = self._respond(request, status)
                     response.readResponse.status = int(status)  # type: ignore[assignment]
                     response.readResponse.ledgerId = read.ledgerId
-                    response.readResponse.entryId = read.entryId
+                    # The entry piggybacked, named by its own id (Java's client ignores a body
+                    # answered under entry -1); else the id asked for.
+                    response.readResponse.entryId = (
+                        _ENTRY_ID.unpack_from(body, 8)[0]
+                        if status == StatusCode.EOK and len(body) >= 16
+                        else read.entryId
+                    )
                     response.readResponse.maxLAC = max_lac
                     if status == StatusCode.EOK and body:
                         response.readResponse.body = body

@@ -81,16 +81,18 @@ def header(operation: int, txn_id: int, priority: int = 0) -> pb.BKPacketHeader:
 
 
 def long_poll_request(
-    txn_id: int, ledger_id: int, entry_id: int, previous_lac: int, timeout_ms: int
+    txn_id: int, ledger_id: int, previous_lac: int, timeout_ms: int
 ) -> pb.Request:
-    """A long-poll READ_ENTRY: answered once the bookie's LAC passes ``previous_lac`` (with entry
-    ``entry_id`` piggybacked if it has it) or after ``timeout_ms``."""
+    """A long-poll READ_ENTRY: answered once the bookie's LAC passes ``previous_lac``, with entry
+    ``previous_lac + 1`` piggybacked if the bookie has it, or after ``timeout_ms``. The entry id
+    is -1 (LAST_ADD_CONFIRMED), as Java's client sends it and Java's bookie requires (any other
+    is EBADREQ there): the bookie works out the entry to piggyback itself."""
     request = pb.Request()
     request.header.CopyFrom(header(pb.READ_ENTRY, txn_id))
     read = request.readRequest
     read.ledgerId, read.entryId, read.previousLAC, read.timeOut = (
         ledger_id,
-        entry_id,
+        -1,
         previous_lac,
         timeout_ms,
     )
