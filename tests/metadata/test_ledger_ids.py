@@ -82,7 +82,7 @@ def test_a_flat_layout_refuses_to_overflow(settable_uri: str) -> None:
     with MetadataClient.connect(uri, create=True) as client:
         client.init_cluster()
         client.generate_ledger_id()
-        set_sequence(uri, "/ledgers/idgen", 2**31 - 2)
+        set_sequence(uri, "/ledgers", 2**31 - 2)  # flat: the counter of the root, as Java's
         assert client.generate_ledger_id() == 2**31 - 2
         with pytest.raises(LedgerIdOverflowError, match="hierarchical layout"):
             client.generate_ledger_id()
