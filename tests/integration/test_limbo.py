@@ -60,6 +60,17 @@ def last_journal(directory: str) -> str:
     return os.path.join(directory, journal_name(list_journal_ids(directory)[-1]))
 
 
+def holds_the_last_entries(records: list[tuple[int, int]], ledger_id: int, last: int) -> bool:
+    """A journal group holds the ledger's last entries, up to ``last``: one alone, or a few when
+    this bookie fell behind the others that made the quorum and its journal grouped them."""
+    ids = [entry_id for _, entry_id in records]
+    return (
+        bool(ids)
+        and all(ledger == ledger_id for ledger, _ in records)
+        and ids == list(range(last - len(ids) + 1, last + 1))
+    )
+
+
 @pytest.mark.slow
 def test_a_bookie_that_cut_acknowledged_records_answers_unknown_until_repaired(
     tmp_path: Path,
@@ -85,7 +96,7 @@ def test_a_bookie_that_cut_acknowledged_records_answers_unknown_until_repaired(
         cluster.kill_bookie(0)
         journal = last_journal(victim.journal_directory)
         start, end, lost = groups(journal)[-1]
-        assert lost == [(writer.ledger_id, count - 1)]  # acknowledged, stored by all three
+        assert holds_the_last_entries(lost, writer.ledger_id, count - 1)  # stored by all three
         flip(journal, (start + end) // 2)  # the last group damaged: cut as a torn tail
         cluster.start_bookie(0)
         # Before: ENOENTRY for an entry it had acknowledged. Now: unknown, as for a ledger
@@ -168,7 +179,7 @@ def test_an_open_ledger_with_qa_two_is_repaired_without_waiting_for_its_close(
         cluster.kill_bookie(1)
         journal = last_journal(victim.journal_directory)
         start, end, lost = groups(journal)[-1]
-        assert lost == [(writer.ledger_id, count - 1)]
+        assert holds_the_last_entries(lost, writer.ledger_id, count - 1)
         flip(journal, (start + end) // 2)
         cluster.start_bookie(1)
         limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)
