@@ -157,3 +157,28 @@ def test_a_long_poll_that_no_replica_answers_fails() -> None:
     lp.on_answer(2, StatusCode.EIO, -1, False)
     with pytest.raises(errors.ReadError, match="b0: timed out"):
         lp.on_answer(0, None, -1, False, "timed out")
+
+
+def test_a_long_poll_on_bookies_that_hold_nothing_of_the_ledger_yet_is_nothing_new() -> None:
+    # Java bookies answer ENOLEDGER at once for a ledger none of whose entries reached them.
+    lp = poll(parallel=False)
+    lp.start()
+    lp.on_answer(1, StatusCode.ENOLEDGER, -1, False)
+    lp.on_answer(2, None, -1, False, "refused")
+    assert lp.result is None
+    lp.on_answer(0, StatusCode.ENOENTRY, -1, False)
+    assert lp.result is not None
+    assert (lp.result.last_add_confirmed, lp.result.entry_from, lp.result.unknown) == (
+        10,
+        None,
+        True,
+    )
+
+
+def test_a_long_poll_answered_quietly_by_one_replica_is_not_unknown() -> None:
+    lp = poll(parallel=True)
+    lp.start()
+    lp.on_answer(1, StatusCode.ENOLEDGER, -1, False)
+    lp.on_answer(2, StatusCode.EOK, 10, False)
+    lp.on_answer(0, StatusCode.ENOLEDGER, -1, False)
+    assert lp.result is not None and not lp.result.unknown

@@ -47,6 +47,10 @@ BATCH_ENTRIES = 512  # entries asked for per batch
 BATCH_BYTES = 4 * 1024 * 1024  # answer size asked for (the bookie cuts to its frame limit)
 BATCHES_IN_FLIGHT = 4
 TICK_S = 0.05  # how often a writer with adds pending checks timeouts and the explicit LAC
+# A long poll that no bookie could wait on (none holds the ledger yet) is asked again after this
+# pause, doubled each time up to the maximum, within the caller's timeout.
+UNKNOWN_LEDGER_PAUSE_S = 0.05
+UNKNOWN_LEDGER_MAX_PAUSE_S = 1.0
 
 
 def _changed(
@@ -278,17 +282,39 @@ class ReadHandle:
         a bookie of ``entry_id``'s write set until the LAC passes ``entry_id - 1`` (as Java's:
         the bookie piggybacks the entry after the LAC the request names), and returns the new LAC
         with entry ``entry_id`` if it is now confirmed. ``parallel`` asks the whole write set at
-        once. Nothing new within the timeout returns the unchanged LAC and None."""
+        once. Nothing new within the timeout returns the unchanged LAC and None.
+
+        Bookies that hold nothing of the ledger yet (a writer that has not written) may answer at
+        once that they have no such ledger instead of waiting (Java's do): the poll is asked
+        again after a pause (growing to a second) until ``timeout_ms`` has passed."""
         self._check_open()
         if self.metadata.is_closed:
             if entry_id > self.last_add_confirmed:
                 return self.last_add_confirmed, None
             return self.last_add_confirmed, await self.read_entry(entry_id)
-        previous = entry_id - 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        pause = UNKNOWN_LEDGER_PAUSE_S
+        while True:
+            found, unknown = await self._long_poll_once(
+                entry_id, max(1, round((deadline - loop.time()) * 1000)), parallel
+            )
+            left = deadline - loop.time()
+            if found is not None or not unknown or left <= 0:
+                return self.last_add_confirmed, found
+            await asyncio.sleep(min(pause, left))
+            pause = min(2 * pause, UNKNOWN_LEDGER_MAX_PAUSE_S)
+            if loop.time() >= deadline:
+                return self.last_add_confirmed, None
+
+    async def _long_poll_once(
+        self, entry_id: int, timeout_ms: int, parallel: bool
+    ) -> tuple[LedgerEntry | None, bool]:
+        """One long poll: the entry if it came, and whether no bookie knew the ledger."""
         poll = LastConfirmedAndEntryRead(
             self.ledger_id,
             entry_id,
-            previous,
+            entry_id - 1,
             self._replicas(entry_id),
             timeout_ms,
             parallel=parallel,
@@ -330,7 +356,7 @@ class ReadHandle:
 
         send(poll.start())
         found = await finished
-        return self.last_add_confirmed, found
+        return found, poll.result is not None and poll.result.unknown
 
     def _long_poll(
         self,

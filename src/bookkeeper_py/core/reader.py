@@ -232,10 +232,14 @@ class LongPoll:
 @dataclass(frozen=True, slots=True)
 class LastConfirmedAndEntry:
     """What a long poll learnt: the LAC (the reader's own if nothing moved) and whether the
-    bookie at ``entry_from`` returned the entry asked for (None: no entry came with it)."""
+    bookie at ``entry_from`` returned the entry asked for (None: no entry came with it).
+    ``unknown`` is set when no bookie waited because none holds the ledger yet (Java bookies
+    answer a long poll on a ledger they have no entry of with ENOLEDGER at once): the caller
+    waits a while before polling again."""
 
     last_add_confirmed: int
     entry_from: int | None
+    unknown: bool = False
 
 
 class LastConfirmedAndEntryRead:
@@ -261,6 +265,7 @@ class LastConfirmedAndEntryRead:
         self._next = 0
         self._answered = 0
         self._quiet = 0  # answers that timed out on the bookie with the LAC unchanged
+        self._absent = 0  # answers that the bookie holds no such ledger or entry
         self._problems: list[str] = []
         self.result: LastConfirmedAndEntry | None = None
 
@@ -301,8 +306,15 @@ class LastConfirmedAndEntryRead:
             return []
         bookie = _name(self.replicas, bookie_index)
         self._problems.append(f"{bookie}: {problem or (status.name if status else 'failed')}")
+        if status in (StatusCode.ENOLEDGER, StatusCode.ENOENTRY):
+            self._absent += 1
         if self._answered >= len(self.replicas) and self._quiet:
             self.result = LastConfirmedAndEntry(self.previous_lac, None)
+            return []
+        if self._answered >= len(self.replicas) and self._absent:
+            # Bookies that know nothing of the ledger yet (none of its entries reached them):
+            # nothing new, as a quiet answer, but they did not wait.
+            self.result = LastConfirmedAndEntry(self.previous_lac, None, unknown=True)
             return []
         if self._answered >= len(self.replicas):
             raise errors.ReadError(
