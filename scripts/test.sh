@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Installs everything the tests need on a fresh Debian machine with Python 3.11 (Java and a real
-# ZooKeeper server from the OS packages when missing, the package with its test extras in .venv),
-# then runs the linters and the whole test suite. Extra arguments go to pytest.
+# Installs everything the tests need on a fresh Debian machine with Python 3.11 (Java, a real
+# ZooKeeper server and the Java BookKeeper kit's libraries from the OS packages, the package with
+# its test extras in .venv), then runs the linters and the whole test suite. Extra arguments go
+# to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
-[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
-if [ "${#missing[@]}" -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "installing from the OS packages: ${missing[*]}"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Java, a real ZooKeeper and Apache BookKeeper 4.14.8 (Java) for the interop tests, all from the
+# OS packages through the kit's own set-up (idempotent).
+kit="${BOOKKEEPER_JAVA_KIT:-../shared/java-bookkeeper}"
+if [ ! -f "$kit/setup.sh" ]; then
+    echo "error: the Java BookKeeper kit is not at $kit; put ../shared beside this repository or set BOOKKEEPER_JAVA_KIT" >&2
+    exit 1
 fi
+bash "$kit/setup.sh"
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

@@ -182,3 +182,27 @@ def test_a_long_poll_answered_quietly_by_one_replica_is_not_unknown() -> None:
     lp.on_answer(2, StatusCode.EOK, 10, False)
     lp.on_answer(0, StatusCode.ENOLEDGER, -1, False)
     assert lp.result is not None and not lp.result.unknown
+
+
+def test_a_long_poll_unanswered_for_a_while_is_also_sent_to_the_next_replica() -> None:
+    lp = poll(parallel=False)
+    lp.start()
+    (second,) = lp.speculate(3000)  # b1 has not answered: a bookie can miss the LAC moving
+    assert (second.bookie, second.previous_lac, second.timeout_ms) == ("b2", 10, 3000)
+    (third,) = lp.speculate(1000)
+    assert third.bookie == "b0"
+    assert lp.speculate(500) == []  # every replica asked
+    lp.on_answer(0, StatusCode.EOK, 11, True)
+    assert lp.result is not None and lp.result.entry_from == 0
+    lp.on_answer(1, StatusCode.EOK, 11, True)  # a late answer changes nothing
+    assert lp.result.entry_from == 0
+
+
+def test_a_settled_or_parallel_long_poll_does_not_speculate() -> None:
+    lp = poll(parallel=True)
+    lp.start()
+    assert lp.speculate(1000) == []
+    lp = poll(parallel=False)
+    lp.start()
+    lp.on_answer(1, StatusCode.EOK, 12, True)
+    assert lp.speculate(1000) == []

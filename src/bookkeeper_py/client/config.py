@@ -36,6 +36,9 @@ class ClientConfig:
     # Reads
     speculative_read_timeout_ms: int = 2000  # 0: off [speculativeReadTimeout]
     max_speculative_read_timeout_ms: int = 2000  # [maxSpeculativeReadTimeout]
+    # a long poll unanswered this long is also sent to the next replica, doubling to the max
+    speculative_read_lac_timeout_ms: int = 1500  # 0: off [firstSpeculativeReadLACTimeout]
+    max_speculative_read_lac_timeout_ms: int = 5000  # [maxSpeculativeReadLACTimeout]
     reorder_read_sequence: bool = True  # [reorderReadSequenceEnabled]
     bookie_failure_history_ms: int = 60_000  # [bookieFailureHistoryExpirationMSec]
     read_reorder_threshold_pending: int = 0  # [readReorderThresholdPendingRequests]
@@ -56,7 +59,12 @@ class ClientConfig:
             raise errors.IncorrectParameterError(
                 f"throttle must be at least 1, not {self.throttle}"
             )
-        for name in ("speculative_read_timeout_ms", "max_speculative_read_timeout_ms"):
+        for name in (
+            "speculative_read_timeout_ms",
+            "max_speculative_read_timeout_ms",
+            "speculative_read_lac_timeout_ms",
+            "max_speculative_read_lac_timeout_ms",
+        ):
             if getattr(self, name) < 0:
                 raise errors.IncorrectParameterError(f"{name} must not be negative")
 

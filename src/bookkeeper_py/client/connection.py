@@ -37,10 +37,11 @@ _READ_ENTRY = int(v2.OpCode.READ_ENTRY)
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
 # A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
 LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
+ReadLacCallback = Callable[[StatusCode | None, bytes, bytes | errors.BKError], None]
 
 
 class _Pending:
-    __slots__ = ("callback", "deadline", "done", "key", "max_lac")
+    __slots__ = ("callback", "deadline", "done", "key", "lac_body", "max_lac")
 
     def __init__(
         self, key: tuple[int, int, int] | int, callback: Callback, deadline: float
@@ -50,6 +51,7 @@ class _Pending:
         self.deadline = deadline
         self.done = False
         self.max_lac = -1  # a v3 read answer's maxLAC
+        self.lac_body = b""  # a READ_LAC answer's explicit LAC (its body is the last entry)
 
 
 class BookieConnection(asyncio.Protocol):
@@ -479,6 +481,24 @@ class BookieConnection(asyncio.Protocol):
         write.ledgerId, write.lac, write.masterKey, write.body = ledger_id, lac, master_key, body
         self._send_v3(request, callback)
 
+    def read_lac(self, ledger_id: int, callback: ReadLacCallback) -> None:
+        """READ_LAC (v3 only, as in BookKeeper): ``callback(status, explicit LAC body, last
+        entry)``, either body empty when the bookie has none; a failure is ``(None, error,
+        b"")``. A v2 connection answers EBADVERSION."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, b"", b"")
+            return
+        request = self._v3_request(pb.READ_LAC)
+        request.readLacRequest.ledgerId = ledger_id
+        sent: list[_Pending] = []
+
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            callback(status, sent[0].lac_body if sent and status is not None else b"", body)
+
+        pending = self._send_v3(request, answered)
+        if pending is not None:
+            sent.append(pending)
+
     # -- responses -----------------------------------------------------------------------------
 
     def _decrypt(self, data: bytes) -> bytes:
@@ -549,6 +569,10 @@ class BookieConnection(asyncio.Protocol):
             status = StatusCode(response.addResponse.status)
         elif response.HasField("writeLacResponse"):
             status = StatusCode(response.writeLacResponse.status)
+        elif response.HasField("readLacResponse"):
+            status = StatusCode(response.readLacResponse.status)
+            request.lac_body = response.readLacResponse.lacBody
+            body = response.readLacResponse.lastEntryBody
         elif response.HasField("forceLedgerResponse"):
             status = StatusCode(response.forceLedgerResponse.status)
         self._finish(request, status, body)

@@ -115,6 +115,9 @@ class ReadHandle:
     def read_last_add_confirmed(self) -> int:
         return self._runner.run(self._handle.read_last_add_confirmed())
 
+    def read_explicit_last_add_confirmed(self) -> int:
+        return self._runner.run(self._handle.read_explicit_last_add_confirmed())
+
     def read_entry(self, entry_id: int) -> LedgerEntry:
         return self._runner.run(self._handle.read_entry(entry_id))
 

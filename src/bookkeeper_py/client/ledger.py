@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable, Collection, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Self
@@ -354,8 +354,30 @@ class ReadHandle:
             for request in requests:
                 self._long_poll(request, partial(answer, request))
 
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        config = self._client.config
+        delay_s = config.speculative_read_lac_timeout_ms / 1000
+        timer: list[asyncio.TimerHandle] = []
+
+        def speculate() -> None:
+            nonlocal delay_s
+            if finished.done():
+                return
+            more = poll.speculate(max(1, round((deadline - loop.time()) * 1000)))
+            if more:
+                send(more)
+                delay_s = min(2 * delay_s, config.max_speculative_read_lac_timeout_ms / 1000)
+                timer[:] = [loop.call_later(delay_s, speculate)]
+
         send(poll.start())
-        found = await finished
+        if delay_s > 0:
+            timer.append(loop.call_later(delay_s, speculate))
+        try:
+            found = await finished
+        finally:
+            for handle in timer:
+                handle.cancel()
         return found, poll.result is not None and poll.result.unknown
 
     def _long_poll(
@@ -425,10 +447,62 @@ class ReadHandle:
             self.last_add_confirmed = lac
         return self.last_add_confirmed
 
+    async def read_explicit_last_add_confirmed(self) -> int:
+        """BookKeeper's readExplicitLastConfirmed: asks every bookie of the last ensemble for
+        the explicit LAC a writer sent it (``explicit_lac_interval_s``) and its last entry
+        (READ_LAC, over v3), until the ensemble is covered as for ``read_last_add_confirmed``,
+        and returns the largest of those LACs; also advances this handle's LAC. A writer that
+        went idle after its last add has that entry confirmed here only (its LAC travels with
+        the next entry otherwise)."""
+        if self.metadata.is_closed:
+            return self.last_add_confirmed
+        explicit = -1
+
+        async def ask(request: ReadRequest) -> tuple[int, StatusCode | None, Entry | None, str]:
+            nonlocal explicit
+            index, bookie = request.bookie_index, request.bookie
+            future: asyncio.Future[tuple[StatusCode, bytes, bytes]] = (
+                asyncio.get_running_loop().create_future()
+            )
+
+            def answered(
+                status: StatusCode | None, lac_body: bytes, body: bytes | BaseException
+            ) -> None:
+                if future.done():
+                    return
+                if status is None:
+                    future.set_exception(
+                        body if isinstance(body, BaseException) else errors.ReadError(bookie)
+                    )
+                else:
+                    assert isinstance(body, bytes)
+                    future.set_result((status, lac_body, body))
+
+            try:
+                connection = await self._client.pool.get(bookie, v3=True)
+                connection.read_lac(self.ledger_id, answered)
+                status, lac_body, last_entry = await future
+            except errors.BKError as error:
+                return index, None, None, f"{bookie}: {error}"
+            if status != StatusCode.EOK:
+                return index, status, None, f"{bookie}: {describe(status, last_entry)}"
+            try:
+                if lac_body:
+                    explicit = max(explicit, self._digest.verify_lac(lac_body))
+                if not last_entry:  # an explicit LAC and no entry: known, as "no entry"
+                    return index, StatusCode.ENOENTRY, None, ""
+                return index, status, self._digest.verify_read(last_entry, -1), ""
+            except (ValueError, errors.DigestMismatchError) as error:
+                return index, None, None, f"{bookie}: {error}"
+
+        lac = max(await self._read_until_covered(ask), explicit)
+        if lac > self.last_add_confirmed:
+            self.last_add_confirmed = lac
+        return self.last_add_confirmed
+
     async def _last_confirmed(self) -> int:
         """The largest LAC piggybacked on the last entries of the last ensemble's bookies, read
         until the ensemble is covered (``core.lac``), without fencing."""
-        read = LastConfirmedRead(self.metadata, fence=False)
 
         async def ask(request: ReadRequest) -> tuple[int, StatusCode | None, Entry | None, str]:
             try:
@@ -450,6 +524,15 @@ class ReadHandle:
                 return request.bookie_index, None, None, f"{request.bookie}: {error}"
             return request.bookie_index, status, entry, ""
 
+        return await self._read_until_covered(ask)
+
+    async def _read_until_covered(
+        self,
+        ask: Callable[[ReadRequest], Awaitable[tuple[int, StatusCode | None, Entry | None, str]]],
+    ) -> int:
+        """Asks every bookie of the last ensemble (``ask`` gives its answer as
+        ``LastConfirmedRead.on_answer`` takes it) until the ensemble is covered; the LAC."""
+        read = LastConfirmedRead(self.metadata, fence=False)
         pending = {asyncio.ensure_future(ask(request)) for request in read.start()}
         try:
             while pending:

@@ -280,6 +280,19 @@ class LastConfirmedAndEntryRead:
     def start(self) -> list[LongPoll]:
         return self._poll(len(self.replicas) if self.parallel else 1)
 
+    def speculate(self, timeout_ms: int) -> list[LongPoll]:
+        """A poll to the next replica while the others still wait (Java's speculative LAC read,
+        ``firstSpeculativeReadLACTimeout``): a bookie may miss the LAC moving and answer only
+        when its wait ends. ``timeout_ms`` is what is left of the caller's. Nothing once
+        settled, in parallel mode, or when every replica was asked."""
+        if self.result is not None or self.parallel:
+            return []
+        chosen = self._poll(1)
+        return [
+            LongPoll(p.bookie_index, p.bookie, p.entry_id, p.previous_lac, timeout_ms)
+            for p in chosen
+        ]
+
     def on_answer(
         self,
         bookie_index: int,
