@@ -24,6 +24,9 @@ FACTORIES = {
     "mixed": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1",
 }
 ROUNDS = 3
+# Ids from two different counters (ours on the flat layout used <root>/idgen/, Java's <root>/ID-)
+# meet once one side has made as many ledgers as the other's first id: the root's child count.
+OURS_PER_ROUND = 4
 ENTRIES = 5
 
 
@@ -79,10 +82,11 @@ def test_both_clients_allocate_ledger_ids_from_one_counter_and_read_each_others_
             )
             java_client.call("add", handle=handle, prefix=f"java-id-{round_}", count=ENTRIES)
             java_client.call("close", handle=handle)
-            with bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD) as lh:
-                for i in range(ENTRIES):
-                    lh.add_entry(entry_data(f"py-id-{round_}", i))
-            our_ledgers.append(lh.ledger_id)
+            for _ in range(OURS_PER_ROUND):
+                with bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD) as lh:
+                    for i in range(ENTRIES):
+                        lh.add_entry(entry_data(f"py-id-{len(our_ledgers)}", i))
+                our_ledgers.append(lh.ledger_id)
         everyone = java_ledgers + our_ledgers
         assert len(set(everyone)) == len(everyone), (java_ledgers, our_ledgers)
         assert set(everyone) <= set(bk.list_ledgers())
@@ -91,7 +95,7 @@ def test_both_clients_allocate_ledger_ids_from_one_counter_and_read_each_others_
                 assert [e.data for e in rh.read_entries(0, ENTRIES - 1)] == [
                     entry_data(f"java-id-{round_}", i) for i in range(ENTRIES)
                 ]
-    for round_, ledger_id in enumerate(our_ledgers):
+    for number, ledger_id in enumerate(our_ledgers):
         handle = handle_name()
         java_client.call(
             "open",
@@ -102,7 +106,7 @@ def test_both_clients_allocate_ledger_ids_from_one_counter_and_read_each_others_
             ledgerId=ledger_id,
         )
         assert java_client.read(handle, 0, ENTRIES - 1) == [
-            entry_data(f"py-id-{round_}", i) for i in range(ENTRIES)
+            entry_data(f"py-id-{number}", i) for i in range(ENTRIES)
         ]
     java_listed = {
         int(i)

@@ -52,12 +52,15 @@ def test_java_follows_our_writer_with_long_polls(
     assert answer["calls"] == FOLLOWED, answer["calls"]
 
 
+@pytest.mark.parametrize("written_before", [0, 3], ids=["from-creation", "after-3-entries"])
 def test_we_follow_a_java_writer_with_long_polls(
-    cluster: InteropCluster, java_client: JavaClient
+    cluster: InteropCluster, java_client: JavaClient, written_before: int
 ) -> None:
-    prefix = f"java-tail-{cluster.name}"
-    # The Java writer starts after our reader: its first long polls meet bookies that hold
-    # nothing of the ledger (Java bookies answer ENOLEDGER at once), and it waits for entries.
+    """From creation, the first long polls meet bookies that hold nothing of the ledger (Java
+    bookies answer ENOLEDGER at once) and wait for entries; after a few entries the bookies
+    have the ledger and park the polls (Java bookies refused ours with EBADREQ while they named
+    the entry instead of -1)."""
+    prefix = f"java-tail-{cluster.name}-{written_before}"
     writer = handle_name()
     ledger_id = java_client.call(
         "create",
@@ -69,11 +72,18 @@ def test_we_follow_a_java_writer_with_long_polls(
         writeQuorum=3,
         ackQuorum=2,
     )["ledgerId"]
+    if written_before:
+        java_client.call("add", handle=writer, prefix=prefix, count=written_before)
     followed: list[bytes] = []
     with BookKeeper(cluster.metadata_uri) as bk:
         reader = bk.open_ledger_no_recovery(ledger_id, password=PASSWORD)
         adds = java_client.submit(
-            "add", handle=writer, prefix=prefix, count=FOLLOWED + 1, pauseMs=int(PAUSE_S * 1000)
+            "add",
+            handle=writer,
+            prefix=prefix,
+            first=written_before,
+            count=FOLLOWED + 1 - written_before,
+            pauseMs=int(PAUSE_S * 1000),
         )
         for entry in reader.follow(0, timeout_ms=10_000):
             followed.append(entry.data)
