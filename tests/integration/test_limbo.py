@@ -188,3 +188,40 @@ def test_an_open_ledger_with_qa_two_is_repaired_without_waiting_for_its_close(
         status, body = read(victim.port, writer.ledger_id, count - 1)
         assert status == StatusCode.EOK and body.endswith(payload(count - 1, 100))
         assert writer.add_entry(payload(count, 100)) == count  # the writer goes on
+
+
+@pytest.mark.slow
+def test_a_journal_file_deleted_by_hand_puts_the_bookie_in_limbo_until_repaired(
+    tmp_path: Path,
+) -> None:
+    """A journal file after the LastLogMark removed while the bookie was down (an operator
+    freeing space): the entries only it held are gone on this bookie, which must say unknown,
+    not absent, until it has copied them back from the others."""
+    count = 100
+    with (
+        LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster,
+        BookKeeper(cluster.metadata_uri) as client,
+    ):
+        writer = client.create_ledger(3, 3, 1, DigestType.CRC32C, PASSWORD)
+        for i in range(count):
+            writer.add_entry(payload(i, 100))
+        victim = cluster.bookies[2]
+        wait_for(
+            lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
+            30,
+            "the last entry stored on the victim",
+        )
+        cluster.kill_bookie(2)
+        os.remove(last_journal(victim.journal_directory))
+        cluster.start_bookie(2)
+        limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)
+        assert os.path.exists(limbo)
+        for entry_id in (0, count - 1, -1):
+            assert read(victim.port, writer.ledger_id, entry_id)[0] == (
+                StatusCode.EUNKNOWNLEDGERSTATE
+            )
+        writer.close()  # Qa = 1: an open ledger waits for its close
+        wait_for(lambda: not os.path.exists(limbo), 60, "the bookie to leave limbo")
+        for entry_id in range(count):
+            status, body = read(victim.port, writer.ledger_id, entry_id)
+            assert status == StatusCode.EOK and body.endswith(payload(entry_id, 100))
