@@ -114,3 +114,36 @@ def test_both_clients_allocate_ledger_ids_from_one_counter_and_read_each_others_
     }
     assert set(everyone) <= java_listed
     assert set(everyone) <= {int(i) for i in our_shell(cluster.metadata_uri, "listledgers").split()}
+
+
+def test_each_sides_simpletest_writes_ledgers_the_other_side_reads(
+    cluster: InteropCluster, java_client: JavaClient, java_kit: JavaKit
+) -> None:
+    # Java's simpletest: 100 entries of 100 zero bytes, CRC32C, empty password, closed.
+    output = java_kit.shell(
+        cluster.metadata_uri, "simpletest", "-ensemble", "3", "-writeQuorum", "2", "-ackQuorum", "2",
+        "-numEntries", "100",
+    )  # fmt: skip
+    written = re.search(r"100 entries written to ledger (\d+)", output)
+    assert written is not None, output[-3000:]
+    with (
+        BookKeeper(cluster.metadata_uri) as bk,
+        bk.open_ledger(int(written.group(1)), password=b"") as rh,
+    ):
+        assert rh.is_closed and rh.last_add_confirmed == 99
+        assert [e.data for e in rh.read_entries(0, 99)] == [bytes(100)] * 100
+    # Ours reads back and verifies what it wrote; then Java reads it too.
+    ours = our_shell(cluster.metadata_uri, "simpletest", "-n", "100", "--entry-size", "64")
+    ledger = re.search(r"ledger (\d+): wrote 100 entries", ours)
+    assert ledger is not None, ours
+    handle = handle_name()
+    opened = java_client.call(
+        "open",
+        handle=handle,
+        uri=cluster.metadata_uri,
+        digest="CRC32C",
+        password="simpletest",  # our simpletest's password (Java's has none)
+        ledgerId=int(ledger.group(1)),
+    )
+    assert opened["closed"] and opened["lac"] == 99
+    assert [len(entry) for entry in java_client.read(handle, 0, 99)] == [64] * 100
