@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.client.facade import LedgerHandle
 from bookkeeper_py.server.limbo import LIMBO_FILE
 from bookkeeper_py.storage.journal import RecordType, journal_name, list_journal_ids, scan
 from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.local_cluster import BookieProcess
 from bookkeeper_py.testing.raw import recv_frame
 from bookkeeper_py.testing.waiting import wait_for
 from bookkeeper_py.wire import v2
@@ -60,6 +62,25 @@ def last_journal(directory: str) -> str:
     return os.path.join(directory, journal_name(list_journal_ids(directory)[-1]))
 
 
+def write_then_kill(
+    cluster: LocalCluster, client: BookKeeper, count: int, ack_quorum: int, victim_index: int
+) -> tuple[LedgerHandle, BookieProcess]:
+    """A 3/3/``ack_quorum`` ledger of ``count`` entries written one at a time (a journal group
+    each, unless the victim falls behind), then bookie ``victim_index`` killed once it stored
+    the last one (with Qa < 3 the add may be acknowledged before its copy lands there)."""
+    writer = client.create_ledger(3, 3, ack_quorum, DigestType.CRC32C, PASSWORD)
+    for i in range(count):
+        writer.add_entry(payload(i, 100))
+    victim = cluster.bookies[victim_index]
+    wait_for(
+        lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
+        30,
+        "the last entry stored on the victim",
+    )
+    cluster.kill_bookie(victim_index)
+    return writer, victim
+
+
 def holds_the_last_entries(records: list[tuple[int, int]], ledger_id: int, last: int) -> bool:
     """A journal group holds the ledger's last entries, up to ``last``: one alone, or a few when
     this bookie fell behind the others that made the quorum and its journal grouped them."""
@@ -82,18 +103,7 @@ def test_a_bookie_that_cut_acknowledged_records_answers_unknown_until_repaired(
     ):
         # Qa = 1: an open ledger's entry may have been acknowledged by the damaged bookie alone,
         # so it stays unknown until the ledger is closed.
-        writer = client.create_ledger(3, 3, 1, DigestType.CRC32C, PASSWORD)
-        for i in range(count):  # one at a time: a group per entry, the last one alone
-            writer.add_entry(payload(i, 100))
-        victim = cluster.bookies[0]
-        # Acknowledged by the first answer (Qa = 1): the victim's copy of the last entry may
-        # still be on its way; wait until it is stored there too.
-        wait_for(
-            lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
-            30,
-            "the last entry stored on the victim",
-        )
-        cluster.kill_bookie(0)
+        writer, victim = write_then_kill(cluster, client, count, 1, 0)
         journal = last_journal(victim.journal_directory)
         start, end, lost = groups(journal)[-1]
         assert holds_the_last_entries(lost, writer.ledger_id, count - 1)  # stored by all three
@@ -167,16 +177,7 @@ def test_an_open_ledger_with_qa_two_is_repaired_without_waiting_for_its_close(
         LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster,
         BookKeeper(cluster.metadata_uri) as client,
     ):
-        writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, PASSWORD)
-        for i in range(count):
-            writer.add_entry(payload(i, 100))
-        victim = cluster.bookies[1]
-        wait_for(
-            lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
-            30,
-            "the last entry stored on the victim",
-        )
-        cluster.kill_bookie(1)
+        writer, victim = write_then_kill(cluster, client, count, 2, 1)
         journal = last_journal(victim.journal_directory)
         start, end, lost = groups(journal)[-1]
         assert holds_the_last_entries(lost, writer.ledger_id, count - 1)
@@ -202,16 +203,7 @@ def test_a_journal_file_deleted_by_hand_puts_the_bookie_in_limbo_until_repaired(
         LocalCluster(3, base_directory=str(tmp_path), bookie_args=NO_CHECKPOINT) as cluster,
         BookKeeper(cluster.metadata_uri) as client,
     ):
-        writer = client.create_ledger(3, 3, 1, DigestType.CRC32C, PASSWORD)
-        for i in range(count):
-            writer.add_entry(payload(i, 100))
-        victim = cluster.bookies[2]
-        wait_for(
-            lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
-            30,
-            "the last entry stored on the victim",
-        )
-        cluster.kill_bookie(2)
+        writer, victim = write_then_kill(cluster, client, count, 1, 2)
         os.remove(last_journal(victim.journal_directory))
         cluster.start_bookie(2)
         limbo = os.path.join(victim.directory, "ledgers", LIMBO_FILE)

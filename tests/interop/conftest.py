@@ -30,6 +30,7 @@ from bookkeeper_py.testing.zookeeper import ZooKeeperServer
 from tests.interop.javakit import JavaBookie, JavaClient, JavaKit, JavaKitMissingError
 
 CLUSTERS = ("java", "python", "mixed")
+PASSWORD = "interop-pw"  # of the ledgers the interop tests write
 
 
 @dataclass

@@ -198,6 +198,7 @@ class JavaClient:
 
     def __init__(self, kit: JavaKit, classes: str, log_file: str) -> None:
         self._ids = itertools.count(1)
+        self._handles = itertools.count()
         self._pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._ready: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
@@ -249,6 +250,57 @@ class JavaClient:
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:
         return self.result(self.submit(op, **args))
+
+    def create_ledger(
+        self,
+        uri: str,
+        *,
+        digest: str,
+        password: str,
+        quorums: tuple[int, int, int] = (3, 2, 2),
+        v3: bool = True,
+        explicit_lac_ms: int = 0,
+    ) -> tuple[str, int]:
+        """A new ledger (``createLedger``): the driver's handle for it, and its id."""
+        handle = f"h{next(self._handles)}"
+        answer = self.call(
+            "create",
+            handle=handle,
+            uri=uri,
+            v3=v3,
+            explicitLacMs=explicit_lac_ms,
+            digest=digest,
+            password=password,
+            ensemble=quorums[0],
+            writeQuorum=quorums[1],
+            ackQuorum=quorums[2],
+        )
+        return handle, int(answer["ledgerId"])
+
+    def open_ledger(
+        self,
+        uri: str,
+        ledger_id: int,
+        *,
+        digest: str,
+        password: str,
+        recovery: bool = True,
+        v3: bool = True,
+    ) -> tuple[str, dict[str, Any]]:
+        """``openLedger`` (fences and recovers) or ``openLedgerNoRecovery``: the driver's handle,
+        and what the handle knows (``lac``, ``closed``, ``length``)."""
+        handle = f"h{next(self._handles)}"
+        answer = self.call(
+            "open",
+            handle=handle,
+            uri=uri,
+            v3=v3,
+            digest=digest,
+            password=password,
+            ledgerId=ledger_id,
+            recovery=recovery,
+        )
+        return handle, answer
 
     def read(self, handle: str, first: int, last: int) -> list[bytes]:
         answer = self.call("read", handle=handle, first=first, last=last)

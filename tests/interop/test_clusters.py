@@ -12,9 +12,8 @@ import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
 from bookkeeper_py.metadata.manager import MetadataClient
-from tests.interop.conftest import InteropCluster
+from tests.interop.conftest import PASSWORD, InteropCluster
 from tests.interop.javakit import JavaClient, JavaKit, entry_data
-from tests.interop.test_entries import PASSWORD, handle_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.java]
 
@@ -67,19 +66,10 @@ def test_both_clients_allocate_ledger_ids_from_one_counter_and_read_each_others_
     our_ledgers: list[int] = []
     with BookKeeper(cluster.metadata_uri) as bk:
         for round_ in range(ROUNDS):
-            handle = handle_name()
-            java_ledgers.append(
-                java_client.call(
-                    "create",
-                    handle=handle,
-                    uri=cluster.metadata_uri,
-                    digest="CRC32C",
-                    password=PASSWORD,
-                    ensemble=3,
-                    writeQuorum=2,
-                    ackQuorum=2,
-                )["ledgerId"]
+            handle, ledger_id = java_client.create_ledger(
+                cluster.metadata_uri, digest="CRC32C", password=PASSWORD
             )
+            java_ledgers.append(ledger_id)
             java_client.call("add", handle=handle, prefix=f"java-id-{round_}", count=ENTRIES)
             java_client.call("close", handle=handle)
             for _ in range(OURS_PER_ROUND):
@@ -96,14 +86,8 @@ def test_both_clients_allocate_ledger_ids_from_one_counter_and_read_each_others_
                     entry_data(f"java-id-{round_}", i) for i in range(ENTRIES)
                 ]
     for number, ledger_id in enumerate(our_ledgers):
-        handle = handle_name()
-        java_client.call(
-            "open",
-            handle=handle,
-            uri=cluster.metadata_uri,
-            digest="CRC32C",
-            password=PASSWORD,
-            ledgerId=ledger_id,
+        handle, _ = java_client.open_ledger(
+            cluster.metadata_uri, ledger_id, digest="CRC32C", password=PASSWORD
         )
         assert java_client.read(handle, 0, ENTRIES - 1) == [
             entry_data(f"py-id-{number}", i) for i in range(ENTRIES)
@@ -136,14 +120,11 @@ def test_each_sides_simpletest_writes_ledgers_the_other_side_reads(
     ours = our_shell(cluster.metadata_uri, "simpletest", "-n", "100", "--entry-size", "64")
     ledger = re.search(r"ledger (\d+): wrote 100 entries", ours)
     assert ledger is not None, ours
-    handle = handle_name()
-    opened = java_client.call(
-        "open",
-        handle=handle,
-        uri=cluster.metadata_uri,
+    handle, opened = java_client.open_ledger(
+        cluster.metadata_uri,
+        int(ledger.group(1)),
         digest="CRC32C",
         password="simpletest",  # our simpletest's password (Java's has none)
-        ledgerId=int(ledger.group(1)),
     )
     assert opened["closed"] and opened["lac"] == 99
     assert [len(entry) for entry in java_client.read(handle, 0, 99)] == [64] * 100

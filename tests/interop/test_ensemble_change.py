@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
-from tests.interop.conftest import InteropCluster
+from tests.interop.conftest import PASSWORD, InteropCluster
 from tests.interop.javakit import JavaClient, entry_data
-from tests.interop.test_entries import PASSWORD, handle_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.java]
 
@@ -41,14 +40,8 @@ def test_our_writer_replaces_a_stopped_java_bookie_and_java_reads_both_fragments
         finally:
             java_member.start()
     assert len(ensembles) >= 2 and java_member.bookie_id not in ensembles[-1][1]
-    handle = handle_name()
-    opened = java_client.call(
-        "open",
-        handle=handle,
-        uri=mixed.metadata_uri,
-        digest="CRC32",
-        password=PASSWORD,
-        ledgerId=writer.ledger_id,
+    handle, opened = java_client.open_ledger(
+        mixed.metadata_uri, writer.ledger_id, digest="CRC32", password=PASSWORD
     )
     assert opened["lac"] == 2 * HALF - 1
     assert java_client.read(handle, 0, 2 * HALF - 1) == [
@@ -63,17 +56,9 @@ def test_a_java_writer_replaces_a_stopped_bookie_of_ours_and_we_read_both_fragme
 ) -> None:
     assert mixed.python is not None
     prefix = "java-change"
-    writer = handle_name()
-    ledger_id = java_client.call(
-        "create",
-        handle=writer,
-        uri=mixed.metadata_uri,
-        digest="CRC32",
-        password=PASSWORD,
-        ensemble=3,
-        writeQuorum=2,
-        ackQuorum=2,
-    )["ledgerId"]
+    writer, ledger_id = java_client.create_ledger(
+        mixed.metadata_uri, digest="CRC32", password=PASSWORD
+    )
     java_client.call("add", handle=writer, prefix=prefix, count=HALF)
     with BookKeeper(mixed.metadata_uri) as bk:
         first = bk.get_ledger_metadata(ledger_id).ensembles[0][1]

@@ -3,24 +3,16 @@ ours and on ensembles of both: every digest type, protocols v2 and v3."""
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
-from tests.interop.conftest import InteropCluster
+from tests.interop.conftest import PASSWORD, InteropCluster
 from tests.interop.javakit import JavaClient, entry_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.java]
 
-PASSWORD = "interop-pw"
 DIGESTS = ("CRC32", "MAC", "CRC32C", "DUMMY")
 ENTRIES = 40
-_handles = itertools.count()
-
-
-def handle_name() -> str:
-    return f"h{next(_handles)}"
 
 
 def check_ensemble(cluster: InteropCluster, bookies: tuple[str, ...]) -> None:
@@ -37,36 +29,20 @@ def check_ensemble(cluster: InteropCluster, bookies: tuple[str, ...]) -> None:
 def java_writes(
     java: JavaClient, cluster: InteropCluster, *, v3: bool, digest: str, prefix: str, count: int
 ) -> int:
-    handle = handle_name()
-    ledger_id = java.call(
-        "create",
-        handle=handle,
-        uri=cluster.metadata_uri,
-        v3=v3,
-        digest=digest,
-        password=PASSWORD,
-        ensemble=3,
-        writeQuorum=2,
-        ackQuorum=2,
-    )["ledgerId"]
+    handle, ledger_id = java.create_ledger(
+        cluster.metadata_uri, digest=digest, password=PASSWORD, v3=v3
+    )
     assert java.call("add", handle=handle, prefix=prefix, count=count)["lastEntryId"] == count - 1
     closed = java.call("close", handle=handle)
     assert closed["closed"] and closed["lac"] == count - 1
-    return int(ledger_id)
+    return ledger_id
 
 
 def java_reads(
     java: JavaClient, cluster: InteropCluster, ledger_id: int, *, v3: bool, digest: str
 ) -> list[bytes]:
-    handle = handle_name()
-    opened = java.call(
-        "open",
-        handle=handle,
-        uri=cluster.metadata_uri,
-        v3=v3,
-        digest=digest,
-        password=PASSWORD,
-        ledgerId=ledger_id,
+    handle, opened = java.open_ledger(
+        cluster.metadata_uri, ledger_id, digest=digest, password=PASSWORD, v3=v3
     )
     assert opened["closed"]
     return java.read(handle, 0, opened["lac"])

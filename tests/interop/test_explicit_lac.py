@@ -9,9 +9,8 @@ import time
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
-from tests.interop.conftest import InteropCluster
+from tests.interop.conftest import PASSWORD, InteropCluster
 from tests.interop.javakit import JavaClient, entry_data
-from tests.interop.test_entries import PASSWORD, handle_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.java]
 
@@ -34,19 +33,9 @@ def eventually(read: object, expected: int) -> int:
 def test_we_read_the_explicit_lac_of_an_idle_java_writer(
     cluster: InteropCluster, java_client: JavaClient, v3: bool
 ) -> None:
-    writer = handle_name()
-    ledger_id = java_client.call(
-        "create",
-        handle=writer,
-        uri=cluster.metadata_uri,
-        v3=v3,
-        explicitLacMs=INTERVAL_MS,
-        digest="MAC",
-        password=PASSWORD,
-        ensemble=3,
-        writeQuorum=2,
-        ackQuorum=2,
-    )["ledgerId"]
+    writer, ledger_id = java_client.create_ledger(
+        cluster.metadata_uri, digest="MAC", password=PASSWORD, v3=v3, explicit_lac_ms=INTERVAL_MS
+    )
     java_client.call("add", handle=writer, prefix="explicit", count=ENTRIES)
     with (
         BookKeeper(cluster.metadata_uri, use_v3=v3) as bk,
@@ -71,16 +60,13 @@ def test_java_reads_the_explicit_lac_of_our_idle_writer(
         writer = bk.create_ledger(3, 2, 2, digest_type=DigestType.MAC, password=PASSWORD)
         for i in range(ENTRIES):
             writer.add_entry(entry_data("explicit", i))
-        reader = handle_name()
-        opened = java_client.call(
-            "open",
-            handle=reader,
-            uri=cluster.metadata_uri,
-            v3=v3,
+        reader, opened = java_client.open_ledger(
+            cluster.metadata_uri,
+            writer.ledger_id,
             digest="MAC",
             password=PASSWORD,
-            ledgerId=writer.ledger_id,
             recovery=False,
+            v3=v3,
         )
         assert not opened["closed"]
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType, errors
-from tests.interop.conftest import InteropCluster
+from tests.interop.conftest import PASSWORD, InteropCluster
 from tests.interop.javakit import JavaClient, JavaError, entry_data
-from tests.interop.test_entries import PASSWORD, handle_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.java]
 
@@ -31,26 +30,17 @@ def test_java_recovers_and_fences_a_ledger_our_writer_left_open(
 
         # Without recovery, Java reads the LAC the bookies have: the last entry's LAC travels
         # with the next entry, so the bookies know up to ENTRIES - 2.
-        peek = handle_name()
-        opened = java_client.call(
-            "open",
-            handle=peek,
-            uri=cluster.metadata_uri,
+        _, opened = java_client.open_ledger(
+            cluster.metadata_uri,
+            writer.ledger_id,
             digest="CRC32C",
             password=PASSWORD,
-            ledgerId=writer.ledger_id,
             recovery=False,
         )
         assert not opened["closed"] and opened["lac"] == ENTRIES - 2
 
-        recovered = handle_name()
-        opened = java_client.call(
-            "open",
-            handle=recovered,
-            uri=cluster.metadata_uri,
-            digest="CRC32C",
-            password=PASSWORD,
-            ledgerId=writer.ledger_id,
+        recovered, opened = java_client.open_ledger(
+            cluster.metadata_uri, writer.ledger_id, digest="CRC32C", password=PASSWORD
         )
         assert opened["closed"] and opened["lac"] == ENTRIES - 1
         assert java_client.read(recovered, 0, ENTRIES - 1) == [
@@ -71,17 +61,9 @@ def test_we_recover_and_fence_a_ledger_a_java_writer_left_open(
     cluster: InteropCluster, java_client: JavaClient
 ) -> None:
     prefix = f"java-open-{cluster.name}"
-    writer = handle_name()
-    ledger_id = java_client.call(
-        "create",
-        handle=writer,
-        uri=cluster.metadata_uri,
-        digest="CRC32",
-        password=PASSWORD,
-        ensemble=3,
-        writeQuorum=3,
-        ackQuorum=2,
-    )["ledgerId"]
+    writer, ledger_id = java_client.create_ledger(
+        cluster.metadata_uri, digest="CRC32", password=PASSWORD, quorums=(3, 3, 2)
+    )
     java_client.call("add", handle=writer, prefix=prefix, count=ENTRIES)
 
     with BookKeeper(cluster.metadata_uri) as bk:
@@ -96,14 +78,7 @@ def test_we_recover_and_fence_a_ledger_a_java_writer_left_open(
     with pytest.raises(JavaError) as refused:
         java_client.call("add", handle=writer, prefix=prefix, first=ENTRIES, count=1)
     assert refused.value.code == LEDGER_FENCED, refused.value
-    check = handle_name()
-    opened = java_client.call(
-        "open",
-        handle=check,
-        uri=cluster.metadata_uri,
-        digest="CRC32",
-        password=PASSWORD,
-        ledgerId=ledger_id,
-        recovery=False,
+    _, opened = java_client.open_ledger(
+        cluster.metadata_uri, ledger_id, digest="CRC32", password=PASSWORD, recovery=False
     )
     assert opened["closed"] and opened["lac"] == ENTRIES - 1

@@ -10,9 +10,8 @@ import time
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
-from tests.interop.conftest import InteropCluster
+from tests.interop.conftest import PASSWORD, InteropCluster
 from tests.interop.javakit import JavaClient, entry_data
-from tests.interop.test_entries import PASSWORD, handle_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.java]
 
@@ -61,17 +60,9 @@ def test_we_follow_a_java_writer_with_long_polls(
     have the ledger and park the polls (Java bookies refused ours with EBADREQ while they named
     the entry instead of -1)."""
     prefix = f"java-tail-{cluster.name}-{written_before}"
-    writer = handle_name()
-    ledger_id = java_client.call(
-        "create",
-        handle=writer,
-        uri=cluster.metadata_uri,
-        digest="CRC32C",
-        password=PASSWORD,
-        ensemble=3,
-        writeQuorum=3,
-        ackQuorum=2,
-    )["ledgerId"]
+    writer, ledger_id = java_client.create_ledger(
+        cluster.metadata_uri, digest="CRC32C", password=PASSWORD, quorums=(3, 3, 2)
+    )
     if written_before:
         java_client.call("add", handle=writer, prefix=prefix, count=written_before)
     followed: list[bytes] = []
