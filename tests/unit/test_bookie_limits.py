@@ -56,6 +56,42 @@ def test_pending_adds_are_bounded_per_bookie(
     run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_adds=3)
 
 
+def test_a_full_write_cache_holds_adds_back_in_order_until_it_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As DbLedgerStorage's throttle: adds that meet a full write cache wait (arrival order
+    kept) while a checkpoint makes room, instead of an ETOOMANYREQUESTS that makes writers
+    change ensembles; only those that waited the whole throttle time are refused."""
+    full = [True]
+
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        gate.set()
+        monkeypatch.setattr(
+            type(bookie.engine), "write_cache_full", property(lambda _engine: full[0])
+        )
+        answers: list[tuple[int, StatusCode]] = []
+        for entry_id in range(3):
+            bookie.add_entry(
+                3,
+                entry_id,
+                KEY,
+                entry(entry_id),
+                False,
+                lambda s, e=entry_id: answers.append((e, s)),
+            )
+        await asyncio.sleep(0.1)
+        assert answers == [] and bookie.pending_adds == 0  # held, not refused
+        full[0] = False  # a checkpoint freed room
+        await settle(lambda: len(answers) == 3)
+        assert answers == [(0, StatusCode.EOK), (1, StatusCode.EOK), (2, StatusCode.EOK)]
+        full[0] = True
+        bookie.add_entry(3, 3, KEY, entry(3), False, lambda s: answers.append((3, s)))
+        await settle(lambda: len(answers) == 4)  # the cache never drains: refused in the end
+        assert answers[3] == (3, StatusCode.ETOOMANYREQUESTS)
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_throttle_time_s=0.5)
+
+
 def test_unanswered_requests_are_bounded_per_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,8 +16,10 @@ import asyncio
 import logging
 import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from bookkeeper_py.metrics import Metrics, NullMetrics, OpStats
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 ReadDone = Callable[[StatusCode, bytes], None]
 StatusDone = Callable[[StatusCode], None]
 DISK_CHECK_BYTES = 1024 * 1024
+THROTTLE_POLL_S = 0.005  # how often adds held back by a full write cache look for room
 LongPollDone = Callable[[StatusCode, bytes, int], None]  # status, entry (or b""), maxLAC
 _LAC_AT = struct.Struct(">q")
 _ENTRY_IDS = struct.Struct(">qq")  # an entry starts with its ledger id and entry id
@@ -77,6 +80,8 @@ class BookieConfig:
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)
+    max_throttle_time_s: float = 10.0  # dbStorage_maxThrottleTimeMs: an add waits this long
+    # for a full write cache to drain before it is answered ETOOMANYREQUESTS
     max_parked_long_polls: int = 10_000  # long-poll reads parked at once
     max_pending_per_connection: int = 10_000  # requests of one connection not yet answered
     idle_connection_timeout_s: float = 600.0  # close connections idle this long (0: never)
@@ -166,6 +171,12 @@ class Bookie:
         self._rejected = self.metrics.counter(
             "bookkeeper_server_REQUESTS_REJECTED", "requests answered ETOOMANYREQUESTS"
         )
+        # Adds that met a full write cache, in arrival order: (deadline, resume, done).
+        self._throttled: deque[tuple[float, Callable[[], None], StatusDone]] = deque()
+        self._throttle_timer: asyncio.TimerHandle | None = None
+        self._throttled_count = self.metrics.counter(
+            "bookkeeper_server_ADD_ENTRY_THROTTLED", "adds that waited for the write cache"
+        )
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -251,6 +262,9 @@ class Bookie:
     def close(self) -> None:
         self._closed = True
         self._shutting_down = True
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
         self.engine.close()
 
     def _refuses_writes(self) -> bool:
@@ -310,6 +324,7 @@ class Bookie:
         recovery: bool,
         done: StatusDone,
         deferred_sync: bool = False,
+        resumed: bool = False,
     ) -> None:
         """Stores an entry; ``done`` gets the answer once its journal record is durable, or, with
         ``deferred_sync`` (v3 write flag DEFERRED_SYNC), as soon as it is stored and queued: the
@@ -327,9 +342,30 @@ class Bookie:
             refusal = StatusCode.EREADONLY
         elif self._refuses_writes():
             refusal = StatusCode.EIO
-        elif self.engine.write_cache_full or self.pending_adds >= self.config.max_pending_adds:
+        elif self.pending_adds >= self.config.max_pending_adds:
             self._rejected.inc()
             refusal = StatusCode.ETOOMANYREQUESTS
+        elif not resumed and (self._throttled or self.engine.write_cache_full):
+            # As DbLedgerStorage: a full write cache holds adds back (in arrival order) until a
+            # checkpoint frees room, refusing them only after the throttle time.
+            resume = partial(
+                self.add_entry,
+                ledger_id,
+                entry_id,
+                master_key,
+                entry,
+                recovery,
+                done,
+                deferred_sync,
+                True,
+            )
+            self._throttled.append(
+                (self._loop.time() + self.config.max_throttle_time_s, resume, done)
+            )
+            self._throttled_count.inc()
+            if self._throttle_timer is None:
+                self._throttle_timer = self._loop.call_later(THROTTLE_POLL_S, self._drain_throttled)
+            return
         elif (
             ledger_id < 0
             or entry_id < 0
@@ -369,6 +405,23 @@ class Bookie:
         if deferred_sync:
             stats.success(time.perf_counter() - started)
             done(StatusCode.EOK)
+
+    def _drain_throttled(self) -> None:
+        """Resumes held-back adds while the write cache has room; refuses those that waited
+        the whole throttle time; looks again shortly while any are left."""
+        self._throttle_timer = None
+        if self._closed:
+            return
+        while self._throttled and not self.engine.write_cache_full:
+            _, resume, _ = self._throttled.popleft()
+            resume()
+        now = self._loop.time()
+        while self._throttled and self._throttled[0][0] <= now:
+            _, _, done = self._throttled.popleft()
+            self._rejected.inc()
+            done(StatusCode.ETOOMANYREQUESTS)
+        if self._throttled:
+            self._throttle_timer = self._loop.call_later(THROTTLE_POLL_S, self._drain_throttled)
 
     def read_entry(
         self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone

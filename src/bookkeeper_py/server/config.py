@@ -147,6 +147,13 @@ SETTINGS: tuple[Setting, ...] = (
         256,
         "dbStorage_writeCacheMaxSizeMb",
     ),
+    Setting(
+        "dbStorage_maxThrottleTimeMs",
+        "--max-throttle-time-ms",
+        int,
+        10_000,
+        "how long an add waits for a full write cache to drain before ETOOMANYREQUESTS",
+    ),
     Setting("gcWaitTime", "--gc-wait-time-ms", int, 600_000, "gcWaitTime (ms)"),
     Setting(
         "minorCompactionThreshold",
@@ -514,6 +521,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         max_frame_size=positive("nettyMaxFrameSizeBytes"),
         http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),
+        max_throttle_time_s=values["dbStorage_maxThrottleTimeMs"] / 1000.0,
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),
         max_pending_per_connection=positive("maxPendingRequestsPerConnection"),
         idle_connection_timeout_s=values["idleConnectionTimeoutSec"],
