@@ -1,0 +1,140 @@
+"""The metadata port: what the asyncio runtime (the client's handles, recovery, a bookie's
+background work) needs of the metadata store, as coroutines on the event loop.
+
+``MetadataPort`` is the declared interface (a typing Protocol); ``ThreadedMetadata`` implements it
+over a ``MetadataClient`` whose drivers block (kazoo for ZooKeeper, sqlite3): every call runs on
+one thread of its own, so this is the one place where the loop hands metadata work to a thread.
+Watches fire on that thread and are delivered on the loop. The simulator implements the same
+port in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.metadata.bookie_watcher import BookieWatcher
+from bookkeeper_py.metadata.driver import ANY_VERSION
+from bookkeeper_py.metadata.manager import BookieEndpoint, MetadataClient
+
+T = TypeVar("T")
+
+
+class MetadataPort(Protocol):
+    """Ledger metadata and the bookie registry, asynchronously. Errors are those of
+    ``MetadataClient`` (``NoSuchLedgerError``, ``LedgerExistsError``, ``MetadataVersionError``,
+    ``MetadataUnavailableError``...), raised in the caller's task."""
+
+    async def generate_ledger_id(self) -> int:
+        """A new ledger id from the cluster's counter (the layout's id generator)."""
+        ...
+
+    async def create_ledger_metadata(self, metadata: LedgerMetadata) -> int:
+        """Stores a new ledger's metadata; its version."""
+        ...
+
+    async def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """(metadata, version)."""
+        ...
+
+    async def update_ledger_metadata(
+        self,
+        ledger_id: int,
+        needs_change: Callable[[LedgerMetadata], bool],
+        transform: Callable[[LedgerMetadata], LedgerMetadata],
+    ) -> tuple[LedgerMetadata, int]:
+        """The CAS update loop (read, check, transform, compare-and-swap, again on a version
+        conflict); the metadata as stored at the end. ``needs_change`` and ``transform`` are
+        pure: they may run on another thread."""
+        ...
+
+    async def delete_ledger_metadata(self, ledger_id: int, version: int = ANY_VERSION) -> None: ...
+
+    async def list_ledgers(self) -> list[int]:
+        """Every ledger id, increasing (the store is read a page at a time)."""
+        ...
+
+    async def writable_bookies(self) -> list[str]:
+        """The writable bookies (kept current by watches)."""
+        ...
+
+    async def readonly_bookies(self) -> list[str]: ...
+
+    async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
+        """Where a bookie listens (its registration, else its id as host:port)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class ThreadedMetadata:
+    """``MetadataPort`` over a blocking ``MetadataClient``, on one thread of its own.
+
+    ``call(function, *args)`` runs any other blocking metadata work (registration, cookies,
+    cluster initialisation) on the same thread. The bookie lists are kept by a ``BookieWatcher``
+    (watches invalidate its cache; it is read on the metadata thread)."""
+
+    def __init__(self, client: MetadataClient) -> None:
+        self.client = client
+        self.bookies = BookieWatcher(client)
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="metadata")
+
+    @classmethod
+    async def connect(cls, uri: str, **options: float | bool) -> ThreadedMetadata:
+        """Connects to the store of ``uri`` (``MetadataClient.connect``'s options) without
+        blocking the loop."""
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="metadata") as once:
+            client = await asyncio.get_running_loop().run_in_executor(
+                once,
+                lambda: MetadataClient.connect(uri, **options),  # type: ignore[arg-type]
+            )
+        return cls(client)
+
+    async def call(self, function: Callable[..., T], *args: object) -> T:
+        """``function(*args)``, blocking metadata work, on the metadata thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
+
+    async def generate_ledger_id(self) -> int:
+        return await self.call(self.client.generate_ledger_id)
+
+    async def create_ledger_metadata(self, metadata: LedgerMetadata) -> int:
+        return await self.call(self.client.create_ledger_metadata, metadata)
+
+    async def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        return await self.call(self.client.read_ledger_metadata, ledger_id)
+
+    async def update_ledger_metadata(
+        self,
+        ledger_id: int,
+        needs_change: Callable[[LedgerMetadata], bool],
+        transform: Callable[[LedgerMetadata], LedgerMetadata],
+    ) -> tuple[LedgerMetadata, int]:
+        return await self.call(
+            self.client.update_ledger_metadata, ledger_id, needs_change, transform
+        )
+
+    async def delete_ledger_metadata(self, ledger_id: int, version: int = ANY_VERSION) -> None:
+        await self.call(self.client.delete_ledger_metadata, ledger_id, version)
+
+    async def list_ledgers(self) -> list[int]:
+        return await self.call(lambda: list(self.client.list_ledgers()))
+
+    async def writable_bookies(self) -> list[str]:
+        return await self.call(self.bookies.writable)
+
+    async def readonly_bookies(self) -> list[str]:
+        return await self.call(self.bookies.readonly)
+
+    async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
+        return await self.call(self.client.bookie_endpoint, bookie_id)
+
+    async def close(self) -> None:
+        """Drops the watches, closes the store session and ends the thread."""
+        try:
+            await self.call(self.bookies.close)
+            await self.call(self.client.close)
+        finally:
+            self._thread.shutdown(wait=False)
