@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper_py.client.bookies import BookieWatcher
+from bookkeeper_py.metadata.bookie_watcher import BookieWatcher
 from bookkeeper_py.metadata.driver import parse_uri
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.testing.waiting import wait_for

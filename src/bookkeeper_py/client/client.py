@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import Any
 
 from bookkeeper_py import errors
-from bookkeeper_py.client.bookies import BookieWatcher
 from bookkeeper_py.client.config import ClientConfig
 from bookkeeper_py.client.connection import BookiePool
 from bookkeeper_py.client.ledger import LedgerHandle, LedgerHandleAdv, ReadHandle
@@ -27,8 +26,10 @@ from bookkeeper_py.core.placement import (
 )
 from bookkeeper_py.core.quorum import check_quorum_sizes
 from bookkeeper_py.core.reader import ReplicaHealth
+from bookkeeper_py.metadata.bookie_watcher import BookieWatcher
 from bookkeeper_py.metadata.driver import parse_uri
 from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.port import ThreadedMetadata
 from bookkeeper_py.wire.digest import DigestType
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class BookKeeper:
         config = replace(config, **options) if config and options else config
         self.config = config = config or ClientConfig.of(options)
         self._metadata: MetadataClient | None = None
-        self._bookies: BookieWatcher | None = None
+        self._port: ThreadedMetadata | None = None
         self._connecting: asyncio.Future[None] | None = None
         self._uri = ""
         if isinstance(metadata, str):
@@ -127,9 +128,9 @@ class BookKeeper:
         """A connected client: ``BookKeeper(metadata_uri, config, **options)``, awaited."""
         return await cls(metadata_uri, config, **options)
 
-    def _adopt(self, metadata: MetadataClient) -> None:
+    def _adopt(self, metadata: MetadataClient, port: ThreadedMetadata | None = None) -> None:
         self._metadata = metadata
-        self._bookies = BookieWatcher(metadata)
+        self._port = port or ThreadedMetadata(metadata)
 
     async def _ready(self) -> None:
         """Connects to the metadata store once (concurrent callers wait for the same attempt;
@@ -148,16 +149,15 @@ class BookKeeper:
         self._check_open()
 
     async def _connect(self) -> None:
-        metadata = await asyncio.to_thread(
-            MetadataClient.connect,
+        port = await ThreadedMetadata.connect(
             self._uri,
             connect_timeout_s=self.config.metadata_timeout_s,
             operation_timeout_s=self.config.metadata_timeout_s,
         )
         if self._closed:  # closed while connecting
-            await asyncio.to_thread(metadata.close)
+            await port.close()
             return
-        self._adopt(metadata)
+        self._adopt(port.client, port)
 
     def __await__(self) -> Generator[Any, None, BookKeeper]:
         yield from self._ready().__await__()
@@ -181,11 +181,18 @@ class BookKeeper:
         return self._metadata
 
     @property
-    def bookies(self) -> BookieWatcher:
-        """The registered bookies, kept current by watches."""
+    def metadata_port(self) -> ThreadedMetadata:
+        """The metadata store as coroutines (``metadata.port.MetadataPort``): what the handles,
+        recovery and writers use (every operation of this client connects first)."""
         self.metadata  # noqa: B018  (raises while not connected)
-        assert self._bookies is not None
-        return self._bookies
+        assert self._port is not None
+        return self._port
+
+    @property
+    def bookies(self) -> BookieWatcher:
+        """The registered bookies, kept current by watches (blocking; read it off the loop, or
+        use ``metadata_port.writable_bookies()``)."""
+        return self.metadata_port.bookies
 
     @staticmethod
     def now_ms() -> int:
@@ -194,8 +201,8 @@ class BookKeeper:
         it cost a third of the client's time in ``bookkeeper bench writes``.)"""
         return int(time.monotonic() * 1000)
 
-    def _resolve(self, bookie_id: str) -> tuple[str, int]:
-        endpoint = self.metadata.bookie_endpoint(bookie_id)
+    async def _resolve(self, bookie_id: str) -> tuple[str, int]:
+        endpoint = await self.metadata_port.bookie_endpoint(bookie_id)
         return endpoint.host, endpoint.port
 
     def _check_open(self) -> None:
@@ -267,7 +274,7 @@ class BookKeeper:
         password = password_bytes(password)
         await self._ready()
         check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
-        bookies = await asyncio.to_thread(self.bookies.writable)
+        bookies = await self.metadata_port.writable_bookies()
         if len(bookies) < ensemble_size:
             raise errors.NotEnoughBookiesError(
                 f"need {ensemble_size} writable bookies for the ensemble, {len(bookies)} registered: {bookies}"
@@ -278,7 +285,7 @@ class BookKeeper:
         chosen = ledger_id is not None
         for _ in range(MAX_ID_COLLISIONS):
             if not chosen:
-                ledger_id = await asyncio.to_thread(self.metadata.generate_ledger_id)
+                ledger_id = await self.metadata_port.generate_ledger_id()
             assert ledger_id is not None
             metadata = self._new_metadata(
                 ledger_id,
@@ -289,7 +296,7 @@ class BookKeeper:
                 custom_metadata,
             )
             try:
-                await asyncio.to_thread(self.metadata.create_ledger_metadata, metadata)
+                await self.metadata_port.create_ledger_metadata(metadata)
             except errors.LedgerExistsError:
                 # Another kind of client allocates ids from another counter (Java's flat layout
                 # counts under <root>/ID-, ours did under <root>/idgen/ID-): take the next id, as
@@ -333,7 +340,7 @@ class BookKeeper:
     ) -> LedgerMetadata:
         password = password_bytes(password)
         await self._ready()
-        metadata, _ = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
+        metadata, _ = await self.metadata_port.read_ledger_metadata(ledger_id)
         if not metadata.stores_password:
             # Legacy metadata (format v1) keeps neither: the opener's are used, and the bookies
             # check the password when fencing.
@@ -379,15 +386,15 @@ class BookKeeper:
     async def delete_ledger(self, ledger_id: int) -> None:
         """Deletes the ledger's metadata; bookies reclaim the data in their garbage collection."""
         await self._ready()
-        await asyncio.to_thread(self.metadata.delete_ledger_metadata, ledger_id)
+        await self.metadata_port.delete_ledger_metadata(ledger_id)
 
     async def list_ledgers(self) -> list[int]:
         await self._ready()
-        return await asyncio.to_thread(lambda: list(self.metadata.list_ledgers()))
+        return await self.metadata_port.list_ledgers()
 
     async def get_ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         await self._ready()
-        metadata, _ = await asyncio.to_thread(self.metadata.read_ledger_metadata, ledger_id)
+        metadata, _ = await self.metadata_port.read_ledger_metadata(ledger_id)
         return metadata
 
     async def close(self) -> None:
@@ -397,7 +404,5 @@ class BookKeeper:
             return
         self._closed = True
         self.pool.close()
-        if self._bookies is not None:
-            self._bookies.close()
-        if self._metadata is not None:
-            await asyncio.to_thread(self._metadata.close)
+        if self._port is not None:
+            await self._port.close()

@@ -13,7 +13,7 @@ import itertools
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 from bookkeeper_py import errors
@@ -624,7 +624,7 @@ class BookiePool:
 
     def __init__(
         self,
-        resolve: Callable[[str], tuple[str, int]],
+        resolve: Callable[[str], Awaitable[tuple[str, int]]],
         *,
         use_v3: bool = False,
         connect_timeout_s: float = 5.0,
@@ -663,7 +663,7 @@ class BookiePool:
 
     async def _connect(self, bookie_id: str, use_v3: bool) -> BookieConnection:
         try:
-            host, port = await asyncio.to_thread(self._resolve, bookie_id)
+            host, port = await self._resolve(bookie_id)
             connection = await BookieConnection.connect(
                 bookie_id,
                 host,

@@ -398,9 +398,7 @@ class ReadHandle:
     async def refresh_metadata(self) -> LedgerMetadata:
         """Reads the ledger's metadata again (a tailing reader learns of ensemble changes and
         of the close this way); a closed ledger's LAC becomes its last entry."""
-        metadata, _ = await asyncio.to_thread(
-            self._client.metadata.read_ledger_metadata, self.ledger_id
-        )
+        metadata, _ = await self._client.metadata_port.read_ledger_metadata(self.ledger_id)
         if metadata.stores_password:
             self.metadata = metadata
         else:  # legacy format: keep the digest type and password the handle was opened with
@@ -976,7 +974,7 @@ class WriteHandle(ReadHandle):
     async def _change_ensemble(self, change: ChangeEnsemble) -> None:
         based_on = (change.based_on_start, change.ensemble)
         try:
-            writable = await asyncio.to_thread(self._client.bookies.writable)
+            writable = await self._client.metadata_port.writable_bookies()
             ensemble = self._client.placement.replace(
                 change.ensemble,
                 change.failed,
@@ -991,8 +989,7 @@ class WriteHandle(ReadHandle):
                 change.first_entry,
                 list(ensemble),
             )
-            metadata, _ = await asyncio.to_thread(
-                self._client.metadata.update_ledger_metadata,
+            metadata, _ = await self._client.metadata_port.update_ledger_metadata(
                 self.ledger_id,
                 lambda current: (
                     change_ensemble(current, change.first_entry, based_on, ensemble) is not None
@@ -1062,8 +1059,7 @@ class WriteHandle(ReadHandle):
                 )
             return True
 
-        self.metadata, _ = await asyncio.to_thread(
-            self._client.metadata.update_ledger_metadata,
+        self.metadata, _ = await self._client.metadata_port.update_ledger_metadata(
             self.ledger_id,
             needs_change,
             lambda current: current.closed_at(last_entry, length),

@@ -101,10 +101,9 @@ def _adopt(handle: ReadHandle, metadata: LedgerMetadata) -> None:
 
 async def _execute(handle: ReadHandle, instruction: Instruction) -> Event:
     """Carries out one instruction; returns the event that reports its outcome."""
-    metadata_client = handle._client.metadata
+    metadata = handle._client.metadata_port
     if isinstance(instruction, MarkInRecovery):
-        marked, _ = await asyncio.to_thread(
-            metadata_client.update_ledger_metadata,
+        marked, _ = await metadata.update_ledger_metadata(
             handle.ledger_id,
             lambda current: current.state == LedgerState.OPEN,
             lambda current: current.with_state(LedgerState.IN_RECOVERY),
@@ -112,8 +111,7 @@ async def _execute(handle: ReadHandle, instruction: Instruction) -> Event:
         handle.metadata = marked
         return lambda machine: machine.on_metadata(marked)
     if isinstance(instruction, CloseInRecovery):
-        closed, _ = await asyncio.to_thread(
-            metadata_client.update_ledger_metadata,
+        closed, _ = await metadata.update_ledger_metadata(
             handle.ledger_id,
             lambda current: current.state == LedgerState.IN_RECOVERY,
             instruction.closed,
@@ -163,7 +161,7 @@ def _read(
 async def _replace(handle: ReadHandle, request: ReplaceInRecovery) -> Event:
     client = handle._client
     try:
-        writable = await asyncio.to_thread(client.bookies.writable)
+        writable = await client.metadata_port.writable_bookies()
         ensemble = client.placement.replace(
             request.ensemble,
             request.failed,
