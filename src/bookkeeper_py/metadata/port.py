@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol, TypeVar
 
 from bookkeeper_py.core.metadata import LedgerMetadata
@@ -65,6 +65,28 @@ class MetadataPort(Protocol):
 
     async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
         """Where a bookie listens (its registration, else its id as host:port)."""
+        ...
+
+    async def register_bookie(
+        self,
+        bookie_id: str,
+        host: str,
+        port: int,
+        *,
+        readonly: bool,
+        incarnation: str,
+        predecessors: Collection[str],
+    ) -> None:
+        """An ephemeral registration of a serving bookie (``MetadataClient.register_bookie``)."""
+        ...
+
+    async def unregister_bookie(
+        self, bookie_id: str, *, readonly: bool, incarnation: str | None = None
+    ) -> None: ...
+
+    def on_session_replaced(self, callback: Callable[[], None]) -> None:
+        """Calls ``callback()`` on the loop each time an expired session was replaced (its
+        ephemeral registrations are gone)."""
         ...
 
     async def close(self) -> None: ...
@@ -130,6 +152,44 @@ class ThreadedMetadata:
 
     async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
         return await self.call(self.client.bookie_endpoint, bookie_id)
+
+    async def register_bookie(
+        self,
+        bookie_id: str,
+        host: str,
+        port: int,
+        *,
+        readonly: bool,
+        incarnation: str,
+        predecessors: Collection[str],
+    ) -> None:
+        await self.call(
+            lambda: self.client.register_bookie(
+                bookie_id,
+                host,
+                port,
+                readonly=readonly,
+                incarnation=incarnation,
+                predecessors=predecessors,
+            )
+        )
+
+    async def unregister_bookie(
+        self, bookie_id: str, *, readonly: bool, incarnation: str | None = None
+    ) -> None:
+        await self.call(
+            lambda: self.client.unregister_bookie(
+                bookie_id, readonly=readonly, incarnation=incarnation
+            )
+        )
+
+    def on_session_replaced(self, callback: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def replaced() -> None:  # on a driver thread
+            loop.call_soon_threadsafe(callback)
+
+        self.client.store.add_session_listener(replaced)
 
     async def close(self) -> None:
         """Drops the watches, closes the store session and ends the thread."""

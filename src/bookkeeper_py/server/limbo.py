@@ -82,17 +82,17 @@ async def repair(bookie, client, bookie_id: str) -> None:  # type: ignore[no-unt
     replicas, through ``client`` (an ``aio.BookKeeper``), until none is left; then leaves limbo.
     Runs until done or cancelled (the bookie stops)."""
     limbo: Limbo = bookie.limbo
-    metadata = client.metadata
+    metadata = client.metadata_port
     rounds = 0
     while limbo.active:
         rounds += 1
         waiting = 0
-        ledger_ids = await asyncio.to_thread(lambda: list(metadata.list_ledgers()))
+        ledger_ids = await metadata.list_ledgers()
         for ledger_id in ledger_ids:
             if ledger_id in limbo.repaired:
                 continue
             try:
-                ledger, _ = await asyncio.to_thread(metadata.read_ledger_metadata, ledger_id)
+                ledger, _ = await metadata.read_ledger_metadata(ledger_id)
             except errors.NoSuchLedgerError:
                 limbo.repaired.add(ledger_id)  # deleted: nothing to answer for
                 continue

@@ -17,6 +17,7 @@ from aiohttp import web
 from bookkeeper_py.auth import bookie_provider
 from bookkeeper_py.errors import BKError, MetadataStoreError, NoSuchLedgerError
 from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.port import ThreadedMetadata
 from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server import config, limbo
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
@@ -36,7 +37,7 @@ class BookieServer:
     def __init__(self, config: BookieConfig, metadata_uri: str | None) -> None:
         self.config = config
         self.metadata_uri = metadata_uri
-        self.metadata: MetadataClient | None = None
+        self.metadata: ThreadedMetadata | None = None
         self.bookie: Bookie | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[BookieConnection] = set()
@@ -61,18 +62,21 @@ class BookieServer:
             # a live bookie's directories would replay, trim and delete its journal.
             self._locks.acquire_all(lock_directories(self.config))
             if self.metadata_uri:
-                self.metadata = await asyncio.to_thread(MetadataClient.connect, self.metadata_uri)
-                await asyncio.to_thread(self.metadata.init_cluster)
+                self.metadata = metadata = await ThreadedMetadata.connect(self.metadata_uri)
+                await metadata.call(metadata.client.init_cluster)
                 # No other live process may serve under this id (a copy of these directories
                 # elsewhere): asked before the journal is replayed.
-                await asyncio.to_thread(
-                    self.metadata.claim_bookie_id,
+                await metadata.call(
+                    metadata.client.claim_bookie_id,
                     self.config.effective_bookie_id,
                     self._locks.predecessors,
                 )
             # Cookies first: nothing of the directories is read or written until they are known to
             # belong to this bookie in this cluster.
-            await asyncio.to_thread(check_cookies, self.config, self.metadata)
+            if self.metadata is not None:
+                await self.metadata.call(check_cookies, self.config, self.metadata.client)
+            else:
+                await asyncio.to_thread(check_cookies, self.config, None)
             self.bookie = Bookie(self.config, loop, self.metrics)
             await asyncio.to_thread(self.bookie.start)
             await asyncio.to_thread(self.bookie.check_disks)
@@ -95,11 +99,10 @@ class BookieServer:
         if self.metadata is not None:
             await self._register()
 
-            def session_replaced() -> None:  # on a driver thread
-                loop.call_soon_threadsafe(self._session_replaced)
-
-            self.metadata.store.add_session_listener(session_replaced)
-            list_ledgers, ledger_exists = await asyncio.to_thread(gc_metadata_view, self.metadata)
+            self.metadata.on_session_replaced(self._session_replaced)
+            list_ledgers, ledger_exists = await self.metadata.call(
+                gc_metadata_view, self.metadata.client
+            )
             self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
         if self.bookie.limbo.active and self.metadata_uri:
             self._limbo_task = asyncio.ensure_future(self._repair_limbo())
@@ -143,14 +146,12 @@ class BookieServer:
             return
         bookie_id = self.config.effective_bookie_id
         if self._registered_read_only is not None:
-            await asyncio.to_thread(
-                self.metadata.unregister_bookie,
+            await self.metadata.unregister_bookie(
                 bookie_id,
                 readonly=self._registered_read_only,
                 incarnation=self._locks.incarnation,
             )
-        await asyncio.to_thread(
-            self.metadata.register_bookie,
+        await self.metadata.register_bookie(
             bookie_id,
             self.config.host,
             self.config.port,
@@ -228,15 +229,14 @@ class BookieServer:
             self.bookie.begin_shutdown()
         if self.metadata is not None and self._registered_read_only is not None:
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(
-                    self.metadata.unregister_bookie,
+                await self.metadata.unregister_bookie(
                     self.config.effective_bookie_id,
                     readonly=self._registered_read_only,
                     incarnation=self._locks.incarnation,
                 )
         await self._drain(drain_timeout_s)
         if self.metadata is not None:
-            await asyncio.to_thread(self.metadata.close)
+            await self.metadata.close()
         if self.bookie is not None:
             await asyncio.to_thread(self.bookie.close)
             await asyncio.sleep(0)  # deliver the last completions queued by the journal
