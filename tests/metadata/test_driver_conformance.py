@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import sqlite3
@@ -11,7 +12,6 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ from bookkeeper_py.metadata.driver import (
     open_store,
 )
 from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.port import ThreadedMetadata, update_ledger_metadata
 
 from .samples import sample
 
@@ -120,26 +121,29 @@ def test_update_loop_lets_exactly_one_racer_win(opener: Opener) -> None:
     client.init_cluster()
     ledger_id = client.generate_ledger_id()
     client.create_ledger_metadata(sample(ledger_id))
-    clients = [opener() for _ in range(4)]
+    ports = [ThreadedMetadata(opener()) for _ in range(4)]
+    winners: list[int] = []
 
-    def recover(index: int) -> int:
+    async def recover(index: int) -> None:
         # Each racer moves OPEN -> IN_RECOVERY only if nobody did it first.
-        winner = []
-
         def transform(current: LedgerMetadata) -> LedgerMetadata:
-            winner.append(index)
+            winners.append(index)
             return current.with_state(LedgerState.IN_RECOVERY)
 
-        clients[index].update_ledger_metadata(
-            ledger_id, lambda m: m.state == LedgerState.OPEN, transform
+        await update_ledger_metadata(
+            ports[index], ledger_id, lambda m: m.state == LedgerState.OPEN, transform
         )
-        return index if winner else -1
 
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(recover, range(4)))
+    async def race() -> None:
+        await asyncio.gather(*(recover(index) for index in range(4)))
+        for port in ports:
+            await port.close()
+
+    asyncio.run(race())
     final, version = client.read_ledger_metadata(ledger_id)
     assert final.state == LedgerState.IN_RECOVERY
     assert version == 1  # exactly one CAS landed
+    assert winners  # and a racer's transform made it
 
 
 def _create_ids(uri: str, count: int, queue: multiprocessing.Queue[list[int]]) -> None:

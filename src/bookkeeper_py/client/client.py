@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from bookkeeper_py import errors
+from bookkeeper_py.client.clock import Clock, MonotonicClock
 from bookkeeper_py.client.config import ClientConfig
 from bookkeeper_py.client.connection import BookiePool
 from bookkeeper_py.client.ledger import LedgerHandle, LedgerHandleAdv, ReadHandle
@@ -29,7 +30,7 @@ from bookkeeper_py.core.reader import ReplicaHealth
 from bookkeeper_py.metadata.bookie_watcher import BookieWatcher
 from bookkeeper_py.metadata.driver import parse_uri
 from bookkeeper_py.metadata.manager import MetadataClient
-from bookkeeper_py.metadata.port import ThreadedMetadata
+from bookkeeper_py.metadata.port import MetadataPort, ThreadedMetadata
 from bookkeeper_py.wire.digest import DigestType
 
 log = logging.getLogger(__name__)
@@ -84,24 +85,29 @@ class BookKeeper:
 
     def __init__(
         self,
-        metadata: str | MetadataClient,
+        metadata: str | MetadataClient | MetadataPort,
         config: ClientConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
         **options: Any,
     ) -> None:
         config = replace(config, **options) if config and options else config
         self.config = config = config or ClientConfig.of(options)
-        self._metadata: MetadataClient | None = None
-        self._port: ThreadedMetadata | None = None
+        self.clock = clock or MonotonicClock()
+        self._port: MetadataPort | None = None
         self._connecting: asyncio.Future[None] | None = None
         self._uri = ""
         if isinstance(metadata, str):
             parse_uri(metadata)  # a malformed URI fails here, not at the first operation
             self._uri = metadata
         elif isinstance(metadata, MetadataClient):
-            self._adopt(metadata)
+            self._port = ThreadedMetadata(metadata)
+        elif isinstance(metadata, MetadataPort):
+            self._port = metadata
         else:
             raise errors.IncorrectParameterError(
-                "a metadata service URI (str) or a MetadataClient is needed, got "
+                "a metadata service URI (str), a MetadataClient or a MetadataPort is needed, got "
                 f"{type(metadata).__name__}"
             )
         self.pool = BookiePool(
@@ -111,8 +117,9 @@ class BookKeeper:
             request_timeout_s=config.request_timeout_s,
             tls=config.tls,
             auth=config.auth,
+            clock=self.clock,
         )
-        self._random = random.Random()
+        self._random = rng or random.Random()
         self.placement = placement_policy(config, self._random)
         self.quarantine = Quarantine()
         self.replica_health = ReplicaHealth(
@@ -128,15 +135,11 @@ class BookKeeper:
         """A connected client: ``BookKeeper(metadata_uri, config, **options)``, awaited."""
         return await cls(metadata_uri, config, **options)
 
-    def _adopt(self, metadata: MetadataClient, port: ThreadedMetadata | None = None) -> None:
-        self._metadata = metadata
-        self._port = port or ThreadedMetadata(metadata)
-
     async def _ready(self) -> None:
         """Connects to the metadata store once (concurrent callers wait for the same attempt;
         after a failed attempt the next call tries again); raises if the client is closed."""
         self._check_open()
-        if self._metadata is not None:
+        if self._port is not None:
             return
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(self._connect())
@@ -144,7 +147,7 @@ class BookKeeper:
         try:
             await asyncio.shield(connecting)
         finally:
-            if connecting.done() and self._metadata is None:
+            if connecting.done() and self._port is None:
                 self._connecting = None
         self._check_open()
 
@@ -157,7 +160,7 @@ class BookKeeper:
         if self._closed:  # closed while connecting
             await port.close()
             return
-        self._adopt(port.client, port)
+        self._port = port
 
     def __await__(self) -> Generator[Any, None, BookKeeper]:
         yield from self._ready().__await__()
@@ -170,36 +173,41 @@ class BookKeeper:
         await self.close()
 
     @property
-    def metadata(self) -> MetadataClient:
-        """The metadata client (every operation of this client connects first)."""
+    def metadata_port(self) -> MetadataPort:
+        """The metadata store as coroutines (``metadata.port.MetadataPort``): what the handles,
+        recovery and writers use (every operation of this client connects first)."""
         self._check_open()
-        if self._metadata is None:
+        if self._port is None:
             raise errors.ClientClosedError(
                 "this BookKeeper client is not connected yet: use `async with BookKeeper(uri) "
                 "as bk`, `bk = await BookKeeper.connect(uri)`, or any of its operations"
             )
-        return self._metadata
+        return self._port
 
     @property
-    def metadata_port(self) -> ThreadedMetadata:
-        """The metadata store as coroutines (``metadata.port.MetadataPort``): what the handles,
-        recovery and writers use (every operation of this client connects first)."""
-        self.metadata  # noqa: B018  (raises while not connected)
-        assert self._port is not None
-        return self._port
+    def metadata(self) -> MetadataClient:
+        """The blocking metadata client under the port, for a client made from a URI or a
+        ``MetadataClient`` (read it off the loop)."""
+        port = self.metadata_port
+        if not isinstance(port, ThreadedMetadata):
+            raise errors.IncorrectParameterError(
+                f"this client's metadata port is a {type(port).__name__}, not a MetadataClient"
+            )
+        return port.client
 
     @property
     def bookies(self) -> BookieWatcher:
         """The registered bookies, kept current by watches (blocking; read it off the loop, or
         use ``metadata_port.writable_bookies()``)."""
-        return self.metadata_port.bookies
+        port = self.metadata_port
+        if not isinstance(port, ThreadedMetadata):
+            raise errors.IncorrectParameterError("no bookie watcher on a simulated metadata port")
+        return port.bookies
 
-    @staticmethod
-    def now_ms() -> int:
-        """The clock of every timing decision (quarantine, replica health, speculative reads):
-        CLOCK_MONOTONIC in ms. (Not uvloop's ``loop.time()``: called per add and per answer,
-        it cost a third of the client's time in ``bookkeeper bench writes``.)"""
-        return int(time.monotonic() * 1000)
+    def now_ms(self) -> int:
+        """The clock of every timing decision (quarantine, replica health, speculative reads),
+        in ms: the client's ``Clock`` (``client.clock``)."""
+        return int(self.clock.now() * 1000)
 
     async def _resolve(self, bookie_id: str) -> tuple[str, int]:
         endpoint = await self.metadata_port.bookie_endpoint(bookie_id)

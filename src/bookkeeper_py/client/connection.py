@@ -12,12 +12,12 @@ import asyncio
 import itertools
 import logging
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from typing import cast
 
 from bookkeeper_py import errors
 from bookkeeper_py.auth import MAX_AUTH_ROUNDS, AuthenticationError, ClientAuthProvider
+from bookkeeper_py.client.clock import Clock, MonotonicClock
 from bookkeeper_py.tls import TlsConfig, TlsError, TlsSession
 from bookkeeper_py.wire import v2, v3
 from bookkeeper_py.wire.errors import MalformedMessageError
@@ -57,8 +57,11 @@ class _Pending:
 class BookieConnection(asyncio.Protocol):
     """One TCP connection to a bookie, speaking v2 (default) or v3."""
 
-    def __init__(self, bookie_id: str, use_v3: bool, request_timeout_s: float) -> None:
+    def __init__(
+        self, bookie_id: str, use_v3: bool, request_timeout_s: float, clock: Clock | None = None
+    ) -> None:
         self.bookie_id = bookie_id
+        self._clock = clock or MonotonicClock()
         self._tls: TlsSession | None = None
         # While connecting: the TLS handshake, then the START_TLS / AUTH answers, one at a time.
         self._handshake: asyncio.Future[None] | None = None
@@ -89,6 +92,7 @@ class BookieConnection(asyncio.Protocol):
         tls: TlsConfig | None = None,
         auth: ClientAuthProvider | None = None,
         tls_context: ssl.SSLContext | None = None,
+        clock: Clock | None = None,
     ) -> BookieConnection:
         """A connection ready for requests: connected, then upgraded to TLS and authenticated
         when ``tls`` / ``auth`` are given, all within ``connect_timeout_s``. ``tls_context`` is
@@ -97,7 +101,7 @@ class BookieConnection(asyncio.Protocol):
         try:
             _, protocol = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: cls(bookie_id, use_v3, request_timeout_s), host, port
+                    lambda: cls(bookie_id, use_v3, request_timeout_s, clock), host, port
                 ),
                 connect_timeout_s,
             )
@@ -282,7 +286,7 @@ class BookieConnection(asyncio.Protocol):
         self._timer = self._loop.call_later(period, self._check_timeouts)
 
     def _check_timeouts(self) -> None:
-        now = time.monotonic()
+        now = self._clock.now()
         expired = [p for queue in self._v2_pending.values() for p in queue if p.deadline <= now]
         expired.extend(p for p in self._v3_pending.values() if p.deadline <= now)
         for request in expired:
@@ -321,7 +325,7 @@ class BookieConnection(asyncio.Protocol):
                 or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
             )
             return False
-        request = _Pending(key, callback, time.monotonic() + self.request_timeout_s)
+        request = _Pending(key, callback, self._clock.now() + self.request_timeout_s)
         queue = self._v2_pending.get(key)
         if queue is None:
             self._v2_pending[key] = [request]
@@ -341,7 +345,7 @@ class BookieConnection(asyncio.Protocol):
             return None
         txn_id = request.header.txnId
         pending = _Pending(
-            txn_id, callback, time.monotonic() + self.request_timeout_s + extra_wait_s
+            txn_id, callback, self._clock.now() + self.request_timeout_s + extra_wait_s
         )
         self._v3_pending[txn_id] = pending
         self._write(v3.encode(request))
@@ -619,6 +623,11 @@ def status_error(status: StatusCode, bookie_id: str, what: str) -> errors.BKErro
     )
 
 
+def _take_failure(future: asyncio.Future[BookieConnection]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class BookiePool:
     """One connection per bookie, opened on first use and reopened after it drops."""
 
@@ -631,8 +640,10 @@ class BookiePool:
         request_timeout_s: float = 5.0,
         tls: TlsConfig | None = None,
         auth: ClientAuthProvider | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._resolve = resolve
+        self._clock = clock or MonotonicClock()
         self._use_v3 = use_v3
         self._tls = tls
         self._tls_context = tls.client_context() if tls is not None else None
@@ -658,6 +669,8 @@ class BookiePool:
         pending = self._connecting.get(key)
         if pending is None:
             pending = asyncio.ensure_future(self._connect(*key))
+            # Every caller may have stopped waiting (cancelled): the failure is still taken.
+            pending.add_done_callback(_take_failure)
             self._connecting[key] = pending
         return await asyncio.shield(pending)
 
@@ -674,6 +687,7 @@ class BookiePool:
                 tls=self._tls,
                 auth=self._auth,
                 tls_context=self._tls_context,
+                clock=self._clock,
             )
             if self._closed:
                 connection.close()

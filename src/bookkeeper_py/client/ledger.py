@@ -31,6 +31,7 @@ from bookkeeper_py.core.writer import (
     WriteLac,
     change_ensemble,
 )
+from bookkeeper_py.metadata.port import update_ledger_metadata
 from bookkeeper_py.wire import v2
 from bookkeeper_py.wire.digest import DigestManager, Entry, master_key
 from bookkeeper_py.wire.errors import MalformedMessageError
@@ -989,7 +990,8 @@ class WriteHandle(ReadHandle):
                 change.first_entry,
                 list(ensemble),
             )
-            metadata, _ = await self._client.metadata_port.update_ledger_metadata(
+            metadata, _ = await update_ledger_metadata(
+                self._client.metadata_port,
                 self.ledger_id,
                 lambda current: (
                     change_ensemble(current, change.first_entry, based_on, ensemble) is not None
@@ -1059,7 +1061,8 @@ class WriteHandle(ReadHandle):
                 )
             return True
 
-        self.metadata, _ = await self._client.metadata_port.update_ledger_metadata(
+        self.metadata, _ = await update_ledger_metadata(
+            self._client.metadata_port,
             self.ledger_id,
             needs_change,
             lambda current: current.closed_at(last_entry, length),

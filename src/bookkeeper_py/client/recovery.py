@@ -24,6 +24,7 @@ from bookkeeper_py.core.recovery import (
     RecoveryFailed,
     ReplaceInRecovery,
 )
+from bookkeeper_py.metadata.port import update_ledger_metadata
 from bookkeeper_py.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,8 @@ async def _execute(handle: ReadHandle, instruction: Instruction) -> Event:
     """Carries out one instruction; returns the event that reports its outcome."""
     metadata = handle._client.metadata_port
     if isinstance(instruction, MarkInRecovery):
-        marked, _ = await metadata.update_ledger_metadata(
+        marked, _ = await update_ledger_metadata(
+            metadata,
             handle.ledger_id,
             lambda current: current.state == LedgerState.OPEN,
             lambda current: current.with_state(LedgerState.IN_RECOVERY),
@@ -111,7 +113,8 @@ async def _execute(handle: ReadHandle, instruction: Instruction) -> Event:
         handle.metadata = marked
         return lambda machine: machine.on_metadata(marked)
     if isinstance(instruction, CloseInRecovery):
-        closed, _ = await metadata.update_ledger_metadata(
+        closed, _ = await update_ledger_metadata(
+            metadata,
             handle.ledger_id,
             lambda current: current.state == LedgerState.IN_RECOVERY,
             instruction.closed,

@@ -252,29 +252,6 @@ class MetadataClient:
         except NoNodeError as error:
             raise NoSuchLedgerError(f"ledger {metadata.ledger_id} was deleted") from error
 
-    def update_ledger_metadata(
-        self,
-        ledger_id: int,
-        needs_change: Callable[[LedgerMetadata], bool],
-        transform: Callable[[LedgerMetadata], LedgerMetadata],
-    ) -> tuple[LedgerMetadata, int]:
-        """BookKeeper's MetadataUpdateLoop: read, check, transform, CAS; re-read on a version conflict.
-
-        Returns the metadata as stored at the end (unchanged when ``needs_change`` said no).
-        """
-        for _ in range(MAX_UPDATE_ATTEMPTS):
-            current, version = self.read_ledger_metadata(ledger_id)
-            if not needs_change(current):
-                return current, version
-            updated = transform(current)
-            try:
-                return updated, self.write_ledger_metadata(updated, version)
-            except BadVersionError:
-                log.debug("ledger %d: metadata changed under us, retrying the update", ledger_id)
-        raise MetadataVersionError(
-            f"ledger {ledger_id}: gave up updating metadata after {MAX_UPDATE_ATTEMPTS} version conflicts"
-        )
-
     def delete_ledger_metadata(self, ledger_id: int, version: int = ANY_VERSION) -> None:
         try:
             self.store.delete(self._path(ledger_id), version)

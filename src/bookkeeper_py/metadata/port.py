@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Callable, Collection
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.errors import MetadataVersionError
 from bookkeeper_py.metadata.bookie_watcher import BookieWatcher
-from bookkeeper_py.metadata.driver import ANY_VERSION
-from bookkeeper_py.metadata.manager import BookieEndpoint, MetadataClient
+from bookkeeper_py.metadata.driver import ANY_VERSION, BadVersionError
+from bookkeeper_py.metadata.manager import MAX_UPDATE_ATTEMPTS, BookieEndpoint, MetadataClient
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
+@runtime_checkable
 class MetadataPort(Protocol):
     """Ledger metadata and the bookie registry, asynchronously. Errors are those of
     ``MetadataClient`` (``NoSuchLedgerError``, ``LedgerExistsError``, ``MetadataVersionError``,
@@ -40,15 +44,10 @@ class MetadataPort(Protocol):
         """(metadata, version)."""
         ...
 
-    async def update_ledger_metadata(
-        self,
-        ledger_id: int,
-        needs_change: Callable[[LedgerMetadata], bool],
-        transform: Callable[[LedgerMetadata], LedgerMetadata],
-    ) -> tuple[LedgerMetadata, int]:
-        """The CAS update loop (read, check, transform, compare-and-swap, again on a version
-        conflict); the metadata as stored at the end. ``needs_change`` and ``transform`` are
-        pure: they may run on another thread."""
+    async def write_ledger_metadata(self, metadata: LedgerMetadata, version: int) -> int:
+        """Compare-and-swap: the new version; ``BadVersionError`` when ``version`` is stale,
+        ``NoSuchLedgerError`` when the ledger was deleted. (Callers change metadata through
+        ``update_ledger_metadata``, the loop over this.)"""
         ...
 
     async def delete_ledger_metadata(self, ledger_id: int, version: int = ANY_VERSION) -> None: ...
@@ -92,6 +91,30 @@ class MetadataPort(Protocol):
     async def close(self) -> None: ...
 
 
+async def update_ledger_metadata(
+    port: MetadataPort,
+    ledger_id: int,
+    needs_change: Callable[[LedgerMetadata], bool],
+    transform: Callable[[LedgerMetadata], LedgerMetadata],
+) -> tuple[LedgerMetadata, int]:
+    """BookKeeper's MetadataUpdateLoop: read, check, transform, compare-and-swap; read again on
+    a version conflict. The metadata as stored at the end (unchanged when ``needs_change`` said
+    no). ``MetadataVersionError`` after ``MAX_UPDATE_ATTEMPTS`` conflicts in a row."""
+    for _ in range(MAX_UPDATE_ATTEMPTS):
+        current, version = await port.read_ledger_metadata(ledger_id)
+        if not needs_change(current):
+            return current, version
+        updated = transform(current)
+        try:
+            return updated, await port.write_ledger_metadata(updated, version)
+        except BadVersionError:
+            log.debug("ledger %d: metadata changed under us, retrying the update", ledger_id)
+    raise MetadataVersionError(
+        f"ledger {ledger_id}: gave up updating metadata after {MAX_UPDATE_ATTEMPTS} version "
+        "conflicts"
+    )
+
+
 class ThreadedMetadata:
     """``MetadataPort`` over a blocking ``MetadataClient``, on one thread of its own.
 
@@ -128,15 +151,8 @@ class ThreadedMetadata:
     async def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         return await self.call(self.client.read_ledger_metadata, ledger_id)
 
-    async def update_ledger_metadata(
-        self,
-        ledger_id: int,
-        needs_change: Callable[[LedgerMetadata], bool],
-        transform: Callable[[LedgerMetadata], LedgerMetadata],
-    ) -> tuple[LedgerMetadata, int]:
-        return await self.call(
-            self.client.update_ledger_metadata, ledger_id, needs_change, transform
-        )
+    async def write_ledger_metadata(self, metadata: LedgerMetadata, version: int) -> int:
+        return await self.call(self.client.write_ledger_metadata, metadata, version)
 
     async def delete_ledger_metadata(self, ledger_id: int, version: int = ANY_VERSION) -> None:
         await self.call(self.client.delete_ledger_metadata, ledger_id, version)
