@@ -58,14 +58,14 @@ def one_run(uri: str, ledgers: int) -> dict[str, float]:
                 client.read_ledger_metadata(ledger_id)
 
         def update() -> None:
+            # One pass of the update loop (metadata.port.update_ledger_metadata): read, then
+            # compare-and-swap.
             for ledger_id in ids:
-                client.update_ledger_metadata(
-                    ledger_id,
-                    lambda current: current.state == LedgerState.OPEN,
-                    lambda current: dataclasses.replace(
-                        current, state=LedgerState.CLOSED, last_entry_id=9, length=100
-                    ),
+                current, version = client.read_ledger_metadata(ledger_id)
+                closed = dataclasses.replace(
+                    current, state=LedgerState.CLOSED, last_entry_id=9, length=100
                 )
+                client.write_ledger_metadata(closed, version)
 
         def listing() -> None:
             assert sum(1 for _ in client.list_ledgers()) == ledgers
