@@ -10,7 +10,9 @@ journal's group commit does. A bookie restarts by replaying what the disk kept.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -21,26 +23,9 @@ from bookkeeper_py.storage.ledger_storage import (
     StorageIOError,
 )
 from bookkeeper_py.testing.sim.disk import Disk
-from bookkeeper_py.testing.sim.scheduler import Simulation, Timer
 from bookkeeper_py.wire.status import StatusCode
 
 SyncCallback = Callable[[list[Any], Exception | None], None]
-
-
-class SimLoop:
-    """The few asyncio loop calls the bookie makes, on the simulation's virtual clock."""
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-
-    def is_closed(self) -> bool:
-        return False
-
-    def call_soon_threadsafe(self, callback: Callable[..., None], *args: Any) -> Timer:
-        return self.sim.call_later(0, lambda: callback(*args))
-
-    def call_later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> Timer:
-        return self.sim.call_later(delay_s * 1000, lambda: callback(*args))
 
 
 class SimEngine:
@@ -48,7 +33,8 @@ class SimEngine:
 
     def __init__(
         self,
-        sim: Simulation,
+        loop: asyncio.AbstractEventLoop,
+        rng: random.Random,
         disk: Disk,
         synced: SyncCallback,
         *,
@@ -56,7 +42,7 @@ class SimEngine:
         read_error_probability: Callable[[], float],
         read_error: Callable[[], StatusCode],
     ) -> None:
-        self.sim, self.disk, self._synced = sim, disk, synced
+        self.loop, self.rng, self.disk, self._synced = loop, rng, disk, synced
         self.sync_delay_ms = sync_delay_ms
         self._read_error_probability = read_error_probability
         self._read_error = read_error
@@ -66,7 +52,7 @@ class SimEngine:
         self._ledgers: dict[int, LedgerInfo] = {}
         self._entries: dict[int, dict[int, bytes]] = {}
         self._tokens: list[Any] = []
-        self._sync_timer: Timer | None = None
+        self._sync_timer: asyncio.TimerHandle | None = None
         self._replay()
 
     def _replay(self) -> None:
@@ -131,7 +117,7 @@ class SimEngine:
         self._append(None, token)
 
     def read(self, ledger_id: int, entry_id: int) -> bytes:
-        if self.sim.random.random() < self._read_error_probability():
+        if self.rng.random() < self._read_error_probability():
             if self._read_error() == StatusCode.ENOENTRY:
                 raise NoEntryError(f"ledger {ledger_id} entry {entry_id}")  # the #2908 bug
             raise StorageIOError(f"simulated read error: ledger {ledger_id} entry {entry_id}")
@@ -156,7 +142,7 @@ class SimEngine:
             self.disk.write(record)
         self._tokens.append(token)
         if self._sync_timer is None:
-            self._sync_timer = self.sim.call_later(self.sync_delay_ms, self._sync)
+            self._sync_timer = self.loop.call_later(self.sync_delay_ms / 1000, self._sync)
 
     def _sync(self) -> None:
         self._sync_timer = None

@@ -1,10 +1,13 @@
 """One seeded run of a simulated cluster, with the invariants checked after every step.
 
-A run: E+2 bookies, one ledger written by a ``SimWriter`` (``count`` entries) while the network
-delays, drops, duplicates and partitions, bookies crash (losing unsynced writes, tearing the last
-one) and restart, syncs fail and reads hit I/O errors; the writer may crash; a recovering client
-opens the ledger at a random moment (often while the writer is still adding); once the fault
-phase ends everything heals and two readers read the closed ledger.
+A run: E+2 bookies, one ledger written by the client's real ``LedgerHandle`` (``count``
+entries) while the network delays, resets and partitions connections, bookies crash (losing
+unsynced writes, tearing the last one) and restart, syncs fail and reads hit I/O errors; the
+writer may crash; a recovering client opens the ledger (the real ``open_ledger``: fencing,
+recovery, close) at a random moment, often while the writer is still adding; a reader reads the
+LAC now and then; once the fault phase ends everything heals and two readers read the closed
+ledger. Every client is a real ``BookKeeper`` over the simulated metadata port and network, on
+the virtual-time loop: real frames, real codecs, real request matching and timeouts.
 
 The invariants (after the TLA+ specification of BookKeeper by J. Vanlightly):
 
@@ -27,40 +30,47 @@ The invariants (after the TLA+ specification of BookKeeper by J. Vanlightly):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import random
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
-from bookkeeper_py.core.lac import LastConfirmedRead
+from bookkeeper_py import errors
+from bookkeeper_py.client.client import BookKeeper
+from bookkeeper_py.client.clock import LoopClock
+from bookkeeper_py.client.config import ClientConfig
+from bookkeeper_py.client.ledger import LedgerHandle, ReadHandle
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import write_set
-from bookkeeper_py.core.recovery import LedgerRecovery
-from bookkeeper_py.core.writer import LedgerWriter
-from bookkeeper_py.testing.sim.actors import (
-    BookieFaults,
-    InvariantViolation,
-    SimBookie,
-    SimLacReader,
-    SimMetadataStore,
-    SimReader,
-    SimRecovery,
-    SimWriter,
-    payload_of,
-)
+from bookkeeper_py.metadata.manager import BookieEndpoint
+from bookkeeper_py.testing.sim.bookie import BOOKIE_PORT, BookieFaults, SimBookie
 from bookkeeper_py.testing.sim.disk import Disk, DiskFaults
+from bookkeeper_py.testing.sim.loop import SimulationStuck, VirtualTimeLoop, current_node
+from bookkeeper_py.testing.sim.metadata import InvariantViolation, SimMetadata, SimStore
 from bookkeeper_py.testing.sim.network import Network, NetworkFaults
-from bookkeeper_py.testing.sim.scheduler import Simulation
-from bookkeeper_py.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.digest import DigestType
 
 QUORUMS = ((3, 3, 2), (3, 2, 2), (5, 3, 2), (4, 4, 3))
 LEDGER_ID = 1
+PASSWORD = b"sim"
 FAULT_PHASE_MS = 400.0
 MAX_TIME_MS = 60_000.0
+MAX_ITERATIONS = 2_000_000
+_LAC = struct.Struct(">q")  # at offset 16 of a packaged entry: the LAC it carries
+CLIENTS = ("writer", "recovery", "reader-0", "reader-1", "lac-reader")
+
+
+def payload_of(entry_id: int) -> bytes:
+    return f"entry-{entry_id}".encode() * (1 + entry_id % 3)
 
 
 @dataclass
 class Scenario:
-    """What happens in a run; ``random_scenario`` draws one from the seed."""
+    """What happens in a run; ``random_scenario`` draws one from the seed. Times in virtual ms."""
 
     quorum: tuple[int, int, int]
     entries: int = 40
@@ -74,13 +84,18 @@ class Scenario:
     wipes: list[tuple[float, int, float]] = field(default_factory=list)
     initial_ensemble: list[int] | None = None  # bookie indices; None: drawn from the seed
     lac_reads: list[float] = field(default_factory=list)  # when a reader reads the LAC
-    # (at, these bookies, from these nodes, duration): the nodes are "writer", "recovery" or
-    # bookie names; the default side is the clients
+    # (at, these bookies, duration): cut from the writer and the recovering client
     partitions: list[tuple[float, list[int], float]] = field(default_factory=list)
+    # (at, these nodes, from these nodes, duration): nodes are the clients' names (``CLIENTS``)
+    # or bookie names ("bookie-2")
     cuts: list[tuple[float, list[str], list[str], float]] = field(default_factory=list)
     slow_links: list[tuple[str, str, float]] = field(default_factory=list)  # source, dest, extra
     writer_crash_at: float | None = None
     recovery_at: float = 100.0
+    # when the recovering client first reads the ledger without recovery (its connections to
+    # the last ensemble are then open when the recovery begins); None: it does not
+    recovery_warm_up_at: float | None = None
+    reorder_read_sequence: bool = True  # the clients' ``reorder_read_sequence``
     max_in_flight: int = 10
     delay_ensemble_change: bool = False
     fault_phase_ms: float = FAULT_PHASE_MS
@@ -95,8 +110,7 @@ def random_scenario(rng: random.Random, quorum: tuple[int, int, int]) -> Scenari
         network=NetworkFaults(
             min_delay_ms=0.1,
             max_delay_ms=rng.uniform(1.0, 10.0),
-            drop_probability=rng.choice([0.0, 0.0, 0.01, 0.03]),
-            duplicate_probability=rng.choice([0.0, 0.02]),
+            reset_probability=rng.choice([0.0, 0.0, 0.005, 0.02]),
         ),
         read_error_probability=rng.choice([0.0, 0.0, 0.05]),
         sync_failure_probability=rng.choice([0.0, 0.0, 0.02]),
@@ -119,16 +133,43 @@ class RunResult:
     seed: int
     scenario: Scenario
     violation: str | None
-    steps: int
+    steps: int  # iterations of the event loop
     virtual_ms: float
     acked: int
     last_entry_id: int | None
     ensemble_changes: int
     recovery_attempts: int
+    lac_reads: int = 0
 
     @property
     def ok(self) -> bool:
         return self.violation is None
+
+
+def client_config(scenario: Scenario) -> ClientConfig:
+    """The clients' settings, on the simulation's time scale (ms)."""
+    return ClientConfig(
+        connect_timeout_s=0.05,
+        request_timeout_s=0.1,  # the add timeout
+        throttle=scenario.max_in_flight,
+        delay_ensemble_change=scenario.delay_ensemble_change,
+        explicit_lac_interval_s=0.05,
+        speculative_read_timeout_ms=20,
+        max_speculative_read_timeout_ms=40,
+        speculative_read_lac_timeout_ms=20,
+        max_speculative_read_lac_timeout_ms=40,
+        bookie_failure_history_ms=1000,
+        reorder_read_sequence=scenario.reorder_read_sequence,
+    )
+
+
+class _Reader:
+    """Reads the whole closed ledger once it is closed (retrying while faults last)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.entries: list[bytes] | None = None
+        self.missing: list[int] = []
 
 
 class Run:
@@ -136,126 +177,268 @@ class Run:
         self,
         seed: int,
         scenario: Scenario,
-        make_recovery: Callable[[], LedgerRecovery] | None = None,
         bookie_faults: Callable[[BookieFaults], None] | None = None,
-        make_lac_read: Callable[[LedgerMetadata], LastConfirmedRead] | None = None,
     ) -> None:
         self.seed = seed
         self.scenario = scenario
-        self.sim = Simulation(seed)
-        sim = self.sim
+        rng = random.Random(seed)
+        self.rng = rng
+        self.loop = VirtualTimeLoop()
+        self.network = Network(self.loop, random.Random(rng.random()), scenario.network)
+        self.loop.network = self.network
+        self.store = SimStore(random.Random(rng.random()))
         ensemble_size, write_quorum, ack_quorum = scenario.quorum
-        self.network = Network(sim, scenario.network)
         self.bookies: dict[str, SimBookie] = {}
         for index in range(ensemble_size + scenario.spare_bookies):
             name = f"bookie-{index}"
             faults = BookieFaults(read_error_probability=scenario.read_error_probability)
             if bookie_faults is not None:
                 bookie_faults(faults)
-            disk = Disk(
-                random.Random(sim.random.random()), DiskFaults(scenario.sync_failure_probability)
+            disk = Disk(random.Random(rng.random()), DiskFaults(scenario.sync_failure_probability))
+            bookie = SimBookie(
+                name, self.loop, random.Random(rng.random()), self.network, disk, faults
             )
-            self.bookies[name] = SimBookie(name, sim, self.network, disk, faults)
-        names = list(self.bookies)
-        metadata = LedgerMetadata(
-            ledger_id=LEDGER_ID,
-            ensemble_size=ensemble_size,
-            write_quorum_size=write_quorum,
-            ack_quorum_size=ack_quorum,
-            digest_type=DigestType.CRC32C,
-            password=b"sim",
-            ensembles=(
-                (
-                    0,
-                    tuple(sim.random.sample(names, ensemble_size))
-                    if scenario.initial_ensemble is None
-                    else tuple(names[i] for i in scenario.initial_ensemble),
-                ),
-            ),
+            self.bookies[bookie.bookie_id] = bookie
+            self.store.writable[bookie.bookie_id] = _endpoint(bookie)
+        ids = list(self.bookies)
+        ensemble = (
+            tuple(rng.sample(ids, ensemble_size))
+            if scenario.initial_ensemble is None
+            else tuple(ids[i] for i in scenario.initial_ensemble)
         )
-        self.store = SimMetadataStore(sim, metadata)
-        digest = DigestManager(LEDGER_ID, DigestType.CRC32C, b"sim")
-        self.writer = SimWriter(
-            "writer",
-            sim,
-            self.network,
-            self.store,
-            self.bookies,
-            digest,
-            scenario.entries,
-            LedgerWriter(
-                metadata,
-                max_in_flight=scenario.max_in_flight,
-                add_timeout_ms=100,
-                delay_ensemble_change=scenario.delay_ensemble_change,
-                explicit_lac_interval_ms=50,
-            ),
+        self.store.put(
+            LedgerMetadata(
+                ledger_id=LEDGER_ID,
+                ensemble_size=ensemble_size,
+                write_quorum_size=write_quorum,
+                ack_quorum_size=ack_quorum,
+                digest_type=DigestType.CRC32C,
+                password=PASSWORD,
+                ensembles=((0, ensemble),),
+            )
         )
-        self.recovery = SimRecovery(
-            "recovery",
-            sim,
-            self.network,
-            self.store,
-            digest,
-            make_recovery or (lambda: LedgerRecovery(LEDGER_ID, read_window=4)),
-            self.bookies,
-        )
-        self.readers = [
-            SimReader(f"reader-{i}", sim, self.network, self.store, digest) for i in range(2)
-        ]
-        self.lac_reader = SimLacReader(
-            "lac-reader",
-            sim,
-            self.network,
-            self.store,
-            digest,
-            self.writer,
-            make_lac_read or (lambda metadata: LastConfirmedRead(metadata, fence=False)),
-        )
-        self._checked = (-1, -1, -1)
+        config = client_config(scenario)
+        self.ports: dict[str, SimMetadata] = {}
+        self.clients: dict[str, BookKeeper] = {}
+        for name in CLIENTS:
+            self.ports[name] = self.store.port(name)
+            self.clients[name] = BookKeeper(
+                self.ports[name],
+                config,
+                clock=LoopClock(self.loop),
+                rng=random.Random(rng.random()),
+            )
+        self.acked: list[int] = []
+        self.writer_crashed = False
+        self.writer: LedgerHandle | None = None
+        self.recovered = False
+        self.recovery_failures: list[str] = []
+        self.readers = [_Reader("reader-0"), _Reader("reader-1")]
+        self.lac_reads = 0
+        self.violation: str | None = None
+        self._checked: tuple[int, ...] = ()
         self._lost: set[str] = set()  # bookies that never come back
         self._wiped: set[str] = set()  # bookies that lost their disk at least once
-        self._schedule()
+        self._done = self.loop.create_future()
+
+    # -- running the clients -----------------------------------------------------------------
+
+    def _start(self, node: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        context = contextvars.copy_context()
+        context.run(current_node.set, node)
+        task = self.loop.create_task(self._guarded(work), context=context)
+        return task
+
+    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except InvariantViolation as error:
+            self._violated(str(error))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            self._violated(f"{type(error).__name__}: {error}")
+
+    def _violated(self, what: str) -> None:
+        if self.violation is None:
+            self.violation = what
+        if not self._done.done():
+            self._done.set_result(None)
+
+    def _at(self, at_ms: float, callback: Callable[[], object]) -> None:
+        self.loop.call_at(at_ms / 1000, callback)
+
+    async def _write(self) -> None:
+        client = self.clients["writer"]
+        metadata = self.store.metadata(LEDGER_ID)
+        handle = LedgerHandle(client, metadata, PASSWORD)
+        self.writer = handle
+        futures = []
+        for entry_id in range(self.scenario.entries):
+            future = handle.add_entry_async(payload_of(entry_id))
+            future.add_done_callback(self._acknowledged)
+            futures.append(future)
+        await asyncio.gather(*futures, return_exceptions=True)
+        if not self.writer_crashed:
+            try:
+                await handle.close()
+            except errors.BKError:
+                pass  # fenced, or failed: recovery closes it
+
+    def _acknowledged(self, future: asyncio.Future[int]) -> None:
+        if self.writer_crashed or future.cancelled() or future.exception() is not None:
+            return
+        self.acked.append(future.result())
+
+    def _crash_writer(self) -> None:
+        self.writer_crashed = True
+        self.network.crash("writer", client=True)
+        self.ports["writer"].crashed = True
+        self.clients["writer"].pool.close()
+
+    async def _warm_up(self) -> None:
+        with contextlib.suppress(errors.BKError):
+            await self.clients["recovery"].open_ledger_no_recovery(LEDGER_ID, PASSWORD)
+
+    async def _recover(self) -> None:
+        client = self.clients["recovery"]
+        for _ in range(1000):
+            try:
+                await client.open_ledger(LEDGER_ID, PASSWORD)
+                self.recovered = True
+                self._maybe_done()
+                return
+            except errors.BKError as error:
+                self.recovery_failures.append(str(error))
+                await asyncio.sleep(0.02)
+
+    async def _read(self, reader: _Reader) -> None:
+        client = self.clients[reader.name]
+        for _ in range(10_000):
+            try:
+                metadata = await client.get_ledger_metadata(LEDGER_ID)
+            except errors.BKError:
+                await asyncio.sleep(0.01)
+                continue
+            if metadata.is_closed:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            return
+        handle = ReadHandle(client, metadata, PASSWORD)
+        last = metadata.last_entry_id
+        healed_attempts = 0
+        while True:
+            try:
+                entries = await handle.read_entries(0, last) if last >= 0 else []
+                reader.entries = [entry.data for entry in entries]
+                break
+            except errors.BKError:
+                if self.loop.time() * 1000 >= self.scenario.fault_phase_ms:
+                    healed_attempts += 1
+                if healed_attempts >= 20:
+                    reader.missing = await self._unreadable(handle, last)
+                    reader.entries = []
+                    break
+                await asyncio.sleep(0.02)
+        self._maybe_done()
+
+    @staticmethod
+    async def _unreadable(handle: ReadHandle, last: int) -> list[int]:
+        missing = []
+        for entry_id in range(last + 1):
+            try:
+                await handle.read_entry(entry_id)
+            except errors.BKError:
+                missing.append(entry_id)
+        return missing
+
+    async def _read_lac(self) -> None:
+        """A LAC read without fencing; checks the guarantee of a covering read (BookKeeper
+        issues 2273 / 2612): the answer is at least the LAC carried by every entry of the last
+        fragment acknowledged before the read began."""
+        client = self.clients["lac-reader"]
+        try:
+            metadata = await client.get_ledger_metadata(LEDGER_ID)
+        except errors.BKError:
+            return
+        if metadata.is_closed:
+            return
+        first_of_last = metadata.last_ensemble[0]
+        floor = max(
+            (self._carried_lac(metadata, e) for e in self.acked if e >= first_of_last),
+            default=-1,
+        )
+        handle = ReadHandle(client, metadata, PASSWORD)
+        try:
+            lac = await handle.read_last_add_confirmed()
+        except errors.BKError:
+            return  # not enough bookies answered: no answer, not a wrong one
+        self.lac_reads += 1
+        if lac < floor:
+            raise InvariantViolation(
+                f"a LAC read answered {lac}, but an entry of the last fragment acknowledged "
+                f"before it began carried LAC {floor}"
+            )
+
+    def _carried_lac(self, metadata: LedgerMetadata, entry_id: int) -> int:
+        """The LAC the writer packaged into ``entry_id`` (read from a stored copy)."""
+        for bookie_id in self._write_set_of(metadata, entry_id):
+            body = self.bookies[bookie_id].stored_entry(LEDGER_ID, entry_id)
+            if body is not None:
+                return int(_LAC.unpack_from(body, 16)[0])
+        return -1
+
+    def _maybe_done(self) -> None:
+        if self.finished() and not self._done.done():
+            self._done.set_result(None)
+
+    # -- the schedule --------------------------------------------------------------------------
 
     def _schedule(self) -> None:
-        sim, scenario = self.sim, self.scenario
-        names = list(self.bookies)
-        self.writer.start()
+        scenario = self.scenario
+        ids = list(self.bookies)
+        self._at(0, lambda: self._start("writer", self._write()))
         for at, index, downtime in scenario.crashes:
-            bookie = self.bookies[names[index]]
-            sim.call_at(at, bookie.crash)
+            bookie = self.bookies[ids[index]]
+            self._at(at, bookie.crash)
             if downtime is None:
-                self._lost.add(bookie.name)
+                self._lost.add(bookie.bookie_id)
             else:
-                sim.call_at(min(at + downtime, scenario.fault_phase_ms), self._restart(bookie))
+                self._at(min(at + downtime, scenario.fault_phase_ms), self._restart(bookie))
         for at, index, downtime in scenario.wipes:
-            bookie = self.bookies[names[index]]
-            sim.call_at(at, self._wipe(bookie))
-            sim.call_at(min(at + downtime, scenario.fault_phase_ms), self._restart(bookie))
+            bookie = self.bookies[ids[index]]
+            self._at(at, self._wipe(bookie))
+            self._at(min(at + downtime, scenario.fault_phase_ms), self._restart(bookie))
         cuts = [
-            (at, [names[i] for i in side], ["writer", "recovery"], duration)
+            (at, [self.bookies[ids[i]].name for i in side], ["writer", "recovery"], duration)
             for at, side, duration in scenario.partitions
         ]
         for at, side_nodes, other_nodes, duration in cuts + scenario.cuts:
-            sim.call_at(at, self._partition(side_nodes, other_nodes))
-            sim.call_at(min(at + duration, scenario.fault_phase_ms), self.network.heal)
+            self._at(at, self._partition(side_nodes, other_nodes))
+            self._at(min(at + duration, scenario.fault_phase_ms), self.network.heal)
         for source, destination, extra in scenario.slow_links:
             self.network.slow_down(source, destination, extra)
         if scenario.writer_crash_at is not None:
-            sim.call_at(scenario.writer_crash_at, self.writer.crash)
-        sim.call_at(scenario.recovery_at, self.recovery.start)
+            self._at(scenario.writer_crash_at, self._crash_writer)
+        if scenario.recovery_warm_up_at is not None:
+            self._at(scenario.recovery_warm_up_at, lambda: self._start("recovery", self._warm_up()))
+        self._at(scenario.recovery_at, lambda: self._start("recovery", self._recover()))
         for at in scenario.lac_reads:
-            self.lac_reader.read_at(at)
-        sim.call_at(scenario.fault_phase_ms, self._heal)
+            self._at(at, lambda: self._start("lac-reader", self._read_lac()))
+        self._at(scenario.fault_phase_ms, self._heal)
         for reader in self.readers:
-            sim.call_at(0, reader.start)
+            self._at(0, self._reader_starter(reader))
+
+    def _reader_starter(self, reader: _Reader) -> Callable[[], object]:
+        return lambda: self._start(reader.name, self._read(reader))
 
     def _partition(self, side: list[str], other: list[str]) -> Callable[[], None]:
         return lambda: self.network.partition(side, other)
 
     def _wipe(self, bookie: SimBookie) -> Callable[[], None]:
         def wipe() -> None:
-            self._wiped.add(bookie.name)
+            self._wiped.add(bookie.bookie_id)
             bookie.wipe()
 
         return wipe
@@ -269,20 +452,22 @@ class Run:
 
     def _heal(self) -> None:
         self.network.heal()
-        self.network.faults = NetworkFaults(0.1, self.scenario.network.max_delay_ms, 0.0, 0.0)
+        self.network.faults = NetworkFaults(0.1, self.scenario.network.max_delay_ms, 0.0)
         for bookie in self.bookies.values():
             bookie.faults.read_error_probability = 0.0
             bookie.disk.faults.sync_failure_probability = 0.0
-            if not bookie.up and bookie.name not in self._lost:
+            if not bookie.up and bookie.bookie_id not in self._lost:
                 bookie.start()
 
     # -- invariants ----------------------------------------------------------------------------
 
     def check(self) -> None:
-        acked = self.writer.acked
-        metadata = self.store.metadata
+        if self.violation is not None:
+            raise InvariantViolation(self.violation)
+        metadata, version = self.store.ledgers[LEDGER_ID]
+        acked = self.acked
         synced = sum(b.disk.synced_records + b.crashes for b in self.bookies.values())
-        state = (len(acked), self.store.version, synced)
+        state = (len(acked), version, synced)
         if state == self._checked:
             return
         self._checked = state
@@ -298,9 +483,9 @@ class Run:
                     f"entry {entry_id} was acknowledged but is durable on {copies} bookies of its "
                     f"write set {holders} (Qa={qa}, lost disks: {sorted(self._wiped)})"
                 )
-        if metadata.is_closed and acked and acked[-1] > metadata.last_entry_id:
+        if metadata.is_closed and acked and max(acked) > metadata.last_entry_id:
             raise InvariantViolation(
-                f"the ledger is closed at entry {metadata.last_entry_id} but entry {acked[-1]} "
+                f"the ledger is closed at entry {metadata.last_entry_id} but entry {max(acked)} "
                 "was acknowledged to the writer"
             )
         if metadata.is_closed and metadata.last_entry_id < metadata.last_ensemble[0] - 1:
@@ -322,14 +507,14 @@ class Run:
         )
 
     def finished(self) -> bool:
-        return self.recovery.done and all(r.entries is not None for r in self.readers)
+        return self.recovered and all(r.entries is not None for r in self.readers)
 
     def final_check(self) -> None:
-        metadata = self.store.metadata
+        metadata = self.store.metadata(LEDGER_ID)
         if not self.finished():
             raise InvariantViolation(
-                f"not finished after healing: recovery done={self.recovery.done} "
-                f"(failures: {self.recovery.failures[-3:]}), metadata state {metadata.state}, "
+                f"not finished after healing: recovered={self.recovered} "
+                f"(failures: {self.recovery_failures[-3:]}), metadata state {metadata.state}, "
                 f"readers {[r.entries is not None for r in self.readers]}"
             )
         expected = [payload_of(i) for i in range(metadata.last_entry_id + 1)]
@@ -337,6 +522,7 @@ class Run:
             if reader.missing and self._lost_by_disks(metadata, reader.missing[0]):
                 # Lost with the disks: the readers can only agree on what came before.
                 expected = expected[: reader.missing[0]]
+                reader.entries = expected
             elif reader.missing:
                 raise InvariantViolation(
                     f"{reader.name} could not read entry {reader.missing[0]} of the closed ledger"
@@ -347,40 +533,80 @@ class Run:
                     f"{len(expected)} the writer wrote up to the close"
                 )
 
+    # -- the run -------------------------------------------------------------------------------
+
+    async def _main(self) -> None:
+        self._schedule()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._done), MAX_TIME_MS / 1000)
+        except TimeoutError:
+            pass
+
     def run(self) -> RunResult:
         violation = None
+        loop = self.loop
+        loop.after_iteration = self._after_iteration
         try:
-            self.sim.run(
-                until=self.finished,
-                max_steps=2_000_000,
-                max_time_ms=MAX_TIME_MS,
-                after_step=self.check,
-            )
+            loop.run_until_complete(self._main())
+            if self.violation is not None:
+                raise InvariantViolation(self.violation)
             self.final_check()  # names what did not finish
         except InvariantViolation as error:
             violation = str(error)
-        metadata = self.store.metadata
+        except SimulationStuck as error:
+            violation = f"stuck: {error}"
+        finally:
+            loop.after_iteration = None
+            self._shut_down()
+        metadata = self.store.metadata(LEDGER_ID)
         return RunResult(
             seed=self.seed,
             scenario=self.scenario,
             violation=violation,
-            steps=self.sim.steps,
-            virtual_ms=self.sim.now_ms,
-            acked=len(self.writer.acked),
+            steps=loop.iterations,
+            virtual_ms=loop.time() * 1000,
+            acked=len(self.acked),
             last_entry_id=metadata.last_entry_id if metadata.is_closed else None,
-            ensemble_changes=self.writer.writer.ensemble_changes,
-            recovery_attempts=len(self.recovery.failures) + int(self.recovery.done),
+            ensemble_changes=self.writer.ensemble_changes if self.writer else 0,
+            recovery_attempts=len(self.recovery_failures) + int(self.recovered),
+            lac_reads=self.lac_reads,
         )
+
+    def _after_iteration(self) -> None:
+        self.check()
+        if self.loop.iterations >= MAX_ITERATIONS:
+            raise InvariantViolation(f"not finished after {MAX_ITERATIONS} loop iterations")
+
+    def _shut_down(self) -> None:
+        """Cancels what still runs and closes the loop (nothing is left for a collector to
+        complain about)."""
+        loop = self.loop
+        # What is left unfinished at the end is dropped, not reported.
+        loop.set_exception_handler(lambda _loop, _context: None)
+        tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in tasks:
+            task.cancel()
+        for client in self.clients.values():
+            client.pool.close()
+        try:
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        except (SimulationStuck, RuntimeError):
+            pass
+        finally:
+            loop.close()
+
+
+def _endpoint(bookie: SimBookie) -> BookieEndpoint:
+    return BookieEndpoint(bookie.bookie_id, bookie.name, BOOKIE_PORT)
 
 
 def run_scenario(
     seed: int,
     scenario: Scenario,
-    make_recovery: Callable[[], LedgerRecovery] | None = None,
     bookie_faults: Callable[[BookieFaults], None] | None = None,
-    make_lac_read: Callable[[LedgerMetadata], LastConfirmedRead] | None = None,
 ) -> RunResult:
-    return Run(seed, scenario, make_recovery, bookie_faults, make_lac_read).run()
+    return Run(seed, scenario, bookie_faults).run()
 
 
 def run_seed(seed: int, quorum: tuple[int, int, int] | None = None) -> RunResult:
