@@ -24,6 +24,7 @@ digests and feeds the answers back.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,23 +53,27 @@ class ReplicaHealth:
     def __init__(self, failure_expiry_ms: int = 60_000, pending_threshold: int = 0) -> None:
         self.failure_expiry_ms = failure_expiry_ms
         self.pending_threshold = pending_threshold
-        self._failures: dict[str, list[int]] = {}
+        # Failure times per bookie, oldest first (``now_ms`` never goes back): expired ones
+        # leave from the left, so counting the recent ones costs nothing per read.
+        self._failures: dict[str, deque[int]] = {}
         self._pending: dict[str, int] = {}
         self.reordered = 0  # reads whose replica order differed from the write set's
 
     def failed(self, bookie: str, now_ms: int) -> None:
-        self._failures.setdefault(bookie, []).append(now_ms)
+        times = self._failures.get(bookie)
+        if times is None:
+            times = self._failures[bookie] = deque()
+        times.append(now_ms)
 
     def recent_failures(self, bookie: str, now_ms: int) -> int:
         times = self._failures.get(bookie)
         if not times:
             return 0
-        recent = [t for t in times if now_ms - t < self.failure_expiry_ms]
-        if recent:
-            self._failures[bookie] = recent
-        else:
+        while times and now_ms - times[0] >= self.failure_expiry_ms:
+            times.popleft()
+        if not times:
             del self._failures[bookie]
-        return len(recent)
+        return len(times)
 
     def sent(self, bookie: str) -> None:
         self._pending[bookie] = self._pending.get(bookie, 0) + 1

@@ -5,8 +5,9 @@ Nothing sleeps: when no callback is ready, time jumps to the next timer. There i
 ``create_connection`` and ``create_server`` go to the simulated ``network.Network`` (transports
 carrying bytes between protocols), executors run their function at once, and a loop with
 nothing ready and no timer is stuck for good (``SimulationStuck``), not waiting. Callbacks run
-in asyncio's order (ready FIFO, then timers by time, ties in scheduling order), so a seed
-replays the same run.
+in asyncio's order (ready FIFO, then timers by time; timers due at the same time in the order
+of asyncio's heap, which the same operations always rebuild the same way), so a seed replays
+the same run.
 """
 
 from __future__ import annotations

@@ -11,17 +11,23 @@ duplicated. The faults are TCP's:
   lasts) is lost and breaks its connection; new connections across it wait until it heals (or
   the client's connect timeout);
 * **slow links**: extra delay from one node to another;
+* **a lost send**: the next bytes from one node to another are lost with their connection
+  (``lose_next``), to aim a reset at one request;
 * **crashes**: a node's connections break and its listeners go (connecting is refused).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
 import itertools
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from bookkeeper_py.testing.sim.loop import current_node
 
 
 @dataclass(slots=True)
@@ -36,7 +42,7 @@ class NetworkFaults:
 class _End:
     """One end of a connection: its node, its protocol and the transport handed to it."""
 
-    __slots__ = ("held", "lost", "node", "paused", "protocol", "transport")
+    __slots__ = ("held", "inbox", "lost", "node", "paused", "protocol", "transport")
 
     def __init__(self, node: str) -> None:
         self.node = node
@@ -45,6 +51,9 @@ class _End:
         self.paused = False
         self.held: list[bytes] = []  # arrived while reading was paused
         self.lost = False  # connection_lost delivered
+        # On the way here, in order: bytes, or the loss of the connection (an exception or
+        # None). Each has a timer; whichever fires takes the oldest, so ties keep the order.
+        self.inbox: collections.deque[bytes | BaseException | None] = collections.deque()
 
 
 class Connection:
@@ -79,14 +88,33 @@ class Connection:
             self.break_(ConnectionResetError("simulated connection reset"))
             return
         receiver = self.other(sender)
+        if (sender.node, receiver.node) in network.lose_next:
+            network.lose_next.discard((sender.node, receiver.node))
+            network.resets += 1
+            self.break_(ConnectionResetError("simulated connection reset"))
+            return
         if not network.connected(sender.node, receiver.node):
             network.resets += 1
             self.break_(ConnectionResetError("network partition"))
             return
         network.bytes_sent += len(data)
-        network.loop.call_at(self.arrival(receiver), self._arrive, receiver, data)
+        self._post(receiver, data)
 
-    def _arrive(self, receiver: _End, data: bytes) -> None:
+    def _post(self, receiver: _End, item: bytes | BaseException | None) -> None:
+        """``item`` (bytes, or the connection's loss) reaches ``receiver`` after a network
+        delay, after everything posted to it before."""
+        receiver.inbox.append(item)
+        network = self.network
+        network.loop.call_at(
+            self.arrival(receiver), self._arrive, receiver, context=network.context(receiver)
+        )
+
+    def _arrive(self, receiver: _End) -> None:
+        item = receiver.inbox.popleft()
+        if not isinstance(item, bytes):
+            self._lose(receiver, item if isinstance(item, Exception) else None)
+            return
+        data = item
         if self.broken or receiver.lost or receiver.protocol is None:
             return
         if not self.network.connected(self.other(receiver).node, receiver.node):
@@ -107,10 +135,10 @@ class Connection:
         if self.broken:
             return
         other = self.other(end)
-        loop = self.network.loop
-        loop.call_soon(self._lose, end, None)
-        loop.call_at(self.arrival(other), self._lose, other, None)
-        self.network.forget(self)
+        network = self.network
+        network.loop.call_soon(self._lose, end, None, context=network.context(end))
+        self._post(other, None)
+        network.forget(self)
 
     def break_(self, error: Exception | None) -> None:
         """Both ends lose the connection (each after a network delay); what was in flight is
@@ -118,20 +146,19 @@ class Connection:
         if self.broken:
             return
         self.broken = True
-        loop = self.network.loop
+        network = self.network
         for end in self.ends:
-            loop.call_at(self.arrival(end), self._lose, end, error)
-        self.network.forget(self)
+            self._post(end, error)
+        network.forget(self)
 
     def abort_from(self, end: _End) -> None:
         if self.broken:
             return
         self.broken = True
-        loop = self.network.loop
-        loop.call_soon(self._lose, end, None)
-        other = self.other(end)
-        loop.call_at(self.arrival(other), self._lose, other, ConnectionResetError("reset by peer"))
-        self.network.forget(self)
+        network = self.network
+        network.loop.call_soon(self._lose, end, None, context=network.context(end))
+        self._post(self.other(end), ConnectionResetError("reset by peer"))
+        network.forget(self)
 
     def _lose(self, end: _End, error: Exception | None) -> None:
         if end.lost or end.protocol is None:
@@ -174,7 +201,10 @@ class SimTransport(asyncio.Transport):
 
     def resume_reading(self) -> None:
         if self._end.paused:
-            self._connection.network.loop.call_soon(self._connection.resume, self._end)
+            network = self._connection.network
+            network.loop.call_soon(
+                self._connection.resume, self._end, context=network.context(self._end)
+            )
 
     def is_reading(self) -> bool:
         return not self._end.paused
@@ -215,6 +245,9 @@ class Network:
         self._slow: dict[tuple[str, str], float] = {}
         self._dead: set[str] = set()  # client nodes that crashed: they connect no more
         self._healed: asyncio.Future[None] | None = None  # set when the cuts heal
+        self._contexts: dict[str, contextvars.Context] = {}
+        # (source, destination): the next bytes sent that way are lost with their connection
+        self.lose_next: set[tuple[str, str]] = set()
         self.connects = self.refused = self.resets = self.bytes_sent = 0
 
     # -- listeners and connections -------------------------------------------------------------
@@ -258,6 +291,16 @@ class Network:
             end.transport = SimTransport(connection, end)
             protocol.connection_made(end.transport)
         return client.transport, client_protocol  # type: ignore[return-value]
+
+    def context(self, end: _End) -> contextvars.Context:
+        """What runs for ``end`` (its protocol's callbacks, and everything they start) runs as
+        its node: a client reconnecting from a callback connects from where it is."""
+        context = self._contexts.get(end.node)
+        if context is None:
+            context = contextvars.Context()
+            context.run(current_node.set, end.node)
+            self._contexts[end.node] = context
+        return context
 
     def forget(self, connection: Connection) -> None:
         self._connections.pop(connection.number, None)

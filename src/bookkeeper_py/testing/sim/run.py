@@ -90,6 +90,9 @@ class Scenario:
     # or bookie names ("bookie-2")
     cuts: list[tuple[float, list[str], list[str], float]] = field(default_factory=list)
     slow_links: list[tuple[str, str, float]] = field(default_factory=list)  # source, dest, extra
+    # (at, source, destination): from then on, the next bytes sent that way are lost with their
+    # connection (the client reconnects at once)
+    lost_sends: list[tuple[float, str, str]] = field(default_factory=list)
     writer_crash_at: float | None = None
     recovery_at: float = 100.0
     # when the recovering client first reads the ledger without recovery (its connections to
@@ -236,10 +239,11 @@ class Run:
         self.readers = [_Reader("reader-0"), _Reader("reader-1")]
         self.lac_reads = 0
         self.violation: str | None = None
-        self._checked: tuple[int, ...] = ()
+        self._checked: tuple[int, int, int] = (-1, -1, 0)  # metadata version, wipes, acks
         self._lost: set[str] = set()  # bookies that never come back
         self._wiped: set[str] = set()  # bookies that lost their disk at least once
         self._done = self.loop.create_future()
+        self._ended = False
 
     # -- running the clients -----------------------------------------------------------------
 
@@ -266,17 +270,29 @@ class Run:
             self._done.set_result(None)
 
     def _at(self, at_ms: float, callback: Callable[[], object]) -> None:
-        self.loop.call_at(at_ms / 1000, callback)
+        def fire() -> None:
+            if not self._ended:  # nothing new starts while the run winds down
+                callback()
+
+        self.loop.call_at(at_ms / 1000, fire)
 
     async def _write(self) -> None:
         client = self.clients["writer"]
         metadata = self.store.metadata(LEDGER_ID)
         handle = LedgerHandle(client, metadata, PASSWORD)
         self.writer = handle
+        # An application with a window of adds in flight: each entry is added (and packaged,
+        # with the LAC it carries) when a slot frees, as a throttled BookKeeper client does.
+        window = asyncio.Semaphore(self.scenario.max_in_flight)
         futures = []
         for entry_id in range(self.scenario.entries):
-            future = handle.add_entry_async(payload_of(entry_id))
+            await window.acquire()
+            try:
+                future = handle.add_entry_async(payload_of(entry_id))
+            except errors.BKError:
+                break  # the writer failed (fenced): nothing more is taken
             future.add_done_callback(self._acknowledged)
+            future.add_done_callback(lambda _future: window.release())
             futures.append(future)
         await asyncio.gather(*futures, return_exceptions=True)
         if not self.writer_crashed:
@@ -365,10 +381,10 @@ class Run:
         if metadata.is_closed:
             return
         first_of_last = metadata.last_ensemble[0]
-        floor = max(
-            (self._carried_lac(metadata, e) for e in self.acked if e >= first_of_last),
-            default=-1,
-        )
+        # One writer packages its entries in order with a LAC that only grows: the last
+        # acknowledged entry of the last fragment carries the largest.
+        last_acked = max(self.acked, default=-1)
+        floor = self._carried_lac(metadata, last_acked) if last_acked >= first_of_last else -1
         handle = ReadHandle(client, metadata, PASSWORD)
         try:
             lac = await handle.read_last_add_confirmed()
@@ -419,6 +435,8 @@ class Run:
             self._at(min(at + duration, scenario.fault_phase_ms), self.network.heal)
         for source, destination, extra in scenario.slow_links:
             self.network.slow_down(source, destination, extra)
+        for at, source, destination in scenario.lost_sends:
+            self._at(at, self._lose_next(source, destination))
         if scenario.writer_crash_at is not None:
             self._at(scenario.writer_crash_at, self._crash_writer)
         if scenario.recovery_warm_up_at is not None:
@@ -432,6 +450,9 @@ class Run:
 
     def _reader_starter(self, reader: _Reader) -> Callable[[], object]:
         return lambda: self._start(reader.name, self._read(reader))
+
+    def _lose_next(self, source: str, destination: str) -> Callable[[], None]:
+        return lambda: self.network.lose_next.add((source, destination))
 
     def _partition(self, side: list[str], other: list[str]) -> Callable[[], None]:
         return lambda: self.network.partition(side, other)
@@ -466,13 +487,17 @@ class Run:
             raise InvariantViolation(self.violation)
         metadata, version = self.store.ledgers[LEDGER_ID]
         acked = self.acked
-        synced = sum(b.disk.synced_records + b.crashes for b in self.bookies.values())
-        state = (len(acked), version, synced)
-        if state == self._checked:
+        # Copies of an acknowledged entry only go with a lost disk, and write sets only with a
+        # metadata change: all acknowledged entries are checked again after either, new ones
+        # as they come.
+        wipes = sum(b.disk.wipes for b in self.bookies.values())
+        state = (version, wipes)
+        if state == self._checked[:2] and len(acked) == self._checked[2]:
             return
-        self._checked = state
+        start = self._checked[2] if state == self._checked[:2] else 0
+        self._checked = (version, wipes, len(acked))
         qa = metadata.ack_quorum_size
-        for entry_id in acked:
+        for entry_id in acked[start:]:
             holders = self._write_set_of(metadata, entry_id)
             copies = sum(1 for b in holders if self.bookies[b].holds_durably(LEDGER_ID, entry_id))
             # A lost disk may take a copy with it: Qa copies while no disk was lost, and at
@@ -581,6 +606,7 @@ class Run:
         """Cancels what still runs and closes the loop (nothing is left for a collector to
         complain about)."""
         loop = self.loop
+        self._ended = True
         # What is left unfinished at the end is dropped, not reported.
         loop.set_exception_handler(lambda _loop, _context: None)
         tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
