@@ -421,7 +421,17 @@ class ReadHandle:
             self._check_open()
             if next_entry <= self.last_add_confirmed:
                 last = min(self.last_add_confirmed, next_entry + batch - 1)
-                for confirmed in await self._read_range(next_entry, last):
+                try:
+                    entries = await self._read_range(next_entry, last)
+                except errors.BKError:
+                    # Confirmed entries that cannot be read where this handle looks: the writer
+                    # may have moved them to a new ensemble (a LAC learned from a bookie that
+                    # stayed runs ahead of the metadata). Read the metadata again, then retry.
+                    known = self.metadata
+                    if known.is_closed or (await self.refresh_metadata()) == known:
+                        raise
+                    continue
+                for confirmed in entries:
                     yield confirmed
                 next_entry = last + 1
                 continue

@@ -58,6 +58,7 @@ async def recover(handle: ReadHandle) -> None:
         task = asyncio.ensure_future(run())
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+        task.add_done_callback(lambda _task: work.close())  # cancelled before it began: closed
 
     def send(bookie: str, issue: Issue, answered: Callback) -> None:
         handle._on_bookie(bookie, lambda connection: issue(connection, answered), answered)

@@ -35,6 +35,8 @@ class BookieFaults:
     # issue 2908, whose entry logger turned I/O errors into "no such entry".
     read_error_status: StatusCode = StatusCode.EIO
     sync_delay_ms: float = 1.0
+    # A bookie that answers FORCE_LEDGER before its sync (a broken bookie, for tests).
+    force_before_sync: bool = False
 
 
 class SimBookie:
@@ -74,6 +76,7 @@ class SimBookie:
             sync_delay_ms=self.faults.sync_delay_ms,
             read_error_probability=lambda: self.faults.read_error_probability,
             read_error=lambda: self.faults.read_error_status,
+            force_before_sync=lambda: self.faults.force_before_sync,
         )
         return self._engine
 

@@ -41,11 +41,13 @@ class SimEngine:
         sync_delay_ms: float,
         read_error_probability: Callable[[], float],
         read_error: Callable[[], StatusCode],
+        force_before_sync: Callable[[], bool] = lambda: False,
     ) -> None:
         self.loop, self.rng, self.disk, self._synced = loop, rng, disk, synced
         self.sync_delay_ms = sync_delay_ms
         self._read_error_probability = read_error_probability
         self._read_error = read_error
+        self._force_before_sync = force_before_sync
         self.storage = self  # the bookie compares keys through ``engine.storage``
         self.failure: Exception | None = None
         self.write_cache_full = False
@@ -114,6 +116,9 @@ class SimEngine:
         self._append(("lac", ledger_id, body), token)
 
     def force(self, ledger_id: int, token: Any) -> None:
+        if self._force_before_sync():  # the fault: answered as if the sync had happened
+            self._synced([token], None)
+            return
         self._append(None, token)
 
     def read(self, ledger_id: int, entry_id: int) -> bytes:

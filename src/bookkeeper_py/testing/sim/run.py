@@ -61,7 +61,7 @@ FAULT_PHASE_MS = 400.0
 MAX_TIME_MS = 60_000.0
 MAX_ITERATIONS = 2_000_000
 _LAC = struct.Struct(">q")  # at offset 16 of a packaged entry: the LAC it carries
-CLIENTS = ("writer", "recovery", "reader-0", "reader-1", "lac-reader")
+CLIENTS = ("writer", "recovery", "reader-0", "reader-1", "lac-reader", "tailer")
 
 
 def payload_of(entry_id: int) -> bytes:
@@ -99,6 +99,11 @@ class Scenario:
     # the last ensemble are then open when the recovery begins); None: it does not
     recovery_warm_up_at: float | None = None
     reorder_read_sequence: bool = True  # the clients' ``reorder_read_sequence``
+    tail: bool = False  # a reader follows the ledger with long polls from the start
+    # The writer adds with DEFERRED_SYNC and forces every ``force_every`` entries (and at the
+    # end): only forced entries are promised durable.
+    deferred_sync: bool = False
+    force_every: int = 10
     max_in_flight: int = 10
     delay_ensemble_change: bool = False
     fault_phase_ms: float = FAULT_PHASE_MS
@@ -121,6 +126,9 @@ def random_scenario(rng: random.Random, quorum: tuple[int, int, int]) -> Scenari
         recovery_at=rng.uniform(0, 300),
         max_in_flight=rng.randint(1, 20),
         delay_ensemble_change=rng.random() < 0.3,
+        tail=rng.random() < 0.5,
+        deferred_sync=rng.random() < 0.2,
+        force_every=rng.randint(1, 15),
     )
     for _ in range(rng.randint(0, 3)):
         scenario.crashes.append((rng.uniform(0, 300), rng.randrange(bookies), rng.uniform(5, 200)))
@@ -143,6 +151,8 @@ class RunResult:
     ensemble_changes: int
     recovery_attempts: int
     lac_reads: int = 0
+    tailed: int = 0  # entries the tailing reader delivered
+    forced: int = -1  # the largest LAC a force returned
 
     @property
     def ok(self) -> bool:
@@ -232,6 +242,9 @@ class Run:
                 rng=random.Random(rng.random()),
             )
         self.acked: list[int] = []
+        self.forced = -1  # the largest LAC a force returned (DEFERRED_SYNC)
+        self.tailed: list[bytes] = []  # what the tailing reader delivered, in order
+        self.tail_done = not scenario.tail
         self.writer_crashed = False
         self.writer: LedgerHandle | None = None
         self.recovered = False
@@ -279,7 +292,8 @@ class Run:
     async def _write(self) -> None:
         client = self.clients["writer"]
         metadata = self.store.metadata(LEDGER_ID)
-        handle = LedgerHandle(client, metadata, PASSWORD)
+        deferred = self.scenario.deferred_sync
+        handle = LedgerHandle(client, metadata, PASSWORD, deferred_sync=deferred)
         self.writer = handle
         # An application with a window of adds in flight: each entry is added (and packaged,
         # with the LAC it carries) when a slot frees, as a throttled BookKeeper client does.
@@ -294,12 +308,51 @@ class Run:
             future.add_done_callback(self._acknowledged)
             future.add_done_callback(lambda _future: window.release())
             futures.append(future)
+            if deferred and (entry_id + 1) % self.scenario.force_every == 0:
+                await self._force(handle)
         await asyncio.gather(*futures, return_exceptions=True)
+        if deferred:
+            await self._force(handle)
         if not self.writer_crashed:
             try:
                 await handle.close()
             except errors.BKError:
                 pass  # fenced, or failed: recovery closes it
+
+    async def _force(self, handle: LedgerHandle) -> None:
+        try:
+            lac = await handle.force()
+        except errors.BKError:
+            return
+        if not self.writer_crashed:
+            self.forced = max(self.forced, lac)
+
+    async def _tail(self) -> None:
+        """Follows the ledger with long polls from entry 0 until it is closed, reopening after
+        a failure; every entry it delivers must be in the closed ledger."""
+        client = self.clients["tailer"]
+        handle = ReadHandle(client, self.store.metadata(LEDGER_ID), PASSWORD)
+        for _ in range(1000):
+            try:
+                async for entry in handle.follow(len(self.tailed), timeout_ms=50):
+                    self.tailed.append(entry.data)
+                    self._check_tail()
+                self.tail_done = True
+                self._maybe_done()
+                return
+            except errors.BKError:
+                await asyncio.sleep(0.01)
+
+    def _check_tail(self) -> None:
+        entry_id = len(self.tailed) - 1
+        if self.tailed[-1] != payload_of(entry_id):
+            raise InvariantViolation(f"the tailing reader read wrong data for entry {entry_id}")
+        metadata = self.store.metadata(LEDGER_ID)
+        if metadata.is_closed and entry_id > metadata.last_entry_id:
+            raise InvariantViolation(
+                f"the tailing reader read entry {entry_id}, past the close at "
+                f"{metadata.last_entry_id}"
+            )
 
     def _acknowledged(self, future: asyncio.Future[int]) -> None:
         if self.writer_crashed or future.cancelled() or future.exception() is not None:
@@ -447,6 +500,8 @@ class Run:
         self._at(scenario.fault_phase_ms, self._heal)
         for reader in self.readers:
             self._at(0, self._reader_starter(reader))
+        if scenario.tail:
+            self._at(0, lambda: self._start("tailer", self._tail()))
 
     def _reader_starter(self, reader: _Reader) -> Callable[[], object]:
         return lambda: self._start(reader.name, self._read(reader))
@@ -495,9 +550,10 @@ class Run:
         if state == self._checked[:2] and len(acked) == self._checked[2]:
             return
         start = self._checked[2] if state == self._checked[:2] else 0
-        self._checked = (version, wipes, len(acked))
+        self._checked = (version, wipes, len(self._promised(acked)))
         qa = metadata.ack_quorum_size
-        for entry_id in acked[start:]:
+        promised = self._promised(acked)
+        for entry_id in promised[start:]:
             holders = self._write_set_of(metadata, entry_id)
             copies = sum(1 for b in holders if self.bookies[b].holds_durably(LEDGER_ID, entry_id))
             # A lost disk may take a copy with it: Qa copies while no disk was lost, and at
@@ -505,19 +561,34 @@ class Run:
             needed = qa - sum(1 for b in holders if b in self._wiped)
             if copies < needed:
                 raise InvariantViolation(
-                    f"entry {entry_id} was acknowledged but is durable on {copies} bookies of its "
+                    f"entry {entry_id} was acknowledged"
+                    + (" and forced" if self.scenario.deferred_sync else "")
+                    + f" but is durable on {copies} bookies of its "
                     f"write set {holders} (Qa={qa}, lost disks: {sorted(self._wiped)})"
                 )
-        if metadata.is_closed and acked and max(acked) > metadata.last_entry_id:
+        if metadata.is_closed and promised and max(promised) > metadata.last_entry_id:
             raise InvariantViolation(
-                f"the ledger is closed at entry {metadata.last_entry_id} but entry {max(acked)} "
-                "was acknowledged to the writer"
+                f"the ledger is closed at entry {metadata.last_entry_id} but entry "
+                f"{max(promised)} was acknowledged to the writer"
+                + (" and forced" if self.scenario.deferred_sync else "")
+            )
+        if metadata.is_closed and len(self.tailed) - 1 > metadata.last_entry_id:
+            raise InvariantViolation(
+                f"the tailing reader read entry {len(self.tailed) - 1}, past the close at "
+                f"{metadata.last_entry_id}"
             )
         if metadata.is_closed and metadata.last_entry_id < metadata.last_ensemble[0] - 1:
             raise InvariantViolation(
                 f"the ledger is closed at entry {metadata.last_entry_id}, before its last "
                 f"fragment (from entry {metadata.last_ensemble[0]}): invalid metadata"
             )
+
+    def _promised(self, acked: list[int]) -> list[int]:
+        """The acknowledged entries promised durable: all of them, or with DEFERRED_SYNC those
+        a force confirmed."""
+        if not self.scenario.deferred_sync:
+            return acked
+        return [entry_id for entry_id in acked if entry_id <= self.forced]
 
     def _write_set_of(self, metadata: LedgerMetadata, entry_id: int) -> list[str]:
         ensemble = metadata.ensemble_at(entry_id)
@@ -532,7 +603,9 @@ class Run:
         )
 
     def finished(self) -> bool:
-        return self.recovered and all(r.entries is not None for r in self.readers)
+        return (
+            self.recovered and self.tail_done and all(r.entries is not None for r in self.readers)
+        )
 
     def final_check(self) -> None:
         metadata = self.store.metadata(LEDGER_ID)
@@ -540,7 +613,8 @@ class Run:
             raise InvariantViolation(
                 f"not finished after healing: recovered={self.recovered} "
                 f"(failures: {self.recovery_failures[-3:]}), metadata state {metadata.state}, "
-                f"readers {[r.entries is not None for r in self.readers]}"
+                f"readers {[r.entries is not None for r in self.readers]}, "
+                f"tailer done={self.tail_done}"
             )
         expected = [payload_of(i) for i in range(metadata.last_entry_id + 1)]
         for reader in self.readers:
@@ -557,6 +631,11 @@ class Run:
                     f"{reader.name} read {len(reader.entries or [])} entries, not the "
                     f"{len(expected)} the writer wrote up to the close"
                 )
+        if self.scenario.tail and self.tailed != expected:
+            raise InvariantViolation(
+                f"the tailing reader read {len(self.tailed)} entries, not the {len(expected)} "
+                "of the closed ledger"
+            )
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -595,6 +674,8 @@ class Run:
             ensemble_changes=self.writer.ensemble_changes if self.writer else 0,
             recovery_attempts=len(self.recovery_failures) + int(self.recovered),
             lac_reads=self.lac_reads,
+            tailed=len(self.tailed),
+            forced=self.forced,
         )
 
     def _after_iteration(self) -> None:
