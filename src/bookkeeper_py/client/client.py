@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from bookkeeper_py import errors
+from bookkeeper_py.client.bookie_client import BookieClient
 from bookkeeper_py.client.clock import Clock, MonotonicClock
 from bookkeeper_py.client.config import ClientConfig
 from bookkeeper_py.client.connection import BookiePool
@@ -119,6 +120,7 @@ class BookKeeper:
             auth=config.auth,
             clock=self.clock,
         )
+        self.bookie_client = BookieClient(self.pool)
         self._random = rng or random.Random()
         self.placement = placement_policy(config, self._random)
         self.quarantine = Quarantine()

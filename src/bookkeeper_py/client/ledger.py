@@ -100,44 +100,32 @@ class ReadHandle:
         return self.metadata.ledger_id
 
     @property
+    def client(self) -> BookKeeper:
+        """The client this handle belongs to."""
+        return self._client
+
+    @property
+    def digest(self) -> DigestManager:
+        """Packages and verifies this ledger's entries (its digest type and password)."""
+        return self._digest
+
+    @property
+    def master_key(self) -> bytes:
+        """The key bookies check on fencing reads and adds (derived from the password)."""
+        return self._master_key
+
+    @property
     def is_closed(self) -> bool:
         """Whether the ledger is closed in the metadata this handle knows."""
         return self.metadata.is_closed
 
     # -- single-request helpers ----------------------------------------------------------------
 
-    async def _request(
-        self, bookie_id: str, send: Callable[[BookieConnection, Callback], None]
-    ) -> tuple[StatusCode, bytes]:
-        """One request to one bookie (``send`` issues it with the answer callback); connection
-        and timeout failures raise."""
-        connection = await self._client.pool.get(bookie_id)
-        future: asyncio.Future[tuple[StatusCode, bytes]] = (
-            asyncio.get_running_loop().create_future()
-        )
-
-        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
-            if future.done():
-                return
-            if status is None:
-                assert isinstance(body, errors.BKError)
-                future.set_exception(body)
-            else:
-                assert isinstance(body, bytes)
-                future.set_result((status, body))
-
-        send(connection, answered)
-        return await future
-
     async def _read_from(
         self, bookie_id: str, entry_id: int, fence: bool
     ) -> tuple[StatusCode, bytes]:
-        key = self._master_key if fence else None
-        return await self._request(
-            bookie_id,
-            lambda connection, answered: connection.read(
-                self.ledger_id, entry_id, fence, key, answered
-            ),
+        return await self._client.bookie_client.read_entry(
+            bookie_id, self.ledger_id, entry_id, fence=fence, master_key=self._master_key
         )
 
     async def read_stored_entry(self, entry_id: int, exclude: Collection[str] = ()) -> bytes:
@@ -209,23 +197,7 @@ class ReadHandle:
         answered: Callback,
         v3: bool = False,
     ) -> None:
-        """``issue(connection)`` sends a request to ``bookie_id``: at once on an open
-        connection, else once one is made; a connection that cannot be made is the request's
-        answer (``answered(None, error)``)."""
-        connection = self._client.pool.ready(bookie_id, v3)
-        if connection is not None:
-            issue(connection)
-            return
-
-        async def connect_then_send() -> None:
-            try:
-                connection = await self._client.pool.get(bookie_id, v3)
-            except errors.BKError as error:
-                answered(None, error)
-                return
-            issue(connection)
-
-        self._spawn(connect_then_send())
+        self._client.bookie_client.send(bookie_id, issue, answered, v3)
 
     def _spawn(self, coroutine: Coroutine[object, object, None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -470,27 +442,10 @@ class ReadHandle:
         async def ask(request: ReadRequest) -> tuple[int, StatusCode | None, Entry | None, str]:
             nonlocal explicit
             index, bookie = request.bookie_index, request.bookie
-            future: asyncio.Future[tuple[StatusCode, bytes, bytes]] = (
-                asyncio.get_running_loop().create_future()
-            )
-
-            def answered(
-                status: StatusCode | None, lac_body: bytes, body: bytes | BaseException
-            ) -> None:
-                if future.done():
-                    return
-                if status is None:
-                    future.set_exception(
-                        body if isinstance(body, BaseException) else errors.ReadError(bookie)
-                    )
-                else:
-                    assert isinstance(body, bytes)
-                    future.set_result((status, lac_body, body))
-
             try:
-                connection = await self._client.pool.get(bookie, v3=True)
-                connection.read_lac(self.ledger_id, answered)
-                status, lac_body, last_entry = await future
+                status, lac_body, last_entry = await self._client.bookie_client.read_lac(
+                    bookie, self.ledger_id
+                )
             except errors.BKError as error:
                 return index, None, None, f"{bookie}: {error}"
             if status != StatusCode.EOK:

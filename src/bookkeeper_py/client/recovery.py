@@ -61,7 +61,9 @@ async def recover(handle: ReadHandle) -> None:
         task.add_done_callback(lambda _task: work.close())  # cancelled before it began: closed
 
     def send(bookie: str, issue: Issue, answered: Callback) -> None:
-        handle._on_bookie(bookie, lambda connection: issue(connection, answered), answered)
+        handle.client.bookie_client.send(
+            bookie, lambda connection: issue(connection, answered), answered
+        )
 
     try:
         instructions = machine.start()
@@ -103,7 +105,7 @@ def _adopt(handle: ReadHandle, metadata: LedgerMetadata) -> None:
 
 async def _execute(handle: ReadHandle, instruction: Instruction) -> Event:
     """Carries out one instruction; returns the event that reports its outcome."""
-    metadata = handle._client.metadata_port
+    metadata = handle.client.metadata_port
     if isinstance(instruction, MarkInRecovery):
         marked, _ = await update_ledger_metadata(
             metadata,
@@ -132,7 +134,7 @@ def _read(
     deliver: Callable[[Event], None],
 ) -> None:
     index, entry_id = request.bookie_index, request.entry_id
-    key = handle._master_key if request.fence else None
+    key = handle.master_key if request.fence else None
 
     def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
         if status is None:
@@ -145,7 +147,7 @@ def _read(
             deliver(lambda machine: machine.on_read(index, entry_id, status, problem=problem))
             return
         try:
-            entry = handle._digest.verify_read(body, entry_id)
+            entry = handle.digest.verify_read(body, entry_id)
         except (ValueError, errors.DigestMismatchError) as error:
             # Corrupt data is an error, never an absence.
             problem = f"{request.bookie}: {error}"
@@ -163,7 +165,7 @@ def _read(
 
 
 async def _replace(handle: ReadHandle, request: ReplaceInRecovery) -> Event:
-    client = handle._client
+    client = handle.client
     try:
         writable = await client.metadata_port.writable_bookies()
         ensemble = client.placement.replace(
@@ -205,7 +207,7 @@ def _write_back(
     send(
         add.bookie,
         lambda connection, answer: connection.add(
-            handle.ledger_id, entry_id, handle._master_key, add.payload, True, answer
+            handle.ledger_id, entry_id, handle.master_key, add.payload, True, answer
         ),
         answered,
     )

@@ -690,16 +690,24 @@ class Run:
         self._ended = True
         # What is left unfinished at the end is dropped, not reported.
         loop.set_exception_handler(lambda _loop, _context: None)
-        tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
-        for task in tasks:
-            task.cancel()
-        for client in self.clients.values():
-            client.pool.close()
+        async def close_connections() -> None:  # on the loop: what fails may start tasks
+            for client in self.clients.values():
+                client.pool.close()
+
         try:
-            if tasks:
-                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        except (SimulationStuck, RuntimeError):
-            pass
+            with contextlib.suppress(SimulationStuck, RuntimeError):
+                loop.run_until_complete(close_connections())
+            # Cancelled tasks may start others as they end: again until none is left.
+            for _ in range(20):
+                tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+                if not tasks:
+                    break
+                for task in tasks:
+                    task.cancel()
+                try:
+                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+                except (SimulationStuck, RuntimeError):
+                    break
         finally:
             loop.close()
 
