@@ -107,7 +107,7 @@ def test_client_operations_end_by_their_deadline_while_zookeeper_is_away() -> No
                     # socket that just broke (its outcome unknown): either way one line, in time.
                     with pytest.raises(
                         MetadataUnavailableError,
-                        match="no answer from ZooKeeper|outcome is unknown",
+                        match=r"no answer from ZooKeeper|outcome is unknown",
                     ):
                         create.result(60)
                     with pytest.raises(MetadataUnavailableError, match="outcome is unknown"):
