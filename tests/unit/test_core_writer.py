@@ -228,7 +228,7 @@ def test_an_idle_writer_writes_its_lac_explicitly() -> None:
     writer = LedgerWriter(metadata(3, 2, 2), explicit_lac_interval_ms=50)
     writer.add(1, 0)
     ack_all(writer, 0, 5)
-    assert writer.wants_tick
+    assert writer.next_deadline(5) == 50  # one timer, for when the LAC is due
     assert writer.tick(20) == []  # not idle long enough
     (lac,) = of(writer.tick(50), WriteLac)
     assert lac.lac == 0 and len(lac.targets) == 3
@@ -293,3 +293,17 @@ def test_a_deferred_sync_ledger_fails_instead_of_changing_its_ensemble() -> None
     (failed,) = of(out, Failed)
     assert failed.entry_ids == (0,) and "cannot change its ensemble" in str(failed.error)
     assert send.entry_id == 0
+
+
+def test_the_writer_names_its_next_deadline_instead_of_being_polled() -> None:
+    writer = LedgerWriter(metadata(3, 2, 2), add_timeout_ms=100, explicit_lac_interval_ms=50)
+    assert writer.next_deadline(0) is None  # nothing pending: no timer at all
+    writer.add(1, 10)
+    assert writer.next_deadline(10) == 110  # the add's timeout
+    ack_all(writer, 0, 20)
+    assert writer.next_deadline(20) == 60  # idle with an unsent LAC: 50 ms after the last send
+    (lac,) = of(writer.tick(60), WriteLac)
+    assert lac.lac == 0 and writer.next_deadline(60) is None  # written: nothing left to time
+    writer.add(1, 70)
+    # A timeout fails a bookie; the change is made at once, and nothing is timed while it lasts.
+    assert of(writer.tick(170), ChangeEnsemble) and writer.next_deadline(170) is None

@@ -47,7 +47,6 @@ READ_WINDOW = 128  # entries read concurrently by a range read
 BATCH_ENTRIES = 512  # entries asked for per batch
 BATCH_BYTES = 4 * 1024 * 1024  # answer size asked for (the bookie cuts to its frame limit)
 BATCHES_IN_FLIGHT = 4
-TICK_S = 0.05  # how often a writer with adds pending checks timeouts and the explicit LAC
 # A long poll that no bookie could wait on (none holds the ledger yet) is asked again after this
 # pause, doubled each time up to the maximum, within the caller's timeout.
 UNKNOWN_LEDGER_PAUSE_S = 0.05
@@ -787,6 +786,7 @@ class WriteHandle(ReadHandle):
         self._futures: dict[int, asyncio.Future[int]] = {}
         self._entries: dict[int, bytes] = {}  # packaged once, sent to every bookie (and resent)
         self._ticker: asyncio.TimerHandle | None = None
+        self._ticker_at = 0  # when it fires (ms, the client's clock)
 
     @property
     def last_add_pushed(self) -> int:
@@ -884,10 +884,18 @@ class WriteHandle(ReadHandle):
         )
 
     def _schedule_tick(self) -> None:
-        if self._ticker is not None or self._closed:
+        """One timer, for the writer's next deadline (timeouts, a paced ensemble change, the
+        explicit LAC); none while nothing can come due before an event."""
+        if self._closed:
             return
-        if self._writer.wants_tick:
-            self._ticker = self._loop.call_later(TICK_S, self._tick)
+        now = self._now()
+        deadline = self._writer.next_deadline(now)
+        if deadline is None or (self._ticker is not None and self._ticker_at <= deadline):
+            return
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self._ticker_at = deadline
+        self._ticker = self._loop.call_later(max(0, deadline - now) / 1000, self._tick)
 
     def _tick(self) -> None:
         self._ticker = None

@@ -532,14 +532,30 @@ class LedgerWriter:
             )
         return self.last_add_confirmed, self._confirmed_length, instructions
 
-    @property
-    def wants_tick(self) -> bool:
-        """Whether a later ``tick`` may do anything: time adds out or write an explicit LAC."""
-        if self.add_timeout_ms is not None and self._adds:
-            return True
+    def next_deadline(self, now: int) -> int | None:
+        """When ``tick`` may next do something (ms, on the caller's clock; at most ``now``
+        when it is due already), or None: nothing will be due until an event (an add, an
+        answer, a change) comes. The runtime sets one timer for it instead of polling."""
+        if self.error is not None:
+            return None
+        deadlines: list[int] = []
+        if self.add_timeout_ms is not None and not self.changing:
+            sent = [add.sent_at for add in self._adds.values() if add.sent_at >= 0]
+            if sent:
+                deadlines.append(min(sent) + self.add_timeout_ms)
         if self._failed and not self.changing:
-            return True  # a paced ensemble change to make
-        return self.explicit_lac_interval_ms > 0 and self.last_add_confirmed > self._lac_carried
+            due = (not self.delay_ensemble_change) or any(
+                not add.acks.still_possible for add in self._adds.values()
+            )
+            if due:
+                deadlines.append(self._change_not_before)  # a paced ensemble change to make
+        if (
+            self.explicit_lac_interval_ms > 0
+            and not self._adds
+            and self.last_add_confirmed > self._lac_carried
+        ):
+            deadlines.append(self._last_send + self.explicit_lac_interval_ms)
+        return min(deadlines) if deadlines else None
 
     @property
     def pending(self) -> int:

@@ -690,6 +690,7 @@ class Run:
         self._ended = True
         # What is left unfinished at the end is dropped, not reported.
         loop.set_exception_handler(lambda _loop, _context: None)
+
         async def close_connections() -> None:  # on the loop: what fails may start tasks
             for client in self.clients.values():
                 client.pool.close()
