@@ -31,7 +31,7 @@ from bookkeeper_py.storage.disk import (
     DiskThresholds,
     total_and_free,
 )
-from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
+from bookkeeper_py.storage.engine import LedgerEngine, StorageConfig, StorageEngine
 from bookkeeper_py.storage.gc import GcConfig
 from bookkeeper_py.storage.ledger_storage import (
     LedgerInfo,
@@ -102,7 +102,7 @@ class Bookie:
         config: BookieConfig,
         loop: asyncio.AbstractEventLoop,
         metrics: Metrics | None = None,
-        engine_factory: Callable[..., StorageEngine] = StorageEngine,
+        engine_factory: Callable[..., LedgerEngine] = StorageEngine,
     ) -> None:
         """``engine_factory(storage config, sync callback, metrics)`` makes the storage: the
         real engine, or the simulator's (``bookkeeper_py.testing.sim.engine``), which runs this
@@ -307,7 +307,7 @@ class Bookie:
         """The ledger's state after checking (and on first use, journaling) its master key."""
         info = self.engine.ledger(ledger_id)
         if info is not None and info.master_key:
-            if not self.engine.storage.key_matches(info, master_key):
+            if not self.engine.key_matches(info, master_key):
                 log.warning("ledger %d: request with a wrong master key refused", ledger_id)
                 return None, StatusCode.EUA
             return info, StatusCode.EOK
@@ -697,7 +697,7 @@ class Bookie:
 
         def scan() -> tuple[StatusCode, bytes]:
             try:
-                return StatusCode.EOK, availability.encode(self.engine.storage.entry_ids(ledger_id))
+                return StatusCode.EOK, availability.encode(self.engine.entry_ids(ledger_id))
             except NoLedgerError:
                 return StatusCode.ENOLEDGER, b""
             except Exception:

@@ -3,27 +3,15 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Awaitable, Callable
-
 from aiohttp import web
 
 from bookkeeper_py.prometheus import PrometheusMetrics
-from bookkeeper_py.server.bookie import Bookie
-from bookkeeper_py.storage.entry_log import log_name
-from bookkeeper_py.storage.journal import journal_name, list_journal_ids
+from bookkeeper_py.server.service import BookieService
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def make_app(
-    bookie: Bookie,
-    metrics: PrometheusMetrics,
-    bookie_id: str,
-    state_changed: Callable[[], Awaitable[None]] | None = None,
-) -> web.Application:
-    storage = bookie.config.storage
-
+def make_app(service: BookieService, metrics: PrometheusMetrics) -> web.Application:
     async def heartbeat(request: web.Request) -> web.Response:
         return web.Response(text="OK\n")
 
@@ -33,26 +21,26 @@ def make_app(
         )
 
     async def info(request: web.Request) -> web.Response:
-        total, free = bookie.disk_info()
+        found = service.info()
         return web.json_response(
             {
-                "bookieId": bookie_id,
-                "totalSpace": total,
-                "freeSpace": free,
-                "readOnly": bookie.read_only,
-                "journalDirectories": list(storage.journal_directories),
-                "ledgerDirectories": [storage.ledger_directory],
+                "bookieId": found.bookie_id,
+                "totalSpace": found.total_bytes,
+                "freeSpace": found.free_bytes,
+                "readOnly": found.read_only,
+                "journalDirectories": list(found.journal_directories),
+                "ledgerDirectories": list(found.ledger_directories),
             }
         )
 
     async def state(request: web.Request) -> web.Response:
-        failed = bookie.engine.failure is not None
+        found = service.state()
         return web.json_response(
             {
-                "running": True,
-                "readOnly": bookie.read_only,
-                "shuttingDown": False,
-                "availableForHighPriorityWrites": not failed,
+                "running": found.running,
+                "readOnly": found.read_only,
+                "shuttingDown": found.shutting_down,
+                "availableForHighPriorityWrites": found.writable_for_high_priority,
             }
         )
 
@@ -66,39 +54,25 @@ def make_app(
             ) from error
         if not isinstance(wanted, bool):
             raise web.HTTPBadRequest(text='"readOnly" must be true or false')
-        bookie.set_forced_read_only(wanted)
-        if state_changed is not None:
-            await state_changed()
-        return web.json_response({"readOnly": bookie.read_only})
+        return web.json_response({"readOnly": await service.set_read_only(wanted)})
 
     async def last_log_mark(request: web.Request) -> web.Response:
-        marks = {}
-        for journal, mark in zip(
-            storage.journal_directories, bookie.engine.last_marks, strict=True
-        ):
-            marks[journal] = (
-                "no LastLogMark yet"
-                if mark is None
-                else f"LogMark: logFileId - {mark[0]} , logFileOffset - {mark[1]}"
-            )
-        return web.json_response(marks)
-
-    async def list_disk_file(request: web.Request) -> web.Response:
-        journals = [
-            os.path.join(directory, journal_name(file_id))
-            for directory in storage.journal_directories
-            for file_id in list_journal_ids(directory)
-        ]
-        logger = bookie.engine.storage.entry_logger
-        logs = [
-            os.path.join(storage.ledger_directory, log_name(log_id)) for log_id in logger.log_ids()
-        ]
-        index = [os.path.join(storage.ledger_directory, name) for name in ("data.mdb", "lock.mdb")]
         return web.json_response(
             {
-                "journal files": ", ".join(journals),
-                "entrylog files": ", ".join(logs),
-                "index files": ", ".join(index),
+                journal: "no LastLogMark yet"
+                if mark is None
+                else f"LogMark: logFileId - {mark[0]} , logFileOffset - {mark[1]}"
+                for journal, mark in service.last_log_marks().items()
+            }
+        )
+
+    async def list_disk_file(request: web.Request) -> web.Response:
+        files = service.disk_files()
+        return web.json_response(
+            {
+                "journal files": ", ".join(files.journals),
+                "entrylog files": ", ".join(files.entry_logs),
+                "index files": ", ".join(files.index),
             }
         )
 

@@ -143,9 +143,7 @@ async def _repair_ledger(bookie, client, bookie_id: str, ledger: LedgerMetadata)
     this bookie's alone, and the ledger waits for its close."""
     ledger_id = ledger.ledger_id
     try:
-        held = set(
-            await asyncio.to_thread(lambda: list(bookie.engine.storage.entry_ids(ledger_id)))
-        )
+        held = set(await asyncio.to_thread(lambda: list(bookie.engine.entry_ids(ledger_id))))
     except Exception:  # NoLedgerError: the ledger itself was lost here
         held = set()
     handle = await client.open_ledger_no_recovery(ledger_id, ledger.password)

@@ -18,15 +18,19 @@ from bookkeeper_py.auth import bookie_provider
 from bookkeeper_py.errors import BKError, MetadataStoreError, NoSuchLedgerError
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.metadata.port import ThreadedMetadata
+from bookkeeper_py.metrics import Metrics
 from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server import config, limbo
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
 from bookkeeper_py.server.http import make_app, start_http
+from bookkeeper_py.server.service import BookieService
 from bookkeeper_py.storage.cookie import Cookie, verify_or_create
 from bookkeeper_py.storage.disk import DirectoryLocks
+from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
 from bookkeeper_py.storage.files import write_atomically
 from bookkeeper_py.storage.gc import LedgerExists, ListLedgers
+from bookkeeper_py.storage.journal import Callback as DurableCallback
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,7 @@ class BookieServer:
         self.metadata_uri = metadata_uri
         self.metadata: ThreadedMetadata | None = None
         self.bookie: Bookie | None = None
+        self._engine: StorageEngine | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[BookieConnection] = set()
         self._registered_read_only: bool | None = None
@@ -77,7 +82,7 @@ class BookieServer:
                 await self.metadata.call(check_cookies, self.config, self.metadata.client)
             else:
                 await asyncio.to_thread(check_cookies, self.config, None)
-            self.bookie = Bookie(self.config, loop, self.metrics)
+            self.bookie = Bookie(self.config, loop, self.metrics, self._make_engine)
             await asyncio.to_thread(self.bookie.start)
             await asyncio.to_thread(self.bookie.check_disks)
             bookie = self.bookie
@@ -103,7 +108,7 @@ class BookieServer:
             list_ledgers, ledger_exists = await self.metadata.call(
                 gc_metadata_view, self.metadata.client
             )
-            self.bookie.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
+            self.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
         if self.bookie.limbo.active and self.metadata_uri:
             self._limbo_task = asyncio.ensure_future(self._repair_limbo())
         elif self.bookie.limbo.active:
@@ -112,9 +117,10 @@ class BookieServer:
         if self.config.idle_connection_timeout_s > 0:
             self._idle_task = asyncio.ensure_future(self._close_idle_connections())
         if self.config.http_port is not None:
-            app = make_app(
-                self.bookie, self.metrics, self.config.effective_bookie_id, self._state_changed
+            service = BookieService(
+                self.bookie, self.engine, self.config.effective_bookie_id, self._state_changed
             )
+            app = make_app(service, self.metrics)
             self._http = await start_http(app, self.config.host, self.config.http_port)
         log.info(
             "bookie %s serving on %s:%d (journal %s, ledgers %s)",
@@ -124,6 +130,18 @@ class BookieServer:
             ", ".join(storage.journal_directories),
             storage.ledger_directory,
         )
+
+    def _make_engine(
+        self, storage: StorageConfig, synced: DurableCallback, metrics: Metrics
+    ) -> StorageEngine:
+        """The real engine, kept for what only it has (garbage collection, its files)."""
+        self._engine = StorageEngine(storage, synced, metrics)
+        return self._engine
+
+    @property
+    def engine(self) -> StorageEngine:
+        assert self._engine is not None, "the bookie is not started"
+        return self._engine
 
     async def _repair_limbo(self) -> None:
         """Repairs the ledgers from the other replicas (``server.limbo``), then leaves limbo."""

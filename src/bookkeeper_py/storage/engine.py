@@ -26,9 +26,9 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from bookkeeper_py.metrics import Metrics, NullMetrics
 from bookkeeper_py.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
@@ -78,8 +78,76 @@ class StorageConfig:
         return (self.journal_directory, *self.extra_journal_directories)
 
 
+class LedgerEngine(Protocol):
+    """What a bookie's request handling (``server.bookie.Bookie``) needs of its storage. The
+    real ``StorageEngine`` and the simulator's ``testing.sim.engine.SimEngine`` implement it and
+    pass one conformance suite (``tests/storage/test_engine_conformance.py``).
+
+    Writes are taken at once and made durable in groups: ``add_entry``, ``fence``,
+    ``set_explicit_lac`` and ``force`` carry a ``token`` that the engine hands back, in a list,
+    to the durability callback it was made with (``callback(tokens, error)``) once the record is
+    durable (``error`` None) or could not be made so. Reads see every write taken, durable or
+    not. ``read(ledger, -1)`` is the last entry held; ``NoLedgerError`` / ``NoEntryError`` /
+    ``StorageIOError`` tell absence from failure."""
+
+    def start(self) -> int:
+        """Brings back what was durable (replay); the number of records replayed."""
+        ...
+
+    def close(self) -> None: ...
+
+    @property
+    def failure(self) -> Exception | None:
+        """Why the engine takes no more writes, if it does not."""
+        ...
+
+    @property
+    def write_cache_full(self) -> bool: ...
+
+    def ledger(self, ledger_id: int) -> LedgerInfo | None: ...
+
+    def create_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo: ...
+
+    def key_matches(self, info: LedgerInfo, master_key: bytes) -> bool:
+        """Constant-time comparison of a presented master key with the stored one."""
+        ...
+
+    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None: ...
+
+    def fence(self, ledger_id: int, token: Any) -> None: ...
+
+    def set_explicit_lac(self, ledger_id: int, body: bytes, token: Any) -> None: ...
+
+    def force(self, ledger_id: int, token: Any) -> None:
+        """``token`` comes back once every write of the ledger taken before it is durable."""
+        ...
+
+    def read(self, ledger_id: int, entry_id: int) -> bytes: ...
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        """The entry ids held of the ledger, increasing (repeats possible)."""
+        ...
+
+    # -- the disks under it (the bookie's disk checks) --
+
+    lost_journal_tails: list[str]  # journal damage found by ``start``: records possibly lost
+
+    @property
+    def out_of_space(self) -> bool:
+        """Whether the last write ran out of disk space."""
+        ...
+
+    def space_freed(self) -> None:
+        """The disk has room again: writes may be tried again."""
+        ...
+
+    def reclaim_journal_space(self, directories: Iterable[str]) -> None:
+        """Journal directories filling up: give their space back soon."""
+        ...
+
+
 class StorageEngine:
-    """Durable ledger storage for one bookie."""
+    """Durable ledger storage for one bookie (a ``LedgerEngine``)."""
 
     def __init__(
         self, config: StorageConfig, on_durable: Callback, metrics: Metrics | None = None
@@ -339,6 +407,15 @@ class StorageEngine:
 
     def read(self, ledger_id: int, entry_id: int) -> bytes:
         return self.storage.read(ledger_id, entry_id)
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        return self.storage.entry_ids(ledger_id)
+
+    key_matches = staticmethod(LedgerStorage.key_matches)
+
+    def entry_log_ids(self) -> list[int]:
+        """The ids of the entry log files, increasing."""
+        return list(self.storage.entry_logger.log_ids())
 
     # -- checkpoints ---------------------------------------------------------------------------
 

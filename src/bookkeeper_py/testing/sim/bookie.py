@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection
-from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
+from bookkeeper_py.storage.engine import StorageConfig
 from bookkeeper_py.testing.sim.disk import Disk
 from bookkeeper_py.testing.sim.engine import SimEngine, SyncCallback
 from bookkeeper_py.testing.sim.loop import current_node
@@ -84,11 +82,7 @@ class SimBookie:
         """Starts from what the disk holds (replay) and listens."""
         token = current_node.set(self.name)
         try:
-            bookie = Bookie(
-                self._config,
-                self.loop,
-                engine_factory=cast(Callable[..., StorageEngine], self._make_engine),
-            )
+            bookie = Bookie(self._config, self.loop, engine_factory=self._make_engine)
             self.bookie = bookie
             self.up = True
             self.network.listen(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from bookkeeper_py.storage.ledger_storage import (
@@ -29,7 +29,7 @@ SyncCallback = Callable[[list[Any], Exception | None], None]
 
 
 class SimEngine:
-    """``StorageEngine``'s methods used by the bookie, over a ``Disk``."""
+    """A ``storage.engine.LedgerEngine`` over a ``Disk``."""
 
     def __init__(
         self,
@@ -48,8 +48,8 @@ class SimEngine:
         self._read_error_probability = read_error_probability
         self._read_error = read_error
         self._force_before_sync = force_before_sync
-        self.storage = self  # the bookie compares keys through ``engine.storage``
         self.failure: Exception | None = None
+        self.lost_journal_tails: list[str] = []
         self.write_cache_full = False
         self._ledgers: dict[int, LedgerInfo] = {}
         self._entries: dict[int, dict[int, bytes]] = {}
@@ -120,6 +120,20 @@ class SimEngine:
             self._synced([token], None)
             return
         self._append(None, token)
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        if ledger_id not in self._ledgers and ledger_id not in self._entries:
+            raise NoLedgerError(f"ledger {ledger_id}")
+        return iter(sorted(self._entries.get(ledger_id, {})))
+
+    # A simulated disk never fills: the disk-space side of the interface has nothing to do.
+    out_of_space = False
+
+    def space_freed(self) -> None:
+        pass
+
+    def reclaim_journal_space(self, directories: Iterable[str]) -> None:
+        pass
 
     def read(self, ledger_id: int, entry_id: int) -> bytes:
         if self.rng.random() < self._read_error_probability():

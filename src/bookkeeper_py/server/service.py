@@ -1,0 +1,105 @@
+"""The bookie's admin operations as a service returning data: what the HTTP admin API (and the
+coming REST API and dashboard) show and change, without reaching into the storage engine's
+parts. ``server.http`` only turns these answers into BookKeeper's JSON."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bookkeeper_py.server.bookie import Bookie
+from bookkeeper_py.storage.engine import StorageEngine
+from bookkeeper_py.storage.entry_log import log_name
+from bookkeeper_py.storage.journal import journal_name, list_journal_ids
+
+
+@dataclass(frozen=True)
+class BookieInfo:
+    bookie_id: str
+    total_bytes: int
+    free_bytes: int
+    read_only: bool
+    journal_directories: tuple[str, ...]
+    ledger_directories: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BookieState:
+    running: bool
+    read_only: bool
+    shutting_down: bool
+    writable_for_high_priority: bool  # the engine still takes writes
+
+
+@dataclass(frozen=True)
+class DiskFiles:
+    journals: tuple[str, ...]
+    entry_logs: tuple[str, ...]
+    index: tuple[str, ...]
+
+
+class BookieService:
+    """Admin operations of one bookie process: ``bookie`` over the real ``engine``."""
+
+    def __init__(
+        self,
+        bookie: Bookie,
+        engine: StorageEngine,
+        bookie_id: str,
+        state_changed: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._bookie = bookie
+        self._engine = engine
+        self._bookie_id = bookie_id
+        self._state_changed = state_changed
+        self._storage = bookie.config.storage
+
+    def info(self) -> BookieInfo:
+        total, free = self._bookie.disk_info()
+        return BookieInfo(
+            self._bookie_id,
+            total,
+            free,
+            self._bookie.read_only,
+            tuple(self._storage.journal_directories),
+            (self._storage.ledger_directory,),
+        )
+
+    def state(self) -> BookieState:
+        return BookieState(
+            running=True,
+            read_only=self._bookie.read_only,
+            shutting_down=False,
+            writable_for_high_priority=self._engine.failure is None,
+        )
+
+    async def set_read_only(self, read_only: bool) -> bool:
+        """The operator's read-only switch; re-registers the bookie. The mode now in force
+        (a full disk keeps it read-only)."""
+        self._bookie.set_forced_read_only(read_only)
+        if self._state_changed is not None:
+            await self._state_changed()
+        return self._bookie.read_only
+
+    def last_log_marks(self) -> dict[str, tuple[int, int] | None]:
+        """Per journal directory, the LastLogMark (journal file id, offset) replay starts
+        from; None before the first checkpoint."""
+        return dict(zip(self._storage.journal_directories, self._engine.last_marks, strict=True))
+
+    def disk_files(self) -> DiskFiles:
+        storage = self._storage
+        return DiskFiles(
+            journals=tuple(
+                os.path.join(directory, journal_name(file_id))
+                for directory in storage.journal_directories
+                for file_id in list_journal_ids(directory)
+            ),
+            entry_logs=tuple(
+                os.path.join(storage.ledger_directory, log_name(log_id))
+                for log_id in self._engine.entry_log_ids()
+            ),
+            index=tuple(
+                os.path.join(storage.ledger_directory, name) for name in ("data.mdb", "lock.mdb")
+            ),
+        )
