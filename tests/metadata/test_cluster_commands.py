@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bookkeeper_py.admin import cli
+from bookkeeper_py.admin.service import BookieStatus, ClusterAdmin
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.storage.cookie import Cookie
 
@@ -84,3 +85,32 @@ def test_cookie_commands(capsys: pytest.CaptureFixture[str], uri: str, tmp_path:
     )
     shell(capsys, uri, "cookie_delete", bookie)
     assert "no cookie" in refused(capsys, uri, "cookie_delete", bookie)
+
+
+def test_ledgers_are_shown_and_deleted_through_the_admin_service(
+    capsys: pytest.CaptureFixture[str], uri: str
+) -> None:
+    shell(capsys, uri, "initnewcluster")
+    ledger_id = make_ledger(uri)
+    with MetadataClient.connect(uri) as metadata:
+        admin = ClusterAdmin(metadata)
+        metadata.register_bookie("127.0.0.1:3181", "127.0.0.1", 3181)
+        metadata.register_bookie("127.0.0.1:3182", "127.0.0.1", 3182, readonly=True)
+        assert admin.bookies() == [
+            BookieStatus("127.0.0.1:3181", False),
+            BookieStatus("127.0.0.1:3182", True),
+        ]
+        assert admin.bookies(read_only=False) == [BookieStatus("127.0.0.1:3181", False)]
+        assert admin.ledgers() == [ledger_id]
+        ledger, version = admin.ledger(ledger_id)
+        assert ledger.ledger_id == ledger_id and version == 0
+        # (registrations are ephemeral: listed while this session holds them)
+        assert shell(capsys, uri, "listbookies").split("\n")[:2] == [
+            "127.0.0.1:3181",
+            "127.0.0.1:3182 (read-only)",
+        ]
+    assert "needs -f" in refused(capsys, uri, "deleteledger", "-l", str(ledger_id))
+    assert "deleted" in shell(capsys, uri, "deleteledger", "-l", str(ledger_id), "-f")
+    assert shell(capsys, uri, "listledgers").split() == []
+    assert "no ledger" in refused(capsys, uri, "deleteledger", "-l", str(ledger_id), "-f")
+    assert "no ledger" in refused(capsys, uri, "ledgermetadata", "-l", str(ledger_id))

@@ -2,7 +2,7 @@
 
     bookkeeper bookie --journal-dir DIR --port P --metadata-uri URI
     bookkeeper localbookie N [--data-dir DIR] [--demo] [--exit-after-demo]
-    bookkeeper shell simpletest|listbookies|listledgers|ledgermetadata ... [--metadata-uri URI]
+    bookkeeper shell simpletest|listbookies|listledgers|ledgermetadata|deleteledger ... [--metadata-uri URI]
     bookkeeper shell initnewcluster|metaformat|nukeexistingcluster|whatisinstanceid ...
     bookkeeper shell cookie_get|cookie_create|cookie_update|cookie_delete BOOKIE_ID ...
     bookkeeper bench writes|reads [--local N | --metadata-uri URI] ...
@@ -146,30 +146,32 @@ def _cmd_simpletest(args: argparse.Namespace) -> None:
 
 
 def _cmd_listbookies(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
     from bookkeeper_py.metadata.manager import MetadataClient
 
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
-        if not args.readonly:
-            for bookie in metadata.writable_bookies():
-                print(bookie)
-        if not args.readwrite:
-            for bookie in metadata.readonly_bookies():
-                print(f"{bookie} (read-only)")
+        bookies = ClusterAdmin(metadata).bookies(
+            writable=not args.readonly, read_only=not args.readwrite
+        )
+    for bookie in bookies:
+        print(f"{bookie.bookie_id} (read-only)" if bookie.read_only else bookie.bookie_id)
 
 
 def _cmd_listledgers(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
     from bookkeeper_py.metadata.manager import MetadataClient
 
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
-        for ledger_id in metadata.list_ledgers():
+        for ledger_id in ClusterAdmin(metadata).ledgers():
             print(ledger_id)
 
 
 def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
     from bookkeeper_py.metadata.manager import MetadataClient
 
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
-        ledger, version = metadata.read_ledger_metadata(args.ledgerid)
+        ledger, version = ClusterAdmin(metadata).ledger(args.ledgerid)
     print(
         f"ledger {ledger.ledger_id} (metadata version {version}, format v{ledger.format_version})"
     )
@@ -184,6 +186,22 @@ def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
         print(f"  from entry {first}: {', '.join(bookies)}")
     for key, value in sorted(ledger.custom_metadata.items()):
         print(f"  custom {key} = {value!r}")
+
+
+def _cmd_deleteledger(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    if not args.force:
+        if not sys.stdin.isatty():
+            fail(f"deleting ledger {args.ledgerid} needs -f when not asked on a terminal")
+        answer = input(f"delete ledger {args.ledgerid} and all its entries? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        ClusterAdmin(metadata).delete_ledger(args.ledgerid)
+    print(f"ledger {args.ledgerid} deleted; bookies reclaim its data in garbage collection")
 
 
 def _cmd_lastmark(args: argparse.Namespace) -> None:
@@ -309,6 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
         "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
     )
     ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
+    deleteledger = shell_command(
+        "deleteledger", "delete a ledger (bookies reclaim its data)", _cmd_deleteledger
+    )
+    deleteledger.add_argument("-l", "--ledgerid", type=int, required=True)
+    deleteledger.add_argument(
+        "-f", "--force", action="store_true", help="delete without asking (needed off a terminal)"
+    )
     add_cluster_commands(shell_command, _metadata_uri)
 
     def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]

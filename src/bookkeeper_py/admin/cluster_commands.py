@@ -9,10 +9,8 @@ import argparse
 from collections.abc import Callable
 
 from bookkeeper_py.admin import CommandError
-from bookkeeper_py.metadata.driver import NodeExistsError, NoNodeError
+from bookkeeper_py.admin.service import ClusterAdmin
 from bookkeeper_py.metadata.manager import MetadataClient
-from bookkeeper_py.metadata.underreplication import UnderReplicationManager
-from bookkeeper_py.storage.cookie import Cookie
 
 Register = Callable[[str, str, Callable[[argparse.Namespace], None]], argparse.ArgumentParser]
 UriOf = Callable[[argparse.Namespace], str]
@@ -26,29 +24,14 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
 
     def initnewcluster(args: argparse.Namespace) -> None:
         with connect(args, create=True) as metadata:
-            existing = metadata.instance_id()
-            if existing is not None:
-                raise CommandError(
-                    f"a cluster already exists at {metadata.root} (instance id {existing}); "
-                    "nothing changed; use nukeexistingcluster or metaformat to start over"
-                )
-            metadata.init_cluster()
-            print(f"new cluster at {metadata.root}, instance id {metadata.instance_id()}")
+            admin = ClusterAdmin(metadata)
+            print(f"new cluster at {admin.root}, instance id {admin.init_new_cluster()}")
 
     def metaformat(args: argparse.Namespace) -> None:
         with connect(args, create=True) as metadata:
-            existing = metadata.instance_id()
-            if existing is not None and not args.force:
-                raise CommandError(
-                    f"the cluster at {metadata.root} (instance id {existing}) holds metadata; "
-                    "metaformat -f deletes all of it (ledgers, registrations, cookies)"
-                )
-            deleted = metadata.delete_cluster(None)
-            metadata.init_cluster()
-            print(
-                f"formatted {metadata.root}: {deleted} nodes deleted, "
-                f"new instance id {metadata.instance_id()}"
-            )
+            admin = ClusterAdmin(metadata)
+            deleted, instance_id = admin.format(args.force)
+            print(f"formatted {admin.root}: {deleted} nodes deleted, new instance id {instance_id}")
 
     def nukeexistingcluster(args: argparse.Namespace) -> None:
         if not args.force and not args.instanceid:
@@ -56,113 +39,63 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
                 "name the cluster to delete with -i INSTANCEID (see whatisinstanceid), or -f"
             )
         with connect(args) as metadata:
-            if args.zkledgersrootpath and args.zkledgersrootpath != metadata.root:
-                raise CommandError(
-                    f"-p {args.zkledgersrootpath} is not the metadata URI's root {metadata.root}; "
-                    "drop -p or make it the URI's root"
-                )
-            deleted = metadata.delete_cluster(None if args.force else args.instanceid)
-            print(f"deleted the cluster at {metadata.root}: {deleted} nodes")
+            admin = ClusterAdmin(metadata)
+            deleted = admin.nuke(args.instanceid, args.force, args.zkledgersrootpath)
+            print(f"deleted the cluster at {admin.root}: {deleted} nodes")
 
     def whatisinstanceid(args: argparse.Namespace) -> None:
         with connect(args) as metadata:
-            instance_id = metadata.instance_id()
-        if instance_id is None:
-            raise CommandError(f"no cluster at {metadata.root}: run initnewcluster")
-        print(instance_id)
+            print(ClusterAdmin(metadata).instance_id())
 
     def cookie_get(args: argparse.Namespace) -> None:
         with connect(args) as metadata:
-            found = metadata.read_cookie(args.bookie_id)
-        if found is None:
-            raise CommandError(
-                f"no cookie for bookie {args.bookie_id}; check the bookie id (see listbookies)"
-            )
-        data, version = found
+            data, version = ClusterAdmin(metadata).cookie(args.bookie_id)
         print(f"cookie of {args.bookie_id} (version {version}):")
         print(data.decode("utf-8", errors="replace"), end="")
 
-    def _read_cookie_file(path: str, bookie_id: str) -> bytes:
+    def store_cookie(args: argparse.Namespace, *, update: bool) -> None:
+        path = args.cookie_file
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as error:
             raise CommandError(f"cannot read cookie file {path}: {error}; check the path") from None
-        cookie = Cookie.decode(data, path)  # refuses a file that is not a cookie
-        if cookie.bookie_id != bookie_id:
-            raise CommandError(
-                f"cookie file {path} is for bookie {cookie.bookie_id}, not {bookie_id}; "
-                "pass the cookie file of that bookie"
-            )
-        return data
-
-    def store_cookie(args: argparse.Namespace, *, update: bool) -> None:
-        data = _read_cookie_file(args.cookie_file, args.bookie_id)
         with connect(args) as metadata:
-            try:
-                if update:
-                    version = metadata.update_cookie(args.bookie_id, data)
-                else:
-                    metadata.create_cookie(args.bookie_id, data)
-                    version = 0
-            except (NodeExistsError, NoNodeError):
-                advice = (
-                    "has no cookie; use cookie_create"
-                    if update
-                    else "already has a cookie; use cookie_update"
-                )
-                raise CommandError(f"bookie {args.bookie_id} {advice}") from None
+            version = ClusterAdmin(metadata).store_cookie(args.bookie_id, data, path, update=update)
         print(
             f"cookie of {args.bookie_id} {'updated' if update else 'created'} (version {version})"
         )
 
     def cookie_delete(args: argparse.Namespace) -> None:
         with connect(args) as metadata:
-            try:
-                metadata.delete_cookie(args.bookie_id)
-            except NoNodeError:
-                raise CommandError(
-                    f"no cookie for bookie {args.bookie_id}; check the bookie id (see listbookies)"
-                ) from None
+            ClusterAdmin(metadata).delete_cookie(args.bookie_id)
         print(f"cookie of {args.bookie_id} deleted")
 
     def listunderreplicated(args: argparse.Namespace) -> None:
         with connect(args) as metadata:
-            manager = UnderReplicationManager(metadata)
-            for ledger_id in manager.underreplicated_ledgers():
-                missing = manager.missing_replicas(ledger_id)
-                if missing is None:
-                    continue  # re-replicated while we listed
-                if args.missingreplica and args.missingreplica not in missing:
-                    continue
-                if args.excludingmissingreplica and args.excludingmissingreplica in missing:
-                    continue
-                print(ledger_id)
-                if args.printmissingreplica:
-                    print("\tmissing replicas: " + ", ".join(missing))
-                if args.printreplicationworkerid:
-                    holder = manager.lock_holder(ledger_id)
-                    print(f"\treplication worker: {holder or '-'}")
+            found = ClusterAdmin(metadata).underreplicated(
+                args.missingreplica, args.excludingmissingreplica
+            )
+        for ledger in found:
+            print(ledger.ledger_id)
+            if args.printmissingreplica:
+                print("\tmissing replicas: " + ", ".join(ledger.missing_replicas))
+            if args.printreplicationworkerid:
+                print(f"\treplication worker: {ledger.replication_worker or '-'}")
 
     def autorecovery(args: argparse.Namespace) -> None:
+        enable = True if args.enable else False if args.disable else None
         with connect(args) as metadata:
-            manager = UnderReplicationManager(metadata)
-            if args.enable:
-                manager.enable()
-            elif args.disable:
-                manager.disable()
-            print(f"autorecovery is {'enabled' if manager.is_enabled() else 'disabled'}")
+            enabled = ClusterAdmin(metadata).autorecovery(enable)
+        print(f"autorecovery is {'enabled' if enabled else 'disabled'}")
 
     def lostbookierecoverydelay(args: argparse.Namespace) -> None:
         with connect(args) as metadata:
-            manager = UnderReplicationManager(metadata)
-            if args.set is not None:
-                if args.set < 0:
-                    raise CommandError(f"-set takes seconds, 0 or more, got {args.set}")
-                manager.set_lost_bookie_recovery_delay(args.set)
-                print(f"lostBookieRecoveryDelay set to {args.set} s")
-            else:
-                print(f"lostBookieRecoveryDelay: {manager.lost_bookie_recovery_delay()} s")
+            delay = ClusterAdmin(metadata).lost_bookie_recovery_delay(args.set)
+        if args.set is not None:
+            print(f"lostBookieRecoveryDelay set to {delay} s")
+        else:
+            print(f"lostBookieRecoveryDelay: {delay} s")
 
     shell_command("initnewcluster", "create a new cluster's metadata", initnewcluster)
     listing = shell_command(

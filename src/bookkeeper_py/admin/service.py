@@ -1,0 +1,200 @@
+"""Cluster administration as a service returning data: the operations of BookKeeper's shell
+(bookies, ledgers, cluster creation and deletion, cookies, AutoRecovery switches) over one
+metadata store. The ``bookkeeper`` command line prints what it returns; the REST API and the
+dashboard will serve it. An operation the cluster's state refuses raises ``CommandError`` (one
+line: what is wrong and what to do)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bookkeeper_py.admin import CommandError
+from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.errors import NoSuchLedgerError
+from bookkeeper_py.metadata.driver import NodeExistsError, NoNodeError
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.underreplication import UnderReplicationManager
+from bookkeeper_py.storage.cookie import Cookie
+
+
+@dataclass(frozen=True)
+class BookieStatus:
+    bookie_id: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class UnderReplicatedLedger:
+    ledger_id: int
+    missing_replicas: tuple[str, ...]
+    replication_worker: str | None  # who holds its replication lock, if anyone
+
+
+class ClusterAdmin:
+    """Administration of the cluster whose metadata ``metadata`` reaches."""
+
+    def __init__(self, metadata: MetadataClient) -> None:
+        self.metadata = metadata
+
+    @property
+    def root(self) -> str:
+        return self.metadata.root
+
+    # -- bookies and ledgers -------------------------------------------------------------------
+
+    def bookies(self, writable: bool = True, read_only: bool = True) -> list[BookieStatus]:
+        """The registered bookies: writable ones first, then read-only ones."""
+        found = []
+        if writable:
+            found += [BookieStatus(b, False) for b in self.metadata.writable_bookies()]
+        if read_only:
+            found += [BookieStatus(b, True) for b in self.metadata.readonly_bookies()]
+        return found
+
+    def ledgers(self) -> list[int]:
+        return list(self.metadata.list_ledgers())
+
+    def ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """The ledger's metadata and its version."""
+        try:
+            return self.metadata.read_ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            raise CommandError(
+                f"no ledger {ledger_id} in the cluster at {self.root}; see listledgers"
+            ) from None
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Deletes the ledger's metadata; bookies reclaim its data in garbage collection."""
+        try:
+            self.metadata.delete_ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            raise CommandError(
+                f"no ledger {ledger_id} in the cluster at {self.root}; see listledgers"
+            ) from None
+
+    # -- the cluster ---------------------------------------------------------------------------
+
+    def instance_id(self) -> str:
+        instance_id = self.metadata.instance_id()
+        if instance_id is None:
+            raise CommandError(f"no cluster at {self.root}: run initnewcluster")
+        return instance_id
+
+    def init_new_cluster(self) -> str:
+        """Creates the cluster's metadata; its instance id. Refused where a cluster exists."""
+        existing = self.metadata.instance_id()
+        if existing is not None:
+            raise CommandError(
+                f"a cluster already exists at {self.root} (instance id {existing}); "
+                "nothing changed; use nukeexistingcluster or metaformat to start over"
+            )
+        self.metadata.init_cluster()
+        return self.instance_id()
+
+    def format(self, force: bool) -> tuple[int, str]:
+        """Deletes all metadata (with ``force`` when a cluster holds some) and creates a new
+        cluster: (nodes deleted, the new instance id)."""
+        existing = self.metadata.instance_id()
+        if existing is not None and not force:
+            raise CommandError(
+                f"the cluster at {self.root} (instance id {existing}) holds metadata; "
+                "metaformat -f deletes all of it (ledgers, registrations, cookies)"
+            )
+        deleted = self.metadata.delete_cluster(None)
+        self.metadata.init_cluster()
+        return deleted, self.instance_id()
+
+    def nuke(self, instance_id: str | None, force: bool, root: str | None = None) -> int:
+        """Deletes the cluster's metadata: the one named by ``instance_id``, or any with
+        ``force``; the number of nodes deleted."""
+        if not force and not instance_id:
+            raise CommandError(
+                "name the cluster to delete with -i INSTANCEID (see whatisinstanceid), or -f"
+            )
+        if root and root != self.root:
+            raise CommandError(
+                f"-p {root} is not the metadata URI's root {self.root}; "
+                "drop -p or make it the URI's root"
+            )
+        return self.metadata.delete_cluster(None if force else instance_id)
+
+    # -- cookies -------------------------------------------------------------------------------
+
+    def cookie(self, bookie_id: str) -> tuple[bytes, int]:
+        """The bookie's cookie as stored, and its version."""
+        found = self.metadata.read_cookie(bookie_id)
+        if found is None:
+            raise CommandError(
+                f"no cookie for bookie {bookie_id}; check the bookie id (see listbookies)"
+            )
+        return found
+
+    def store_cookie(self, bookie_id: str, data: bytes, source: str, *, update: bool) -> int:
+        """Creates (or with ``update`` replaces) the bookie's cookie from ``data`` (read from
+        ``source``, named in errors); the new version."""
+        cookie = Cookie.decode(data, source)  # refuses what is not a cookie
+        if cookie.bookie_id != bookie_id:
+            raise CommandError(
+                f"cookie file {source} is for bookie {cookie.bookie_id}, not {bookie_id}; "
+                "pass the cookie file of that bookie"
+            )
+        try:
+            if update:
+                return self.metadata.update_cookie(bookie_id, data)
+            self.metadata.create_cookie(bookie_id, data)
+            return 0
+        except (NodeExistsError, NoNodeError):
+            advice = (
+                "has no cookie; use cookie_create"
+                if update
+                else "already has a cookie; use cookie_update"
+            )
+            raise CommandError(f"bookie {bookie_id} {advice}") from None
+
+    def delete_cookie(self, bookie_id: str) -> None:
+        try:
+            self.metadata.delete_cookie(bookie_id)
+        except NoNodeError:
+            raise CommandError(
+                f"no cookie for bookie {bookie_id}; check the bookie id (see listbookies)"
+            ) from None
+
+    # -- AutoRecovery --------------------------------------------------------------------------
+
+    def underreplicated(
+        self, missing: str | None = None, excluding: str | None = None
+    ) -> list[UnderReplicatedLedger]:
+        """Ledgers marked under-replicated (those missing replica ``missing``, and not
+        ``excluding``, when given)."""
+        manager = UnderReplicationManager(self.metadata)
+        found = []
+        for ledger_id in manager.underreplicated_ledgers():
+            replicas = manager.missing_replicas(ledger_id)
+            if replicas is None:
+                continue  # re-replicated while we listed
+            if missing and missing not in replicas:
+                continue
+            if excluding and excluding in replicas:
+                continue
+            found.append(
+                UnderReplicatedLedger(ledger_id, tuple(replicas), manager.lock_holder(ledger_id))
+            )
+        return found
+
+    def autorecovery(self, enable: bool | None = None) -> bool:
+        """Switches AutoRecovery on or off (None: leaves it); whether it is on."""
+        manager = UnderReplicationManager(self.metadata)
+        if enable is True:
+            manager.enable()
+        elif enable is False:
+            manager.disable()
+        return manager.is_enabled()
+
+    def lost_bookie_recovery_delay(self, seconds: int | None = None) -> int:
+        """Sets lostBookieRecoveryDelay (None: leaves it); the value in force, in seconds."""
+        manager = UnderReplicationManager(self.metadata)
+        if seconds is not None:
+            if seconds < 0:
+                raise CommandError(f"-set takes seconds, 0 or more, got {seconds}")
+            manager.set_lost_bookie_recovery_delay(seconds)
+        return manager.lost_bookie_recovery_delay()
