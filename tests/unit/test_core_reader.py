@@ -9,8 +9,13 @@ from bookkeeper_py import errors
 from bookkeeper_py.core.reader import (
     EntryRead,
     LastConfirmedAndEntryRead,
+    PollNext,
     ReadAttempt,
+    ReadConfirmed,
+    RefreshMetadata,
     ReplicaHealth,
+    Tail,
+    TailEnded,
 )
 from bookkeeper_py.wire.status import StatusCode
 
@@ -206,3 +211,21 @@ def test_a_settled_or_parallel_long_poll_does_not_speculate() -> None:
     lp.start()
     lp.on_answer(1, StatusCode.EOK, 12, True)
     assert lp.speculate(1000) == []
+
+
+def test_a_tail_reads_what_is_confirmed_polls_for_the_next_and_ends_after_the_close() -> None:
+    tail = Tail(start=0, batch=3)
+    assert tail.next_step(lac=-1, closed=False) == PollNext(0)
+    assert tail.polled(lac=0, entry_came=True) is None and tail.next_entry == 1
+    assert tail.next_step(lac=7, closed=False) == ReadConfirmed(1, 3)  # a batch at a time
+    tail.delivered(3)
+    assert tail.next_step(lac=7, closed=False) == ReadConfirmed(4, 6)
+    tail.delivered(7)
+    assert tail.next_step(lac=7, closed=False) == PollNext(8)
+    # Nothing new for a whole poll: the metadata may say closed, or name a new fragment.
+    assert tail.polled(lac=7, entry_came=False) == RefreshMetadata()
+    assert tail.next_step(lac=7, closed=True) == TailEnded()
+    assert Tail.read_failed(closed=False) == RefreshMetadata()
+    assert Tail.read_failed(closed=True) is None
+    with pytest.raises(errors.IncorrectParameterError):
+        Tail(start=-1, batch=1)

@@ -25,6 +25,7 @@ from bookkeeper_py.core.writer import (
     SendAdd,
     WriteLac,
     change_ensemble,
+    close_needed,
 )
 from bookkeeper_py.wire.digest import DigestType
 from bookkeeper_py.wire.status import StatusCode
@@ -307,3 +308,13 @@ def test_the_writer_names_its_next_deadline_instead_of_being_polled() -> None:
     writer.add(1, 70)
     # A timeout fails a bookie; the change is made at once, and nothing is timed while it lasts.
     assert of(writer.tick(170), ChangeEnsemble) and writer.next_deadline(170) is None
+
+
+def test_the_close_rule_keeps_a_retried_close_and_refuses_anyone_elses_end() -> None:
+    open_ledger = metadata(3, 2, 2)
+    assert close_needed(open_ledger, 9, 100)
+    assert not close_needed(open_ledger.closed_at(9, 100), 9, 100)  # our close, retried
+    with pytest.raises(errors.MetadataVersionError, match="closed by someone else at entry 7"):
+        close_needed(open_ledger.closed_at(7, 80), 9, 100)
+    with pytest.raises(errors.LedgerFencedError, match="being recovered"):
+        close_needed(open_ledger.with_state(LedgerState.IN_RECOVERY), 9, 100)

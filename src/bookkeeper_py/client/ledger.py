@@ -16,9 +16,17 @@ from typing import TYPE_CHECKING, Self
 from bookkeeper_py import errors
 from bookkeeper_py.client.connection import BookieConnection, Callback, describe, status_error
 from bookkeeper_py.core.lac import NEGATIVE_ANSWERS, LastConfirmedRead, ReadRequest
-from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import negative_threshold, write_set
-from bookkeeper_py.core.reader import EntryRead, LastConfirmedAndEntryRead, LongPoll, ReadAttempt
+from bookkeeper_py.core.reader import (
+    EntryRead,
+    LastConfirmedAndEntryRead,
+    LongPoll,
+    ReadAttempt,
+    ReadConfirmed,
+    Tail,
+    TailEnded,
+)
 from bookkeeper_py.core.writer import (
     ChangeEnsemble,
     Completed,
@@ -30,6 +38,7 @@ from bookkeeper_py.core.writer import (
     SendAdd,
     WriteLac,
     change_ensemble,
+    close_needed,
 )
 from bookkeeper_py.metadata.port import update_ledger_metadata
 from bookkeeper_py.wire import v2
@@ -387,34 +396,30 @@ class ReadHandle:
     ) -> AsyncGenerator[LedgerEntry, None]:
         """Every entry from ``start`` on as it is confirmed, following a live writer with long
         polls; ends after the last entry once the ledger is closed. Never fences."""
-        next_entry = start
+        tail = Tail(start, batch)
         while True:
             self._check_open()
-            if next_entry <= self.last_add_confirmed:
-                last = min(self.last_add_confirmed, next_entry + batch - 1)
+            step = tail.next_step(self.last_add_confirmed, self.metadata.is_closed)
+            if isinstance(step, TailEnded):
+                return
+            if isinstance(step, ReadConfirmed):
                 try:
-                    entries = await self._read_range(next_entry, last)
+                    entries = await self._read_range(step.first, step.last)
                 except errors.BKError:
-                    # Confirmed entries that cannot be read where this handle looks: the writer
-                    # may have moved them to a new ensemble (a LAC learned from a bookie that
-                    # stayed runs ahead of the metadata). Read the metadata again, then retry.
                     known = self.metadata
-                    if known.is_closed or (await self.refresh_metadata()) == known:
+                    if tail.read_failed(known.is_closed) is None:
                         raise
+                    if await self.refresh_metadata() == known:
+                        raise  # nothing new to read from: the failure stands
                     continue
                 for confirmed in entries:
                     yield confirmed
-                next_entry = last + 1
+                tail.delivered(step.last)
                 continue
-            if self.metadata.is_closed:
-                return
-            lac, entry = await self.read_last_add_confirmed_and_entry(next_entry, timeout_ms)
+            lac, entry = await self.read_last_add_confirmed_and_entry(step.entry_id, timeout_ms)
             if entry is not None:
                 yield entry
-                next_entry += 1
-            elif lac < next_entry:
-                # Nothing new for a whole poll: the writer may have closed the ledger or moved to
-                # a new ensemble this handle does not know yet.
+            if tail.polled(lac, entry is not None) is not None:
                 await self.refresh_metadata()
 
     async def read_last_add_confirmed(self) -> int:
@@ -1020,24 +1025,10 @@ class WriteHandle(ReadHandle):
         last_entry, length, failures = self._writer.close()
         self._execute(failures)
 
-        def needs_change(current: LedgerMetadata) -> bool:
-            if current.state == LedgerState.CLOSED:
-                if current.last_entry_id == last_entry and current.length == length:
-                    return False
-                raise errors.MetadataVersionError(
-                    f"ledger {self.ledger_id} was closed by someone else at entry {current.last_entry_id} "
-                    f"(length {current.length}) while this writer had {last_entry} (length {length}) confirmed"
-                )
-            if current.state == LedgerState.IN_RECOVERY:
-                raise errors.LedgerFencedError(
-                    f"ledger {self.ledger_id} is being recovered by another client"
-                )
-            return True
-
         self.metadata, _ = await update_ledger_metadata(
             self._client.metadata_port,
             self.ledger_id,
-            needs_change,
+            lambda current: close_needed(current, last_entry, length),
             lambda current: current.closed_at(last_entry, length),
         )
 

@@ -340,3 +340,78 @@ class LastConfirmedAndEntryRead:
                 f"{self.entry_id} ({'; '.join(self._problems)})"
             )
         return [] if self.parallel else self._poll(1)
+
+
+# -- tailing -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadConfirmed:
+    """Read entries ``first``..``last`` (all confirmed) and deliver them in order."""
+
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class PollNext:
+    """Long-poll for entry ``entry_id`` (``LastConfirmedAndEntryRead``)."""
+
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshMetadata:
+    """Read the ledger's metadata again: it may be closed, or have a fragment not known yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class TailEnded:
+    """Every entry of the closed ledger was delivered."""
+
+
+TailStep = ReadConfirmed | PollNext | TailEnded
+
+
+class Tail:
+    """A tailing reader (BookKeeper's ``readLastAddConfirmedAndEntry`` loop): delivers every
+    entry from ``start`` on once it is confirmed, reading what is confirmed ``batch`` at a time
+    and long-polling for the next entry otherwise, until the ledger is closed and its last entry
+    delivered. Never fences. The runtime asks ``next_step`` with what it knows (the LAC, whether
+    the ledger is closed) and reports what happened."""
+
+    def __init__(self, start: int, batch: int) -> None:
+        if start < 0 or batch < 1:
+            raise errors.IncorrectParameterError(
+                f"a tail starts at an entry id (>= 0) and reads batches of 1 or more, got "
+                f"start {start}, batch {batch}"
+            )
+        self.next_entry = start
+        self.batch = batch
+
+    def next_step(self, lac: int, closed: bool) -> TailStep:
+        if self.next_entry <= lac:
+            return ReadConfirmed(self.next_entry, min(lac, self.next_entry + self.batch - 1))
+        if closed:
+            return TailEnded()
+        return PollNext(self.next_entry)
+
+    def delivered(self, last: int) -> None:
+        """Entries up to ``last`` were delivered."""
+        self.next_entry = last + 1
+
+    def polled(self, lac: int, entry_came: bool) -> RefreshMetadata | None:
+        """A long poll ended: with the next entry (delivered), or without. Nothing new for a
+        whole poll: the writer may have closed the ledger or moved to a new ensemble."""
+        if entry_came:
+            self.next_entry += 1
+            return None
+        return RefreshMetadata() if lac < self.next_entry else None
+
+    @staticmethod
+    def read_failed(closed: bool) -> RefreshMetadata | None:
+        """Confirmed entries could not be read where the reader looked: for an open ledger the
+        writer may have moved them to a new ensemble (a LAC learned from a bookie that stayed
+        runs ahead of the metadata), so read the metadata again and retry if it changed; for a
+        closed one the failure stands (None)."""
+        return None if closed else RefreshMetadata()

@@ -561,3 +561,23 @@ class LedgerWriter:
     def pending(self) -> int:
         """Adds taken and not yet completed or failed."""
         return len(self._adds)
+
+
+def close_needed(current: LedgerMetadata, last_entry: int, length: int) -> bool:
+    """The writer's close rule, for the metadata update loop: whether ``current`` still needs
+    the writer's close at ``last_entry`` / ``length``. Closed there already: no (a retried
+    close). Closed elsewhere: ``MetadataVersionError`` (someone else decided the end). In
+    recovery: ``LedgerFencedError`` (a recovering reader closes it, not this writer)."""
+    if current.state == LedgerState.CLOSED:
+        if current.last_entry_id == last_entry and current.length == length:
+            return False
+        raise errors.MetadataVersionError(
+            f"ledger {current.ledger_id} was closed by someone else at entry "
+            f"{current.last_entry_id} (length {current.length}) while this writer had "
+            f"{last_entry} (length {length}) confirmed"
+        )
+    if current.state == LedgerState.IN_RECOVERY:
+        raise errors.LedgerFencedError(
+            f"ledger {current.ledger_id} is being recovered by another client"
+        )
+    return True
