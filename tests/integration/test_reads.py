@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerState, aio
-from bookkeeper_py.client.ledger import READ_WINDOW
+from bookkeeper_py.core.reader import READ_WINDOW
 from bookkeeper_py.testing import LocalCluster
 
 from .workloads import payload

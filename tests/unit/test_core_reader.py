@@ -10,6 +10,7 @@ from bookkeeper_py.core.reader import (
     EntryRead,
     LastConfirmedAndEntryRead,
     PollNext,
+    RangeRead,
     ReadAttempt,
     ReadConfirmed,
     RefreshMetadata,
@@ -229,3 +230,71 @@ def test_a_tail_reads_what_is_confirmed_polls_for_the_next_and_ends_after_the_cl
     assert Tail.read_failed(closed=True) is None
     with pytest.raises(errors.IncorrectParameterError):
         Tail(start=-1, batch=1)
+
+
+def plan(first: int, last: int, *, batched: bool, fragments=(0,), speculative_ms=0, health=None):  # type: ignore[no-untyped-def]
+    ensemble = ["b0", "b1", "b2"]
+    return RangeRead(
+        1,
+        first,
+        last,
+        fragment_starts=list(fragments),
+        replicas=lambda entry_id: [
+            (i, ensemble[i]) for i in ((entry_id + k) % 3 for k in range(3))
+        ],
+        health=health or ReplicaHealth(),
+        negatives_needed=1,
+        batched=batched,
+        speculative_ms=speculative_ms,
+        max_speculative_ms=4 * speculative_ms,
+    )
+
+
+def test_a_batched_range_reads_fragments_in_batches_and_asks_for_what_a_cut_answer_left() -> None:
+    read = plan(0, 1199, batched=True, fragments=(0, 600))
+    batches = read.start(0)
+    assert [(b.start, b.end) for b in batches] == [(0, 511), (512, 599), (600, 1111), (1112, 1199)]
+    assert len({b.bookie for b in batches}) > 1  # the replicas in turn
+    (rest,) = read.on_batch_answer(0, StatusCode.EOK, served=100, now=1)  # cut by its size
+    assert (rest.start, rest.end) == (100, 511)
+    assert read.on_batch_answer(100, StatusCode.EOK, served=412, now=2) == []
+    for start, end in ((512, 599), (600, 1111), (1112, 1199)):
+        read.on_batch_answer(start, StatusCode.EOK, served=end - start + 1, now=3)
+    assert read.done
+
+
+def test_a_failed_batch_is_read_entry_by_entry_and_its_bookie_avoided() -> None:
+    health = ReplicaHealth()
+    read = plan(0, 9, batched=True, health=health)
+    (batch,) = read.start(0)
+    sends = read.on_batch_answer(0, StatusCode.EIO, served=3, now=1)
+    assert health.recent_failures(batch.bookie, 1) == 1
+    assert [s.entry_id for s in sends] == list(range(3, 10))  # the rest, one entry at a time
+    for attempt in sends:
+        read.on_entry_answer(attempt, StatusCode.EOK, "", now=2)
+    assert read.done
+
+
+def test_entry_reads_keep_a_window_fail_over_and_raise_when_no_replica_has_the_entry() -> None:
+    read = plan(0, 199, batched=False)
+    first = read.start(0)
+    assert [a.entry_id for a in first] == list(range(128))  # READ_WINDOW at a time
+    more = read.on_entry_answer(first[0], StatusCode.EOK, "", now=1)
+    assert [a.entry_id for a in more] == [128]  # one done, the next starts
+    (failover,) = read.on_entry_answer(first[1], StatusCode.EIO, "", now=1)
+    assert failover.entry_id == 1 and failover.bookie != first[1].bookie
+    (last_try,) = read.on_entry_answer(failover, StatusCode.EIO, "", now=1)
+    with pytest.raises(errors.NoSuchEntryError):
+        read.on_entry_answer(last_try, StatusCode.ENOENTRY, "", now=1)
+
+
+def test_a_slow_batch_is_given_up_at_its_deadline() -> None:
+    health = ReplicaHealth()
+    read = plan(0, 9, batched=True, speculative_ms=20, health=health)
+    (batch,) = read.start(0)
+    assert read.next_deadline() == 20
+    sends = read.tick(20)
+    assert [s.entry_id for s in sends] == list(range(10)) and read.speculative_reads == 1
+    assert health.recent_failures(batch.bookie, 20) == 1  # the slow one is avoided next
+    assert read.on_batch_answer(0, StatusCode.EOK, served=10, now=25) == []  # too late: ignored
+    assert not read.done

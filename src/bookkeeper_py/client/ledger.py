@@ -19,11 +19,13 @@ from bookkeeper_py.core.lac import NEGATIVE_ANSWERS, LastConfirmedRead, ReadRequ
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import negative_threshold, write_set
 from bookkeeper_py.core.reader import (
-    EntryRead,
+    READ_WINDOW,
     LastConfirmedAndEntryRead,
     LongPoll,
+    RangeRead,
     ReadAttempt,
     ReadConfirmed,
+    SendBatch,
     Tail,
     TailEnded,
 )
@@ -51,11 +53,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_WINDOW = 128  # entries read concurrently by a range read
 # Ledgers with E = Qw are read in BATCH_READ_ENTRY requests (v2), as BookKeeper's batch reads:
-BATCH_ENTRIES = 512  # entries asked for per batch
 BATCH_BYTES = 4 * 1024 * 1024  # answer size asked for (the bookie cuts to its frame limit)
-BATCHES_IN_FLIGHT = 4
 # A long poll that no bookie could wait on (none holds the ledger yet) is asked again after this
 # pause, doubled each time up to the maximum, within the caller's timeout.
 UNKNOWN_LEDGER_PAUSE_S = 0.05
@@ -530,46 +529,39 @@ class ReadHandle:
 
 
 class _RangeRead:
-    """Entries ``first``..``last`` read with ``core.reader.EntryRead`` each, ``READ_WINDOW`` at
-    a time: one replica per entry, the next on a failure, a speculative read when one is slow.
-    One timer per range (not per entry) sends the speculative reads that are due."""
+    """Executes ``core.reader.RangeRead`` for entries ``first``..``last``: sends its batch and
+    entry reads, verifies and keeps what comes back, and sets one timer for its next
+    deadline (speculative reads)."""
 
     def __init__(self, handle: ReadHandle, first: int, last: int) -> None:
         self.handle = handle
-        self.client = handle._client
-        self.first, self.last = first, last
+        self.client = client = handle.client
+        self.first = first
         self.results: list[LedgerEntry | None] = [None] * (last - first + 1)
-        self.reads: dict[int, EntryRead] = {}
-        self.next = first
-        self.left = last - first + 1
         self.loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self.loop.create_future()
         self.ticker: asyncio.TimerHandle | None = None
-        self.batched = False
-        self.batches = 0
-        # start -> (end, deadline ms, bookie asked)
-        self.open_batches: dict[int, tuple[int, int, str]] = {}
-        config = self.client.config
-        self.speculative_ms = config.speculative_read_timeout_ms
-        self.max_speculative_ms = config.max_speculative_read_timeout_ms
+        self.ticker_at = 0
         metadata = handle.metadata
-        self.negatives_needed = negative_threshold(
-            metadata.write_quorum_size, metadata.ack_quorum_size
+        config = client.config
+        self.plan = RangeRead(
+            metadata.ledger_id,
+            first,
+            last,
+            fragment_starts=[start for start, _ in metadata.ensembles],
+            replicas=handle._replicas,
+            health=client.replica_health,
+            negatives_needed=negative_threshold(
+                metadata.write_quorum_size, metadata.ack_quorum_size
+            ),
+            # E = Qw: every bookie of a fragment holds all of it; BATCH_READ_ENTRY is v2's
+            batched=metadata.ensemble_size == metadata.write_quorum_size and not config.use_v3,
+            speculative_ms=config.speculative_read_timeout_ms,
+            max_speculative_ms=config.max_speculative_read_timeout_ms,
         )
 
     async def run(self) -> list[LedgerEntry]:
-        metadata = self.handle.metadata
-        self.batched = (
-            metadata.ensemble_size == metadata.write_quorum_size
-            and not self.client.config.use_v3
-            and self.left > 1
-        )
-        if self.batched:
-            for _ in range(BATCHES_IN_FLIGHT):
-                self._next_batch()
-        else:
-            for _ in range(min(READ_WINDOW, self.left)):
-                self._start_next()
+        self._send(self.plan.start(self.client.now_ms()))
         try:
             await self.finished
         finally:
@@ -577,185 +569,103 @@ class _RangeRead:
                 self.ticker.cancel()
         return [entry for entry in self.results if entry is not None]
 
-    # -- batches (E = Qw: every bookie of a fragment holds all of its entries) ------------------
+    def _send(self, sends: list[SendBatch | ReadAttempt]) -> None:
+        for send in sends:
+            if isinstance(send, SendBatch):
+                self._send_batch(send)
+            else:
+                self.handle._send_read(send, self._answer)
+        self._settle()
 
-    def _next_batch(self) -> None:
-        """A batch for the next entries of one fragment (a batch stays in one fragment)."""
-        start = self.next
-        if start > self.last:
+    def _settle(self) -> None:
+        """Finished, or the timer set for the plan's next deadline."""
+        plan = self.plan
+        self.client.speculative_reads += plan.speculative_reads
+        plan.speculative_reads = 0
+        if plan.done:
+            if not self.finished.done():
+                self.finished.set_result(None)
             return
-        end = min(self.last, start + BATCH_ENTRIES - 1)
-        for first, _ in self.handle.metadata.ensembles:
-            if start < first <= end:
-                end = first - 1
-        self.next = end + 1
-        self._send_batch(start, end)
+        deadline = plan.next_deadline()
+        if deadline is None or (self.ticker is not None and self.ticker_at <= deadline):
+            return
+        if self.ticker is not None:
+            self.ticker.cancel()
+        self.ticker_at = deadline
+        delay_ms = max(0, deadline - self.client.now_ms())
+        self.ticker = self.loop.call_later(delay_ms / 1000, self._tick)
 
-    def _send_batch(self, start: int, end: int) -> None:
-        """BATCH_READ_ENTRY of ``start``..``end`` to one replica (round robin over the write
-        set); the answer's entries are checked one by one."""
-        # Every bookie of the fragment holds all of it: take them in turn by ensemble index
-        # (the write set's order rotates with the start entry), slow ones given up on below.
-        # Replicas that failed or were slow lately are left out while others remain.
-        replicas = sorted(self.handle._replicas(start))
-        now = self.client.now_ms()
-        health = self.client.replica_health
-        healthy = [r for r in replicas if health.recent_failures(r[1], now) == 0] or replicas
-        self.batches += 1
-        _, bookie = healthy[self.batches % len(healthy)]
-        answered = partial(self._batch_answer, start, end, bookie)
-        if self.speculative_ms > 0:
-            self.open_batches[start] = (end, now + self.speculative_ms, bookie)
-            if self.ticker is None:
-                self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
-        else:
-            self.open_batches[start] = (end, 2**62, bookie)
+    def _tick(self) -> None:
+        self.ticker = None
+        if not self.finished.done():
+            self._send(self.plan.tick(self.client.now_ms()))
+
+    def _send_batch(self, batch: SendBatch) -> None:
+        answered = partial(self._batch_answer, batch)
         self.handle._on_bookie(
-            bookie,
+            batch.bookie,
             lambda connection: connection.batch_read(
-                self.handle.ledger_id, start, end - start + 1, BATCH_BYTES, answered
+                self.handle.ledger_id,
+                batch.start,
+                batch.end - batch.start + 1,
+                BATCH_BYTES,
+                answered,
             ),
             answered,
         )
 
     def _batch_answer(
-        self,
-        start: int,
-        end: int,
-        bookie: str,
-        status: StatusCode | None,
-        body: bytes | errors.BKError,
+        self, batch: SendBatch, status: StatusCode | None, body: bytes | errors.BKError
     ) -> None:
-        if self.finished.done() or self.open_batches.pop(start, None) is None:
-            return  # done, or given up as slow (its entries are being read one by one)
-        entry_id = start
+        if self.finished.done():
+            return
+        served = 0
         if status == StatusCode.EOK and isinstance(body, bytes):
-            verify = self.handle._digest.verify
+            verify = self.handle.digest.verify
+            entry_id = batch.start
             try:
                 for raw in v2.batch_entries(body):
-                    if entry_id > end:
+                    if entry_id > batch.end:
                         break
                     entry = verify(raw, entry_id)
                     self.results[entry_id - self.first] = LedgerEntry(
                         self.handle.ledger_id, entry_id, entry.payload
                     )
                     entry_id += 1
-                    self.left -= 1
+                    served += 1
             except (errors.DigestMismatchError, MalformedMessageError) as error:
-                log.info("ledger %d: batch read from %s: %s", self.handle.ledger_id, bookie, error)
+                log.info(
+                    "ledger %d: batch read from %s: %s", self.handle.ledger_id, batch.bookie, error
+                )
                 status = None
-        if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
-            self.client.replica_health.failed(bookie, self.client.now_ms())
-        if self.left == 0:
-            self.finished.set_result(None)
-            return
-        if entry_id <= end:
-            if status == StatusCode.EOK and entry_id > start:
-                self._send_batch(entry_id, end)  # cut by its size limit: ask for the rest
-                return
-            # An error, or nothing served: each entry of the batch goes the careful way
-            # (one replica at a time, failover, speculative reads), and the next batch takes
-            # this one's place (else every failed batch would leave one slot empty for good).
-            for missing in range(entry_id, end + 1):
-                self._start_entry(missing)
-        self._next_batch()
-
-    # -- one entry at a time ---------------------------------------------------------------------
-
-    def _start_next(self) -> None:
-        entry_id = self.next
-        self.next += 1
-        self._start_entry(entry_id)
-
-    def _start_entry(self, entry_id: int) -> None:
-        read = EntryRead(
-            self.handle.ledger_id,
-            entry_id,
-            self.handle._replicas(entry_id),
-            negatives_needed=self.negatives_needed,
-            speculative_ms=self.speculative_ms,
-            max_speculative_ms=self.max_speculative_ms,
-        )
-        self.reads[entry_id] = read
-        self._send(read.start(self.client.now_ms()))
-        if read.deadline is not None and self.ticker is None:
-            self.ticker = self.loop.call_later(self.speculative_ms / 1000, self._tick)
-
-    def _send(self, attempts: list[ReadAttempt]) -> None:
-        health = self.client.replica_health
-        for attempt in attempts:
-            health.sent(attempt.bookie)
-            self.handle._send_read(attempt, self._answer)
-
-    def _tick(self) -> None:
-        """Speculative reads for every entry whose current replica is slow."""
-        self.ticker = None
-        if self.finished.done():
-            return
-        now = self.client.now_ms()
-        health = self.client.replica_health
-        for start, (end, deadline, bookie) in list(self.open_batches.items()):
-            if deadline <= now:
-                # A slow batch: its entries go the careful way (failover, speculative reads);
-                # its late answer is ignored, and its bookie avoided by the next reads.
-                del self.open_batches[start]
-                health.failed(bookie, now)
-                self.client.speculative_reads += 1
-                for entry_id in range(start, end + 1):
-                    self._start_entry(entry_id)
-                self._next_batch()  # takes the slow one's place
-        soonest: int | None = min((d for _, d, _ in self.open_batches.values()), default=None)
-        for read in list(self.reads.values()):
-            slow = read.asking
-            attempts = read.tick(now)
-            if attempts:
-                if slow is not None:
-                    health.failed(slow, now)  # later entries start on another replica
-                self.client.speculative_reads += len(attempts)
-                self._send(attempts)
-            if read.deadline is not None and (soonest is None or read.deadline < soonest):
-                soonest = read.deadline
-        if soonest is not None:
-            self.ticker = self.loop.call_later(max(0, soonest - now) / 1000, self._tick)
+        self._send(self.plan.on_batch_answer(batch.start, status, served, self.client.now_ms()))
 
     def _answer(
         self, attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
     ) -> None:
-        health = self.client.replica_health
-        health.answered(attempt.bookie)
-        read = self.reads.get(attempt.entry_id)
-        if read is None or self.finished.done():
-            return  # settled already (a slower replica's answer)
+        if self.finished.done():
+            self.client.replica_health.answered(attempt.bookie)
+            return
         problem = ""
-        entry: Entry | None = None
         if status == StatusCode.EOK:
             assert isinstance(body, bytes)
             try:
-                entry = self.handle._digest.verify(body, attempt.entry_id)
+                entry = self.handle.digest.verify(body, attempt.entry_id)
             except errors.DigestMismatchError as error:
                 status, problem = None, str(error)
+            else:
+                if self.results[attempt.entry_id - self.first] is None:
+                    self.results[attempt.entry_id - self.first] = LedgerEntry(
+                        self.handle.ledger_id, attempt.entry_id, entry.payload
+                    )
         elif status is None:
             problem = str(body)
-        if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
-            health.failed(attempt.bookie, self.client.now_ms())
-        self._send(read.on_answer(attempt.bookie_index, status, problem, self.client.now_ms()))
-        if not read.done:
-            if read.deadline is not None and self.ticker is None:
-                delay_ms = max(0, read.deadline - self.client.now_ms())
-                self.ticker = self.loop.call_later(delay_ms / 1000, self._tick)
+        try:
+            sends = self.plan.on_entry_answer(attempt, status, problem, self.client.now_ms())
+        except errors.BKError as error:
+            self.finished.set_exception(error)
             return
-        del self.reads[attempt.entry_id]
-        if entry is None:
-            self.finished.set_exception(read.error or errors.ReadError("read failed"))
-            return
-        self.results[attempt.entry_id - self.first] = LedgerEntry(
-            self.handle.ledger_id, attempt.entry_id, entry.payload
-        )
-        self.left -= 1
-        if self.left == 0:
-            self.finished.set_result(None)
-        elif self.next <= self.last and not self.batched:
-            self._start_next()
+        self._send(sends)
 
 
 class WriteHandle(ReadHandle):

@@ -25,7 +25,7 @@ digests and feeds the answers back.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bookkeeper_py import errors
@@ -415,3 +415,215 @@ class Tail:
         runs ahead of the metadata), so read the metadata again and retry if it changed; for a
         closed one the failure stands (None)."""
         return None if closed else RefreshMetadata()
+
+
+# -- range reads ---------------------------------------------------------------------------------
+
+READ_WINDOW = 128  # entries read concurrently by a range read, one entry at a time
+BATCH_ENTRIES = 512  # entries asked for per batch
+BATCHES_IN_FLIGHT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SendBatch:
+    """BATCH_READ_ENTRY of ``start``..``end`` to ``bookie``."""
+
+    start: int
+    end: int
+    bookie: str
+
+
+class RangeRead:
+    """Entries ``first``..``last`` of a ledger: the order and the failover of their reads.
+
+    With ``batched`` (E = Qw, so every bookie of a fragment holds all of its entries, and a
+    protocol that has BATCH_READ_ENTRY), ``BATCHES_IN_FLIGHT`` batches of up to
+    ``BATCH_ENTRIES`` entries, one fragment each, to the replicas in turn (those that failed
+    lately left out while others remain); a batch cut by its size is asked for the rest; a batch
+    that failed or is slow (past ``speculative_ms``) is read entry by entry, and the next batch
+    takes its place. Otherwise ``READ_WINDOW`` ``EntryRead``s at a time (one replica per entry,
+    the next on a failure, a speculative read when one is slow).
+
+    ``replicas(entry_id)`` gives the write set in the order to try it; ``health`` is told of
+    failures and slow replicas. The runtime sends the instructions (``SendBatch``,
+    ``ReadAttempt``), verifies what comes back, reports it (``on_batch_answer``,
+    ``on_entry_answer``) and calls ``tick`` at ``next_deadline``. ``done`` once every entry
+    came; an entry that cannot be read raises its ``EntryRead``'s error."""
+
+    def __init__(
+        self,
+        ledger_id: int,
+        first: int,
+        last: int,
+        *,
+        fragment_starts: Sequence[int],
+        replicas: Callable[[int], list[tuple[int, str]]],
+        health: ReplicaHealth,
+        negatives_needed: int,
+        batched: bool,
+        speculative_ms: int = 0,
+        max_speculative_ms: int = 0,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.first, self.last = first, last
+        self._fragment_starts = fragment_starts
+        self._replicas = replicas
+        self._health = health
+        self._negatives_needed = negatives_needed
+        self.batched = batched and last > first
+        self._speculative_ms = speculative_ms
+        self._max_speculative_ms = max_speculative_ms
+        self.next = first
+        self.left = last - first + 1
+        self.reads: dict[int, EntryRead] = {}
+        self._open_batches: dict[int, tuple[int, int, str]] = {}  # start -> (end, due, bookie)
+        self._batches = 0
+        self.speculative_reads = 0
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
+
+    def start(self, now: int) -> list[SendBatch | ReadAttempt]:
+        sends: list[SendBatch | ReadAttempt] = []
+        if self.batched:
+            for _ in range(BATCHES_IN_FLIGHT):
+                sends += self._next_batch(now)
+        else:
+            for _ in range(min(READ_WINDOW, self.left)):
+                sends += self._start_next(now)
+        return sends
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    def _next_batch(self, now: int) -> list[SendBatch | ReadAttempt]:
+        """A batch for the next entries, within one fragment."""
+        start = self.next
+        if start > self.last:
+            return []
+        end = min(self.last, start + BATCH_ENTRIES - 1)
+        for first in self._fragment_starts:
+            if start < first <= end:
+                end = first - 1
+        self.next = end + 1
+        return [self._batch(start, end, now)]
+
+    def _batch(self, start: int, end: int, now: int) -> SendBatch:
+        # Every bookie of the fragment holds all of it: take them in turn by ensemble index,
+        # those that failed or were slow lately left out while others remain.
+        replicas = sorted(self._replicas(start))
+        healthy = [r for r in replicas if self._health.recent_failures(r[1], now) == 0]
+        candidates = healthy or replicas
+        self._batches += 1
+        _, bookie = candidates[self._batches % len(candidates)]
+        due = now + self._speculative_ms if self._speculative_ms > 0 else 2**62
+        self._open_batches[start] = (end, due, bookie)
+        return SendBatch(start, end, bookie)
+
+    def on_batch_answer(
+        self, start: int, status: StatusCode | None, served: int, now: int
+    ) -> list[SendBatch | ReadAttempt]:
+        """The answer to the batch from ``start``: its ``status`` (None: a transport error or a
+        bad entry) and how many entries from ``start`` on were good (verified, delivered)."""
+        opened = self._open_batches.pop(start, None)
+        if opened is None or self.done:
+            return []  # given up as slow: its entries are being read one by one
+        end, _, bookie = opened
+        self.left -= served
+        if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
+            self._health.failed(bookie, now)
+        if self.done:
+            return []
+        sends: list[SendBatch | ReadAttempt] = []
+        following = start + served
+        if following <= end:
+            if status == StatusCode.EOK and served > 0:
+                return [self._batch(following, end, now)]  # cut by its size: ask for the rest
+            # An error, or nothing served: each entry goes the careful way (one replica at a
+            # time, failover, speculative reads), and the next batch takes this one's place.
+            for missing in range(following, end + 1):
+                sends += self._start_entry(missing, now)
+        return sends + self._next_batch(now)
+
+    # -- one entry at a time ---------------------------------------------------------------------
+
+    def _start_next(self, now: int) -> list[SendBatch | ReadAttempt]:
+        entry_id = self.next
+        self.next += 1
+        return self._start_entry(entry_id, now)
+
+    def _start_entry(self, entry_id: int, now: int) -> list[SendBatch | ReadAttempt]:
+        read = EntryRead(
+            self.ledger_id,
+            entry_id,
+            self._replicas(entry_id),
+            negatives_needed=self._negatives_needed,
+            speculative_ms=self._speculative_ms,
+            max_speculative_ms=self._max_speculative_ms,
+        )
+        self.reads[entry_id] = read
+        return self._sent(read.start(now))
+
+    def _sent(self, attempts: list[ReadAttempt]) -> list[SendBatch | ReadAttempt]:
+        for attempt in attempts:
+            self._health.sent(attempt.bookie)  # pending reads order the replicas too
+        return list(attempts)
+
+    def on_entry_answer(
+        self,
+        attempt: ReadAttempt,
+        status: StatusCode | None,
+        problem: str,
+        now: int,
+    ) -> list[SendBatch | ReadAttempt]:
+        """An answer to ``attempt``: ``EOK`` once the runtime verified (and kept) the entry, a
+        status, or None with ``problem``. Raises the entry's error when no replica has it."""
+        self._health.answered(attempt.bookie)
+        read = self.reads.get(attempt.entry_id)
+        if read is None or self.done:
+            return []  # settled already (a slower replica's answer)
+        if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
+            self._health.failed(attempt.bookie, now)
+        sends = self._sent(read.on_answer(attempt.bookie_index, status, problem, now))
+        if not read.done:
+            return sends
+        del self.reads[attempt.entry_id]
+        if read.winner is None:
+            raise read.error or errors.ReadError(
+                f"ledger {self.ledger_id} entry {attempt.entry_id}: read failed"
+            )
+        self.left -= 1
+        if not self.done and self.next <= self.last and not self.batched:
+            sends += self._start_next(now)
+        return sends
+
+    # -- time ------------------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        """When ``tick`` has something to do: a batch or an entry read that turns slow."""
+        due = [d for _, d, _ in self._open_batches.values() if d < 2**62]
+        due += [read.deadline for read in self.reads.values() if read.deadline is not None]
+        return min(due) if due else None
+
+    def tick(self, now: int) -> list[SendBatch | ReadAttempt]:
+        """Speculative reads for whatever is slow: a slow batch's entries go the careful way
+        (its late answer is ignored, its bookie avoided by the next reads) and the next batch
+        takes its place; a slow entry read asks the next replica."""
+        sends: list[SendBatch | ReadAttempt] = []
+        for start, (end, due, bookie) in list(self._open_batches.items()):
+            if due <= now:
+                del self._open_batches[start]
+                self._health.failed(bookie, now)
+                self.speculative_reads += 1
+                for entry_id in range(start, end + 1):
+                    sends += self._start_entry(entry_id, now)
+                sends += self._next_batch(now)
+        for read in list(self.reads.values()):
+            slow = read.asking
+            attempts = read.tick(now)
+            if attempts:
+                if slow is not None:
+                    self._health.failed(slow, now)  # later entries start on another replica
+                self.speculative_reads += len(attempts)
+                sends += self._sent(attempts)
+        return sends
