@@ -541,7 +541,6 @@ class _RangeRead:
         self.loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self.loop.create_future()
         self.ticker: asyncio.TimerHandle | None = None
-        self.ticker_at = 0
         metadata = handle.metadata
         config = client.config
         self.plan = RangeRead(
@@ -586,12 +585,11 @@ class _RangeRead:
             if not self.finished.done():
                 self.finished.set_result(None)
             return
-        deadline = plan.next_deadline()
-        if deadline is None or (self.ticker is not None and self.ticker_at <= deadline):
-            return
         if self.ticker is not None:
-            self.ticker.cancel()
-        self.ticker_at = deadline
+            return  # its tick sets the next one (deadlines only move later as reads start)
+        deadline = plan.next_deadline()
+        if deadline is None:
+            return
         delay_ms = max(0, deadline - self.client.now_ms())
         self.ticker = self.loop.call_later(delay_ms / 1000, self._tick)
 
@@ -702,6 +700,7 @@ class WriteHandle(ReadHandle):
         self._entries: dict[int, bytes] = {}  # packaged once, sent to every bookie (and resent)
         self._ticker: asyncio.TimerHandle | None = None
         self._ticker_at = 0  # when it fires (ms, the client's clock)
+        self._deadline_check = False  # a look at the writer's next deadline is scheduled
 
     @property
     def last_add_pushed(self) -> int:
@@ -800,7 +799,15 @@ class WriteHandle(ReadHandle):
 
     def _schedule_tick(self) -> None:
         """One timer, for the writer's next deadline (timeouts, a paced ensemble change, the
-        explicit LAC); none while nothing can come due before an event."""
+        explicit LAC); none while nothing can come due before an event. Looked at once per
+        loop pass, not after every answer."""
+        if self._closed or self._deadline_check:
+            return
+        self._deadline_check = True
+        self._loop.call_soon(self._set_timer)
+
+    def _set_timer(self) -> None:
+        self._deadline_check = False
         if self._closed:
             return
         now = self._now()
