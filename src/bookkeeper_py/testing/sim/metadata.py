@@ -87,14 +87,18 @@ class SimMetadata:
         self.node = node
         self.crashed = False
         self._session_listeners: list[Callable[[], None]] = []
+        self._never: list[asyncio.Future[None]] = []
 
     async def _round_trip(self, what: str) -> None:
         store = self.store
         faults = store.faults
         await asyncio.sleep(store.rng.uniform(faults.min_delay_ms, faults.max_delay_ms) / 1000)
         if self.crashed:
-            # A dead client's calls never come back.
-            await asyncio.get_running_loop().create_future()
+            # A dead client's calls never come back (kept here: a task waiting on nothing
+            # would be collected as garbage, and asyncio would complain).
+            never = asyncio.get_running_loop().create_future()
+            self._never.append(never)
+            await never
         if store.rng.random() < faults.failure_probability:
             store.failures += 1
             raise errors.MetadataUnavailableError(f"simulated metadata store failure ({what})")
