@@ -95,6 +95,17 @@ class ZooKeeperStore(MetadataStore):
                 "check that it runs and that the metadata URI names it"
             ) from error
 
+    @property
+    def hosts(self) -> str:
+        """The ZooKeeper connection string."""
+        return self._hosts
+
+    @property
+    def session(self) -> tuple[int, bytes]:
+        """The session's id and password (what a second connection needs to take it over)."""
+        session_id, password = self._client.client_id
+        return session_id, password
+
     def _wait(self, what: str, path: str, function, *args, **kwargs):  # type: ignore[no-untyped-def]
         """Runs a kazoo ``*_async`` call and waits for its answer for at most the operation
         timeout: kazoo queues requests while it reconnects, for as long as ZooKeeper is away,

@@ -16,8 +16,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from bookkeeper_py.testing.local_cluster import free_port
+
+if TYPE_CHECKING:
+    from bookkeeper_py.metadata.zookeeper import ZooKeeperStore
 
 DEFAULT_CLASSPATH = "/usr/share/java/zookeeper.jar:/etc/zookeeper/conf"
 START_TIMEOUT_S = 60.0
@@ -122,14 +126,12 @@ class ZooKeeperServer:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def expire_session(store: object) -> None:
+def expire_session(store: ZooKeeperStore) -> None:
     """Expires the ZooKeeper session of a ``ZooKeeperStore`` from the server's side, as a long
     pause or partition would: a second connection takes over the session id and closes it."""
     from kazoo.client import KazooClient
 
-    client = store._client  # type: ignore[attr-defined]
-    session_id, password = client.client_id
-    twin = KazooClient(hosts=store._hosts, client_id=(session_id, password))  # type: ignore[attr-defined]
+    twin = KazooClient(hosts=store.hosts, client_id=store.session)
     twin.start(timeout=10)
     twin.stop()
     twin.close()
