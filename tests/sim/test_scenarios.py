@@ -86,3 +86,25 @@ def test_a_bookie_that_answers_force_before_its_sync_is_caught() -> None:
 
     buggy = violations(sweep(deferred_sync_crashes, force_before_sync))
     assert buggy and all("acknowledged" in v and "forced" in v for v in buggy), buggy
+
+
+def failing_metadata_store(rng: random.Random) -> Scenario:
+    """The metadata store fails a fifth of its calls while the writer writes and a client
+    recovers: every metadata step of recovery may fail, and a failed recovery is retried."""
+    return Scenario(
+        quorum=rng.choice(QUORUMS),
+        entries=100,
+        network=NetworkFaults(0.1, rng.uniform(0.5, 3.0)),
+        metadata_failure_probability=0.2,
+        recovery_at=rng.uniform(5, 60),
+        max_in_flight=rng.randint(1, 20),
+    )
+
+
+def test_recovery_ends_with_an_error_when_the_metadata_store_fails_and_is_retried() -> None:
+    """A metadata step of recovery that failed used to be lost: open_ledger then waited for
+    ever. Now recovery ends with the error, the client retries, and once the store answers
+    the ledger closes with every acknowledged entry."""
+    results = sweep(failing_metadata_store)
+    assert violations(results) == []
+    assert sum(r.recovery_attempts > 1 for r in results) >= len(SEEDS) // 4

@@ -53,7 +53,19 @@ async def recover(handle: ReadHandle) -> None:
 
     def spawn(work: Coroutine[None, None, Event]) -> None:
         async def run() -> None:
-            deliver(await work)
+            try:
+                event = await work
+            except errors.BKError as error:
+                # A metadata step that failed (the store away, a conflict past the loop's
+                # bound): recovery ends with that error, the ledger left as it is for a retry.
+                # (Lost here, the loop below would wait for an event for ever.)
+                def failed(
+                    _machine: LedgerRecovery, error: errors.BKError = error
+                ) -> list[Instruction]:
+                    raise error
+
+                event = failed
+            deliver(event)
 
         task = asyncio.ensure_future(run())
         tasks.add(task)

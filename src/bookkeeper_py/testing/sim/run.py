@@ -50,7 +50,12 @@ from bookkeeper_py.metadata.manager import BookieEndpoint
 from bookkeeper_py.testing.sim.bookie import BOOKIE_PORT, BookieFaults, SimBookie
 from bookkeeper_py.testing.sim.disk import Disk, DiskFaults
 from bookkeeper_py.testing.sim.loop import SimulationStuck, VirtualTimeLoop, current_node
-from bookkeeper_py.testing.sim.metadata import InvariantViolation, SimMetadata, SimStore
+from bookkeeper_py.testing.sim.metadata import (
+    InvariantViolation,
+    MetadataFaults,
+    SimMetadata,
+    SimStore,
+)
 from bookkeeper_py.testing.sim.network import Network, NetworkFaults
 from bookkeeper_py.wire.digest import DigestType
 
@@ -78,6 +83,7 @@ class Scenario:
     network: NetworkFaults = field(default_factory=NetworkFaults)
     read_error_probability: float = 0.0
     sync_failure_probability: float = 0.0
+    metadata_failure_probability: float = 0.0  # each metadata call may fail (store away)
     # (at, bookie index, downtime; None: the bookie never comes back)
     crashes: list[tuple[float, int, float | None]] = field(default_factory=list)
     # (at, bookie index, downtime): the bookie crashes and comes back on an empty disk
@@ -122,6 +128,7 @@ def random_scenario(rng: random.Random, quorum: tuple[int, int, int]) -> Scenari
         ),
         read_error_probability=rng.choice([0.0, 0.0, 0.05]),
         sync_failure_probability=rng.choice([0.0, 0.0, 0.02]),
+        metadata_failure_probability=rng.choice([0.0, 0.0, 0.0, 0.05]),
         writer_crash_at=rng.uniform(0, 150) if rng.random() < 0.3 else None,
         recovery_at=rng.uniform(0, 300),
         max_in_flight=rng.randint(1, 20),
@@ -199,7 +206,10 @@ class Run:
         self.loop = VirtualTimeLoop()
         self.network = Network(self.loop, random.Random(rng.random()), scenario.network)
         self.loop.network = self.network
-        self.store = SimStore(random.Random(rng.random()))
+        self.store = SimStore(
+            random.Random(rng.random()),
+            MetadataFaults(failure_probability=scenario.metadata_failure_probability),
+        )
         ensemble_size, write_quorum, ack_quorum = scenario.quorum
         self.bookies: dict[str, SimBookie] = {}
         for index in range(ensemble_size + scenario.spare_bookies):
@@ -529,6 +539,7 @@ class Run:
     def _heal(self) -> None:
         self.network.heal()
         self.network.faults = NetworkFaults(0.1, self.scenario.network.max_delay_ms, 0.0)
+        self.store.faults.failure_probability = 0.0
         for bookie in self.bookies.values():
             bookie.faults.read_error_probability = 0.0
             bookie.disk.faults.sync_failure_probability = 0.0
