@@ -14,6 +14,7 @@ import time
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.errors import BKError
 from bookkeeper_py.testing import LocalCluster
 from bookkeeper_py.testing.raw import recv_frame
 from bookkeeper_py.wire import v2
@@ -57,6 +58,19 @@ def raw_add(bookie_id: str, key: bytes, ledger_id: int, entry_id: int) -> Status
 
 
 @pytest.mark.slow
+def open_for_reading(client: BookKeeper, ledger_id: int):  # type: ignore[no-untyped-def]
+    """The ledger opened without fencing; if the bookie restarted in limbo (a SIGKILL can tear
+    the journal's last group, docs/reliability.md) it cannot vouch for the open ledger's end and
+    answers EUNKNOWNLEDGERSTATE to a plain LAC read, so the ledger is recovered instead (fencing
+    reads are answered in limbo) and read closed: every acknowledged entry must be in it."""
+    try:
+        return client.open_ledger_no_recovery(ledger_id, PASSWORD)
+    except BKError as error:
+        if "EUNKNOWNLEDGERSTATE" not in str(error):
+            raise
+        return client.open_ledger(ledger_id, PASSWORD)
+
+
 def test_fifty_sigkills_lose_no_acknowledged_entry_nor_fence_nor_key() -> None:
     seed = random.randrange(2**32)
     rng = random.Random(seed)
@@ -84,7 +98,7 @@ def test_fifty_sigkills_lose_no_acknowledged_entry_nor_fence_nor_key() -> None:
                 # Every acknowledged entry of this round's ledger, byte for byte.
                 if acked:
                     assert acked == list(range(len(acked))), context
-                    reader = client.open_ledger_no_recovery(handle.ledger_id, PASSWORD)
+                    reader = open_for_reading(client, handle.ledger_id)
                     entries = reader.read_unconfirmed_entries(0, acked[-1])
                     for entry in entries:
                         expected = payload(
@@ -97,7 +111,7 @@ def test_fifty_sigkills_lose_no_acknowledged_entry_nor_fence_nor_key() -> None:
                 for ledger_id, earlier in acked_by_ledger.items():
                     if not earlier:
                         continue
-                    reader = client.open_ledger_no_recovery(ledger_id, PASSWORD)
+                    reader = open_for_reading(client, ledger_id)
                     for entry_id in rng.sample(earlier, min(5, len(earlier))):
                         (entry,) = reader.read_unconfirmed_entries(entry_id, entry_id)
                         assert entry.data == payload(
