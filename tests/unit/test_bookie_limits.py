@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -28,20 +29,22 @@ def entry(entry_id: int) -> bytes:
     return DigestManager(3, DigestType.CRC32C, b"").package(entry_id, entry_id - 1, 0, b"x")
 
 
+def add_entries(
+    bookie: Bookie, entry_ids: Iterable[int], answers: list[tuple[int, StatusCode]]
+) -> None:
+    """Adds the entries to ledger 3; each answer lands in ``answers`` as (entry id, status)."""
+    for entry_id in entry_ids:
+        bookie.add_entry(
+            3, entry_id, KEY, entry(entry_id), False, lambda s, e=entry_id: answers.append((e, s))
+        )
+
+
 def test_pending_adds_are_bounded_per_bookie(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(bookie: Bookie, gate: threading.Event) -> None:
         answers: list[tuple[int, StatusCode]] = []
-        for entry_id in range(5):
-            bookie.add_entry(
-                3,
-                entry_id,
-                KEY,
-                entry(entry_id),
-                False,
-                lambda s, e=entry_id: answers.append((e, s)),
-            )
+        add_entries(bookie, range(5), answers)
         await asyncio.sleep(0.1)
         assert answers == [(3, StatusCode.ETOOMANYREQUESTS), (4, StatusCode.ETOOMANYREQUESTS)]
         gate.set()
@@ -70,22 +73,14 @@ def test_a_full_write_cache_holds_adds_back_in_order_until_it_has_room(
             type(bookie.engine), "write_cache_full", property(lambda _engine: full[0])
         )
         answers: list[tuple[int, StatusCode]] = []
-        for entry_id in range(3):
-            bookie.add_entry(
-                3,
-                entry_id,
-                KEY,
-                entry(entry_id),
-                False,
-                lambda s, e=entry_id: answers.append((e, s)),
-            )
+        add_entries(bookie, range(3), answers)
         await asyncio.sleep(0.1)
         assert answers == [] and bookie.pending_adds == 0  # held, not refused
         full[0] = False  # a checkpoint freed room
         await settle(lambda: len(answers) == 3)
         assert answers == [(0, StatusCode.EOK), (1, StatusCode.EOK), (2, StatusCode.EOK)]
         full[0] = True
-        bookie.add_entry(3, 3, KEY, entry(3), False, lambda s: answers.append((3, s)))
+        add_entries(bookie, [3], answers)
         await settle(lambda: len(answers) == 4)  # the cache never drains: refused in the end
         assert answers[3] == (3, StatusCode.ETOOMANYREQUESTS)
 
