@@ -16,7 +16,13 @@ import pytest
 from bookkeeper_py import BookKeeper, DigestType
 from bookkeeper_py.client.facade import LedgerHandle
 from bookkeeper_py.server.limbo import LIMBO_FILE
-from bookkeeper_py.storage.journal import RecordType, journal_name, list_journal_ids, scan
+from bookkeeper_py.storage.journal import (
+    CorruptJournalError,
+    RecordType,
+    journal_name,
+    list_journal_ids,
+    scan,
+)
 from bookkeeper_py.testing import LocalCluster
 from bookkeeper_py.testing.local_cluster import BookieProcess
 from bookkeeper_py.testing.raw import recv_frame
@@ -72,13 +78,25 @@ def write_then_kill(
     for i in range(count):
         writer.add_entry(payload(i, 100))
     victim = cluster.bookies[victim_index]
+    # A bookie adds an entry to its ledger storage before its journal group is written, so a
+    # read that finds it does not yet mean the journal holds it: wait for the journal itself.
     wait_for(
-        lambda: read(victim.port, writer.ledger_id, count - 1)[0] == StatusCode.EOK,
+        lambda: journal_holds(victim.journal_directory, writer.ledger_id, count - 1),
         30,
-        "the last entry stored on the victim",
+        "the last entry in the victim's journal",
     )
     cluster.kill_bookie(victim_index)
     return writer, victim
+
+
+def journal_holds(directory: str, ledger_id: int, entry_id: int) -> bool:
+    """The newest journal file of ``directory`` has a complete group holding the entry."""
+    try:
+        return any(
+            (ledger_id, entry_id) in records for _, _, records in groups(last_journal(directory))
+        )
+    except (CorruptJournalError, IndexError):  # a group being written; no journal file yet
+        return False
 
 
 def holds_the_last_entries(records: list[tuple[int, int]], ledger_id: int, last: int) -> bool:
