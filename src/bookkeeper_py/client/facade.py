@@ -61,10 +61,14 @@ class _LoopThread:
                 self.loop.close()
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self.submit(coroutine).result(timeout)
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Starts ``coroutine`` on the loop; its future."""
         if self.stopped:
-            coroutine.close()  # never started: no "was never awaited" warning
+            coroutine.close()
             raise errors.ClientClosedError(CLOSED)
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         if self.stopped:

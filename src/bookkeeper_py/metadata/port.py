@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol, TypeVar, runtime_checkable
 
 from bookkeeper_py.core.metadata import LedgerMetadata
@@ -88,7 +88,65 @@ class MetadataPort(Protocol):
         ephemeral registrations are gone)."""
         ...
 
+    # Plain versioned nodes, for what is built above ledgers (logs, subscriptions): absolute
+    # paths; errors are the driver's (``NoNodeError``, ``NodeExistsError``, ``BadVersionError``,
+    # ``NotEmptyError``).
+
+    @property
+    def ledgers_root(self) -> str:
+        """The ledgers' root path (``/ledgers``); other trees are kept beside it."""
+        ...
+
+    async def get_node(self, path: str) -> tuple[bytes, int]:
+        """(data, version) of ``path``."""
+        ...
+
+    async def create_node(self, path: str, data: bytes) -> int:
+        """Creates ``path`` (and missing parents, empty); its version (0)."""
+        ...
+
+    async def set_node(self, path: str, data: bytes, version: int) -> int:
+        """Compare-and-swap: the new version."""
+        ...
+
+    async def delete_node(self, path: str, version: int = ANY_VERSION) -> None: ...
+
+    async def node_children(
+        self, path: str, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """Up to ``limit`` child names of ``path`` greater than ``after``, sorted."""
+        ...
+
     async def close(self) -> None: ...
+
+
+V = TypeVar("V")
+
+
+async def cas_update(
+    what: str,
+    read: Callable[[], Awaitable[tuple[V, int]]],
+    write: Callable[[V, int], Awaitable[int]],
+    needs_change: Callable[[V], bool],
+    transform: Callable[[V], V],
+) -> tuple[V, int]:
+    """The one compare-and-swap loop (BookKeeper's MetadataUpdateLoop): read, check, transform,
+    write at the version read; read again on a version conflict. The value as stored at the end
+    (unchanged when ``needs_change`` said no). ``MetadataVersionError`` after
+    ``MAX_UPDATE_ATTEMPTS`` conflicts in a row; ``transform`` may raise to give up."""
+    for _ in range(MAX_UPDATE_ATTEMPTS):
+        current, version = await read()
+        if not needs_change(current):
+            return current, version
+        updated = transform(current)
+        try:
+            return updated, await write(updated, version)
+        except BadVersionError:
+            log.debug("%s: changed under us, retrying the update", what)
+    raise MetadataVersionError(
+        f"{what}: gave up updating metadata after {MAX_UPDATE_ATTEMPTS} version conflicts in a "
+        "row (another process keeps changing it)"
+    )
 
 
 async def update_ledger_metadata(
@@ -97,21 +155,13 @@ async def update_ledger_metadata(
     needs_change: Callable[[LedgerMetadata], bool],
     transform: Callable[[LedgerMetadata], LedgerMetadata],
 ) -> tuple[LedgerMetadata, int]:
-    """BookKeeper's MetadataUpdateLoop: read, check, transform, compare-and-swap; read again on
-    a version conflict. The metadata as stored at the end (unchanged when ``needs_change`` said
-    no). ``MetadataVersionError`` after ``MAX_UPDATE_ATTEMPTS`` conflicts in a row."""
-    for _ in range(MAX_UPDATE_ATTEMPTS):
-        current, version = await port.read_ledger_metadata(ledger_id)
-        if not needs_change(current):
-            return current, version
-        updated = transform(current)
-        try:
-            return updated, await port.write_ledger_metadata(updated, version)
-        except BadVersionError:
-            log.debug("ledger %d: metadata changed under us, retrying the update", ledger_id)
-    raise MetadataVersionError(
-        f"ledger {ledger_id}: gave up updating metadata after {MAX_UPDATE_ATTEMPTS} version "
-        "conflicts"
+    """``cas_update`` of a ledger's metadata."""
+    return await cas_update(
+        f"ledger {ledger_id}",
+        lambda: port.read_ledger_metadata(ledger_id),
+        port.write_ledger_metadata,
+        needs_change,
+        transform,
     )
 
 
@@ -198,6 +248,28 @@ class ThreadedMetadata:
                 bookie_id, readonly=readonly, incarnation=incarnation
             )
         )
+
+    @property
+    def ledgers_root(self) -> str:
+        return self.client.root
+
+    async def get_node(self, path: str) -> tuple[bytes, int]:
+        return await self.call(self.client.store.get, path)
+
+    async def create_node(self, path: str, data: bytes) -> int:
+        await self.call(self.client.store.create, path, data)
+        return 0
+
+    async def set_node(self, path: str, data: bytes, version: int) -> int:
+        return await self.call(self.client.store.set, path, data, version)
+
+    async def delete_node(self, path: str, version: int = ANY_VERSION) -> None:
+        await self.call(self.client.store.delete, path, version)
+
+    async def node_children(
+        self, path: str, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        return await self.call(self.client.store.children_page, path, after, limit)
 
     def on_session_replaced(self, callback: Callable[[], None]) -> None:
         loop = asyncio.get_running_loop()

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
-from bookkeeper_py.metadata.driver import ANY_VERSION, BadVersionError
+from bookkeeper_py.metadata.driver import (
+    ANY_VERSION,
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    parent_of,
+)
 from bookkeeper_py.metadata.manager import BookieEndpoint, parse_bookie_id
 
 
@@ -63,6 +70,7 @@ class SimStore:
     writable: dict[str, BookieEndpoint] = field(default_factory=dict)
     readonly: dict[str, BookieEndpoint] = field(default_factory=dict)
     next_id: int = 1
+    nodes: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # plain versioned nodes
     writes: int = 0  # successful writes, of any kind
     failures: int = 0  # calls failed by the fault model
 
@@ -193,6 +201,73 @@ class SimMetadata:
 
     def on_session_replaced(self, callback: Callable[[], None]) -> None:
         self._session_listeners.append(callback)
+
+    @property
+    def ledgers_root(self) -> str:
+        return "/ledgers"
+
+    async def get_node(self, path: str) -> tuple[bytes, int]:
+        await self._round_trip("get")
+        try:
+            return self.store.nodes[path]
+        except KeyError:
+            raise NoNodeError(f"{path} does not exist") from None
+
+    async def create_node(self, path: str, data: bytes) -> int:
+        await self._round_trip("create")
+        nodes = self.store.nodes
+        if path in nodes:
+            raise NodeExistsError(f"{path} exists")
+        parent = parent_of(path)
+        while parent != "/" and parent not in nodes:
+            nodes[parent] = (b"", 0)
+            parent = parent_of(parent)
+        nodes[path] = (bytes(data), 0)
+        self.store.writes += 1
+        return 0
+
+    async def set_node(self, path: str, data: bytes, version: int) -> int:
+        await self._round_trip("set")
+        stored = self.store.nodes.get(path)
+        if stored is None:
+            raise NoNodeError(f"{path} does not exist")
+        if version not in (ANY_VERSION, stored[1]):
+            raise BadVersionError(f"{path}: version {version} is stale: {stored[1]}")
+        self.store.nodes[path] = (bytes(data), stored[1] + 1)
+        self.store.writes += 1
+        return stored[1] + 1
+
+    async def delete_node(self, path: str, version: int = ANY_VERSION) -> None:
+        await self._round_trip("delete")
+        nodes = self.store.nodes
+        stored = nodes.get(path)
+        if stored is None:
+            raise NoNodeError(f"{path} does not exist")
+        if version not in (ANY_VERSION, stored[1]):
+            raise BadVersionError(f"{path}: version {version} is stale: {stored[1]}")
+        if self._children(path):
+            raise NotEmptyError(f"{path} has children")
+        del nodes[path]
+        self.store.writes += 1
+
+    async def node_children(
+        self, path: str, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        await self._round_trip("children")
+        if path not in self.store.nodes:
+            raise NoNodeError(f"{path} does not exist")
+        names = self._children(path)
+        return [name for name in names if after is None or name > after][:limit]
+
+    def _children(self, path: str) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        return sorted(
+            {
+                p[len(prefix) :]
+                for p in self.store.nodes
+                if p.startswith(prefix) and "/" not in p[len(prefix) :]
+            }
+        )
 
     async def close(self) -> None:
         pass

@@ -1,0 +1,557 @@
+"""Namespaces of logs in the metadata store: create, list, describe and delete logs; their
+subscriptions; truncation and retention. Writers and readers are opened here too.
+
+Layout (``docs/formats/logs.md``): beside the ledgers' root (``/ledgers`` -> ``/ledgers-logs``,
+out of the way of Apache BookKeeper's ledger iteration), ``<logs>/<namespace>`` holds a namespace,
+``<logs>/<namespace>/<log>`` a log's ``LogMetadata`` and ``.../<log>/subscriptions/<name>`` its
+subscriptions. Every change of a log is a compare-and-swap of its value (``cas_update``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from bookkeeper_py import errors
+from bookkeeper_py.log.format import (
+    LogConfig,
+    LogExistsError,
+    LogMetadata,
+    LogNotFoundError,
+    Position,
+    Segment,
+    SegmentState,
+    Subscription,
+    check_name,
+    decode_entry,
+    decode_log,
+    decode_namespace,
+    decode_subscription,
+    encode_log,
+    encode_namespace,
+    encode_subscription,
+)
+from bookkeeper_py.metadata.driver import (
+    ANY_VERSION,
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+from bookkeeper_py.metadata.port import MetadataPort, cas_update
+
+if TYPE_CHECKING:
+    from bookkeeper_py.client.client import BookKeeper
+    from bookkeeper_py.client.ledger import ReadHandle
+    from bookkeeper_py.log.reader import LogReader, Start
+    from bookkeeper_py.log.writer import LogWriter
+
+log = logging.getLogger(__name__)
+
+LOG_LEDGER_PROPERTY = "bookkeeper-py.log"  # custom metadata of a log's ledgers: "<ns>/<log>"
+PAGE = 1000
+NOTHING_CONSUMED = Position(0, -1, -1)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """A subscription with its lag: records appended after its position."""
+
+    subscription: Subscription
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogDescription:
+    """What ``describe`` tells of a log."""
+
+    namespace: str
+    name: str
+    metadata: LogMetadata
+    version: int
+    next_sequence: int  # the log sequence number the next record will get (confirmed tail)
+    record_count: int  # records not truncated
+    byte_count: int  # bytes of the ledgers not truncated
+    subscriptions: tuple[SubscriptionInfo, ...]
+
+
+class LogNamespace:
+    """The logs of one namespace, through a client (``bookkeeper_py.aio.BookKeeper``).
+
+    ``password`` is the password of the logs' ledgers (BookKeeper's per-ledger password),
+    given to every writer and reader of this namespace object."""
+
+    def __init__(self, client: BookKeeper, name: str = "default", *, password: bytes = b"") -> None:
+        self.client = client
+        self.name = check_name("namespace", name)
+        self.password = password
+
+    # -- paths ----------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> MetadataPort:
+        return self.client.metadata_port
+
+    def _root(self) -> str:
+        return logs_root(self.port)
+
+    def _namespace_path(self) -> str:
+        return f"{self._root()}/{self.name}"
+
+    def _log_path(self, log_name: str) -> str:
+        return f"{self._namespace_path()}/{check_name('log', log_name)}"
+
+    def _subscriptions_path(self, log_name: str) -> str:
+        return f"{self._log_path(log_name)}/subscriptions"
+
+    def describe_path(self, log_name: str) -> str:
+        return self._log_path(log_name)
+
+    # -- namespaces -----------------------------------------------------------------------------
+
+    async def create(self, *, exist_ok: bool = True) -> None:
+        """Creates the namespace (``LogExistsError`` if it exists and not ``exist_ok``)."""
+        await self.client._ready()
+        try:
+            await self.port.create_node(self._namespace_path(), encode_namespace(now_ms()))
+        except NodeExistsError:
+            if not exist_ok:
+                raise LogExistsError(f"namespace {self.name!r} exists already") from None
+
+    async def exists(self) -> bool:
+        await self.client._ready()
+        try:
+            data, _ = await self.port.get_node(self._namespace_path())
+        except NoNodeError:
+            return False
+        decode_namespace(data, f"namespace {self.name!r}")
+        return True
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    async def create_log(self, log_name: str, config: LogConfig | None = None) -> LogMetadata:
+        """A new empty log (its namespace made if missing); ``LogExistsError`` if it exists."""
+        await self.create()
+        metadata = LogMetadata(config=config or LogConfig(), created_ms=now_ms())
+        try:
+            await self.port.create_node(self._log_path(log_name), encode_log(metadata))
+        except NodeExistsError:
+            raise LogExistsError(
+                f"log {log_name!r} exists already in namespace {self.name!r}"
+            ) from None
+        return metadata
+
+    async def list_logs(self, after: str | None = None, limit: int = PAGE) -> list[str]:
+        """Up to ``limit`` log names after ``after``, sorted (page through with the last)."""
+        await self.client._ready()
+        try:
+            return await self.port.node_children(self._namespace_path(), after, limit)
+        except NoNodeError:
+            raise LogNotFoundError(
+                f"no namespace {self.name!r}: create a log in it first"
+            ) from None
+
+    async def read_log(self, log_name: str) -> tuple[LogMetadata, int]:
+        """(metadata, version) of a log; ``LogNotFoundError`` if there is none."""
+        await self.client._ready()
+        path = self._log_path(log_name)
+        try:
+            data, version = await self.port.get_node(path)
+        except NoNodeError:
+            raise LogNotFoundError(
+                f"no log {log_name!r} in namespace {self.name!r}: create it first "
+                "(`bookkeeper log create`)"
+            ) from None
+        metadata = decode_log(data, f"log {self.name}/{log_name}")
+        if metadata.deleting:
+            raise LogNotFoundError(f"log {self.name}/{log_name} is being deleted")
+        return metadata, version
+
+    async def update_log(
+        self,
+        log_name: str,
+        needs_change: Callable[[LogMetadata], bool],
+        transform: Callable[[LogMetadata], LogMetadata],
+    ) -> tuple[LogMetadata, int]:
+        """A compare-and-swap change of a log's value (retried on conflicts)."""
+        path = self._log_path(log_name)
+
+        async def write(metadata: LogMetadata, version: int) -> int:
+            try:
+                return await self.port.set_node(path, encode_log(metadata), version)
+            except NoNodeError:
+                raise LogNotFoundError(f"log {self.name}/{log_name} was deleted") from None
+
+        return await cas_update(
+            f"log {self.name}/{log_name}",
+            lambda: self.read_log(log_name),
+            write,
+            needs_change,
+            transform,
+        )
+
+    async def write_log(self, log_name: str, metadata: LogMetadata, version: int) -> int:
+        """One compare-and-swap: the new version; ``BadVersionError`` when it changed."""
+        return await self.port.set_node(self._log_path(log_name), encode_log(metadata), version)
+
+    async def delete_log(self, log_name: str) -> None:
+        """Deletes a log: its ledgers, its subscriptions and its node. Writers are fenced off
+        first (the log is marked deleted); a delete cut short is finished by running it again."""
+        await self.client._ready()
+        path = self._log_path(log_name)
+        try:
+            data, version = await self.port.get_node(path)
+        except NoNodeError:
+            raise LogNotFoundError(f"no log {log_name!r} in namespace {self.name!r}") from None
+        metadata = decode_log(data, f"log {self.name}/{log_name}")
+        while not metadata.deleting:
+            try:
+                version = await self.port.set_node(
+                    path, encode_log(replace(metadata, deleting=True)), version
+                )
+                break
+            except BadVersionError:
+                data, version = await self.port.get_node(path)
+                metadata = decode_log(data, f"log {self.name}/{log_name}")
+        for segment in metadata.segments:
+            await self._delete_ledger(segment.ledger_id)
+        subscriptions = self._subscriptions_path(log_name)
+        for name in await self._all_children(subscriptions):
+            await self._delete_quietly(f"{subscriptions}/{name}")
+        await self._delete_quietly(subscriptions)
+        await self._delete_quietly(path)
+
+    async def _all_children(self, path: str) -> list[str]:
+        names: list[str] = []
+        after = None
+        while True:
+            try:
+                page = await self.port.node_children(path, after, PAGE)
+            except NoNodeError:
+                return names
+            names += page
+            if len(page) < PAGE:
+                return names
+            after = page[-1]
+
+    async def _delete_quietly(self, path: str) -> None:
+        try:
+            await self.port.delete_node(path, ANY_VERSION)
+        except NoNodeError:
+            pass
+
+    async def _delete_ledger(self, ledger_id: int) -> None:
+        try:
+            await self.client.delete_ledger(ledger_id)
+        except errors.NoSuchLedgerError:
+            pass
+
+    async def delete(self) -> None:
+        """Deletes the namespace; it must hold no logs."""
+        await self.client._ready()
+        try:
+            await self.port.delete_node(self._namespace_path(), ANY_VERSION)
+        except NoNodeError:
+            raise LogNotFoundError(f"no namespace {self.name!r}") from None
+        except NotEmptyError:
+            raise errors.IncorrectParameterError(
+                f"namespace {self.name!r} still holds logs: delete them first"
+            ) from None
+
+    # -- writers and readers --------------------------------------------------------------------
+
+    async def open_writer(self, log_name: str, **options: object) -> LogWriter:
+        """Takes the log over as its writer (``LogWriter.open``'s options)."""
+        from bookkeeper_py.log.writer import LogWriter
+
+        return await LogWriter.open(self, log_name, **options)  # type: ignore[arg-type]
+
+    async def open_reader(
+        self, log_name: str, start: Start = "earliest", **options: object
+    ) -> LogReader:
+        """A reader from ``start`` (``LogReader.open``'s options)."""
+        from bookkeeper_py.log.reader import LogReader
+
+        return await LogReader.open(self, log_name, start, **options)  # type: ignore[arg-type]
+
+    async def open_ledger(self, ledger_id: int, *, recover: bool) -> ReadHandle:
+        if recover:
+            return await self.client.open_ledger(ledger_id, self.password)
+        return await self.client.open_ledger_no_recovery(ledger_id, self.password)
+
+    # -- the tail -------------------------------------------------------------------------------
+
+    async def next_sequence(self, log_name: str, metadata: LogMetadata | None = None) -> int:
+        """The log sequence number the next record will get, as far as readers can tell (the
+        open segment's last confirmed entry)."""
+        if metadata is None:
+            metadata, _ = await self.read_log(log_name)
+        known = metadata.base_sequence
+        for segment in metadata.segments:
+            if not segment.is_open:
+                known = max(known, segment.end_sequence)
+                continue
+            try:
+                handle = await self.open_ledger(segment.ledger_id, recover=False)
+            except errors.NoSuchLedgerError:
+                continue
+            try:
+                lac = handle.last_add_confirmed
+                if lac >= 0:
+                    entry = decode_entry((await handle.read_entry(lac)).data)
+                    known = max(known, entry.first_sequence + len(entry.payloads))
+            finally:
+                await handle.close()
+        return known
+
+    async def describe(self, log_name: str) -> LogDescription:
+        metadata, version = await self.read_log(log_name)
+        next_sequence = await self.next_sequence(log_name, metadata)
+        live = metadata.live_segments
+        first = next((s.start_sequence for s in live if s.start_sequence >= 0), next_sequence)
+        if live and (live[0].min_entry > 0 or live[0].min_slot > 0):
+            first = await self._sequence_at(live[0], live[0].first_position, first)
+        subscriptions = tuple(
+            SubscriptionInfo(s, max(0, next_sequence - s.sequence - 1))
+            for s in await self.list_subscriptions(log_name)
+        )
+        return LogDescription(
+            self.name,
+            log_name,
+            metadata,
+            version,
+            next_sequence,
+            max(0, next_sequence - first),
+            sum(s.byte_count for s in live if not s.is_open),
+            subscriptions,
+        )
+
+    async def _sequence_at(self, segment: Segment, position: Position, default: int) -> int:
+        """The log sequence number of the record at ``position`` (of a segment)."""
+        try:
+            handle = await self.open_ledger(segment.ledger_id, recover=False)
+        except errors.NoSuchLedgerError:
+            return default
+        try:
+            if position.entry_id > handle.last_add_confirmed:
+                return default
+            entry = decode_entry((await handle.read_entry(position.entry_id)).data)
+            return entry.first_sequence + position.slot
+        finally:
+            await handle.close()
+
+    # -- subscriptions --------------------------------------------------------------------------
+
+    async def list_subscriptions(self, log_name: str) -> list[Subscription]:
+        path = self._subscriptions_path(log_name)
+        found = []
+        for name in await self._all_children(path):
+            try:
+                data, _ = await self.port.get_node(f"{path}/{name}")
+            except NoNodeError:
+                continue
+            found.append(decode_subscription(name, data))
+        return found
+
+    async def subscriptions(self, log_name: str) -> list[SubscriptionInfo]:
+        """Every subscription of a log, with its lag in records."""
+        return list((await self.describe(log_name)).subscriptions)
+
+    async def get_subscription(self, log_name: str, name: str) -> Subscription | None:
+        path = f"{self._subscriptions_path(log_name)}/{check_name('subscription', name)}"
+        try:
+            data, _ = await self.port.get_node(path)
+        except NoNodeError:
+            return None
+        return decode_subscription(name, data)
+
+    async def subscribe(self, log_name: str, name: str, *, at_latest: bool = False) -> Subscription:
+        """Creates a subscription (or returns the one that exists): from the earliest record,
+        or, with ``at_latest``, from the next record appended."""
+        check_name("subscription", name)
+        existing = await self.get_subscription(log_name, name)
+        if existing is not None:
+            return existing
+        await self.read_log(log_name)  # the log exists
+        position, sequence = NOTHING_CONSUMED, -1
+        if at_latest:
+            from bookkeeper_py.log.reader import LogReader
+
+            reader = await LogReader.open(self, log_name, "latest")
+            try:
+                position, sequence = reader.last_position, reader.next_sequence - 1
+            finally:
+                await reader.close()
+        subscription = Subscription(name, position, sequence, now_ms())
+        try:
+            await self.port.create_node(
+                f"{self._subscriptions_path(log_name)}/{name}", encode_subscription(subscription)
+            )
+        except NodeExistsError:
+            found = await self.get_subscription(log_name, name)
+            assert found is not None
+            return found
+        return subscription
+
+    async def commit(self, log_name: str, name: str, position: Position, sequence: int) -> None:
+        """Moves a subscription to ``position`` (the last record its consumer is done with);
+        a position behind the stored one is ignored (positions only move forward)."""
+        path = f"{self._subscriptions_path(log_name)}/{check_name('subscription', name)}"
+
+        async def read() -> tuple[Subscription, int]:
+            try:
+                data, version = await self.port.get_node(path)
+            except NoNodeError:
+                raise LogNotFoundError(
+                    f"no subscription {name!r} on log {self.name}/{log_name}"
+                ) from None
+            return decode_subscription(name, data), version
+
+        async def write(subscription: Subscription, version: int) -> int:
+            return await self.port.set_node(path, encode_subscription(subscription), version)
+
+        await cas_update(
+            f"subscription {name!r}",
+            read,
+            write,
+            lambda current: position > current.position,
+            lambda current: Subscription(name, position, sequence, now_ms()),
+        )
+
+    async def delete_subscription(self, log_name: str, name: str) -> None:
+        path = f"{self._subscriptions_path(log_name)}/{check_name('subscription', name)}"
+        try:
+            await self.port.delete_node(path)
+        except NoNodeError:
+            raise LogNotFoundError(
+                f"no subscription {name!r} on log {self.name}/{log_name}"
+            ) from None
+
+    # -- truncation and retention ---------------------------------------------------------------
+
+    async def truncate(self, log_name: str, before: Position, *, force: bool = False) -> int:
+        """Deletes every record before ``before``: whole ledgers are deleted, the segment that
+        holds ``before`` is marked. Refused past a subscription's position unless ``force``.
+        Returns the number of ledgers deleted."""
+        if not force:
+            for subscription in await self.list_subscriptions(log_name):
+                after = subscription.position
+                needed = Position(after.ledger_id, after.entry_id, after.slot + 1)
+                if before > needed:
+                    raise errors.IncorrectParameterError(
+                        f"truncating log {self.name}/{log_name} before {before} would delete "
+                        f"records subscription {subscription.name!r} has not consumed (it is at "
+                        f"{after}): move it on, delete it, or force"
+                    )
+
+        def cut(metadata: LogMetadata) -> LogMetadata:
+            segments = []
+            for segment in metadata.segments:
+                if segment.state == SegmentState.CLOSED and (
+                    segment.ledger_id < before.ledger_id
+                    or (segment.last_position is not None and segment.last_position < before)
+                    or (segment.last_position is None and segment.ledger_id < before.ledger_id)
+                ):
+                    segment = replace(segment, state=SegmentState.TRUNCATED)
+                elif segment.ledger_id == before.ledger_id and before > segment.first_position:
+                    segment = replace(segment, min_entry=before.entry_id, min_slot=before.slot)
+                segments.append(segment)
+            return replace(metadata, segments=tuple(segments))
+
+        metadata, _ = await self.update_log(log_name, lambda current: cut(current) != current, cut)
+        return await self._delete_truncated(log_name, metadata)
+
+    async def _delete_truncated(self, log_name: str, metadata: LogMetadata) -> int:
+        """Deletes the ledgers of truncated segments, then drops them from the list (a delete
+        cut short is finished by the next truncation)."""
+        gone = [s for s in metadata.segments if s.state == SegmentState.TRUNCATED]
+        for segment in gone:
+            await self._delete_ledger(segment.ledger_id)
+        if gone:
+            deleted = {s.sequence for s in gone}
+
+            def drop(current: LogMetadata) -> LogMetadata:
+                return current.without_segments(deleted)
+
+            await self.update_log(
+                log_name, lambda current: any(s.sequence in deleted for s in current.segments), drop
+            )
+        return len(gone)
+
+    async def apply_retention(
+        self, log_name: str, *, now: int | None = None, force: bool = False
+    ) -> int:
+        """Truncates what the log's retention policy no longer keeps (closed segments older
+        than ``retention_age_ms``, the oldest while the log is over ``retention_bytes``),
+        never past the slowest subscription unless ``force``. The number of ledgers deleted."""
+        metadata, _ = await self.read_log(log_name)
+        config = metadata.config
+        now = now_ms() if now is None else now
+        live = [s for s in metadata.live_segments]
+        closed = [s for s in live if not s.is_open]
+        expired = set()
+        if config.retention_age_ms:
+            expired |= {
+                s.sequence
+                for s in closed
+                if (s.last_timestamp if s.last_timestamp >= 0 else s.closed_ms)
+                < now - config.retention_age_ms
+            }
+        if config.retention_bytes:
+            total = sum(s.byte_count for s in live)
+            for segment in closed:
+                if total <= config.retention_bytes:
+                    break
+                expired.add(segment.sequence)
+                total -= segment.byte_count
+        # only a prefix of the list can go
+        cut_at = 0
+        while cut_at < len(live) and live[cut_at].sequence in expired:
+            cut_at += 1
+        if cut_at == 0:
+            return (
+                await self._delete_truncated(log_name, metadata)
+                if any(s.state == SegmentState.TRUNCATED for s in metadata.segments)
+                else 0
+            )
+        if not force:
+            slowest = min(
+                (s.position for s in await self.list_subscriptions(log_name)), default=None
+            )
+            if slowest is not None:
+                while (
+                    cut_at > 0
+                    and live[cut_at - 1].ledger_id >= slowest.ledger_id
+                    and (
+                        live[cut_at - 1].last_position is None
+                        or live[cut_at - 1].last_position > slowest  # type: ignore[operator]
+                    )
+                ):
+                    cut_at -= 1
+        if cut_at == 0:
+            return 0
+        boundary = live[cut_at].first_position if cut_at < len(live) else None
+        if boundary is None:
+            last = live[cut_at - 1]
+            boundary = Position(last.ledger_id + 1, 0, 0)
+        return await self.truncate(log_name, boundary, force=True)
+
+
+def logs_root(port: MetadataPort) -> str:
+    """Where the logs' tree is: beside the ledgers' root."""
+    return port.ledgers_root.rstrip("/") + "-logs"
+
+
+async def list_namespaces(client: BookKeeper) -> list[str]:
+    await client._ready()
+    try:
+        return await client.metadata_port.node_children(logs_root(client.metadata_port))
+    except NoNodeError:
+        return []
