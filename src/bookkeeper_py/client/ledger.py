@@ -391,10 +391,18 @@ class ReadHandle:
         return self.metadata
 
     async def follow(
-        self, start: int = 0, *, timeout_ms: int = 10_000, batch: int = READ_WINDOW
+        self,
+        start: int = 0,
+        *,
+        timeout_ms: int = 10_000,
+        batch: int = READ_WINDOW,
+        parallel: bool = False,
     ) -> AsyncGenerator[LedgerEntry, None]:
         """Every entry from ``start`` on as it is confirmed, following a live writer with long
-        polls; ends after the last entry once the ledger is closed. Never fences."""
+        polls; ends after the last entry once the ledger is closed. Never fences. ``parallel``
+        long-polls the whole write set of the next entry: with E > Qw the LAC that confirms an
+        entry travels on the next one, which only part of that write set stores, so one
+        replica alone may wait out the whole poll while the writer is idle."""
         tail = Tail(start, batch)
         while True:
             self._check_open()
@@ -415,7 +423,9 @@ class ReadHandle:
                     yield confirmed
                 tail.delivered(step.last)
                 continue
-            lac, entry = await self.read_last_add_confirmed_and_entry(step.entry_id, timeout_ms)
+            lac, entry = await self.read_last_add_confirmed_and_entry(
+                step.entry_id, timeout_ms, parallel
+            )
             if entry is not None:
                 yield entry
             if tail.polled(lac, entry is not None) is not None:

@@ -72,6 +72,9 @@ class LogNamespace:
     def subscriptions(self, log_name: str) -> list[aio_namespace.SubscriptionInfo]:
         return self._run(self._namespace.subscriptions(log_name))  # type: ignore[no-any-return]
 
+    def commit(self, log_name: str, name: str, position: Position, sequence: int) -> None:
+        self._run(self._namespace.commit(log_name, name, position, sequence))
+
     def delete_subscription(self, log_name: str, name: str) -> None:
         self._run(self._namespace.delete_subscription(log_name, name))
 
@@ -118,6 +121,8 @@ class LogWriter:
         self, data: bytes, *, txid: int | None = None, sequence: int | None = None
     ) -> concurrent.futures.Future[Position]:
         """Appends a record; the future gives its position once acknowledged (in order)."""
+        if len(data) > self._writer.max_record_bytes:  # at once, not after later records
+            self._writer.refuse_size(len(data))
         future: concurrent.futures.Future[Position] = concurrent.futures.Future()
         with self._lock:
             self._queue.append((bytes(data), txid, sequence, future))
@@ -227,8 +232,9 @@ class LogReader:
                 return
             yield from records
 
-    def commit(self) -> None:
-        self._runner.run(self._reader.commit())
+    def commit(self, record: LogRecord | None = None) -> None:
+        """See ``bookkeeper_py.log.LogReader.commit``."""
+        self._runner.run(self._reader.commit(record))
 
     def close(self) -> None:
         if self._waiting is not None:

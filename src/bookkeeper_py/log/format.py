@@ -180,7 +180,7 @@ class Segment:
     last_slot: int = -1
     start_sequence: int = -1  # the log sequence number of its first record
     record_count: int = 0
-    byte_count: int = 0  # record bytes (payloads)
+    byte_count: int = 0  # bytes of its ledger (entries with their headers): what retention counts
     first_txid: int = -1
     last_txid: int = -1
     first_timestamp: int = -1

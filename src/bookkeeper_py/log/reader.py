@@ -191,7 +191,7 @@ class LogReader:
                     return []
                 continue
             records = decoded.records(ledger_id, entry_id, slot)
-            if self.end is not None and records[-1].position > self.end:
+            if self.end is not None and records[-1].position >= self.end:
                 records = [r for r in records if r.position <= self.end]
                 self._ended = True
             return records
@@ -207,23 +207,28 @@ class LogReader:
             for record in records:
                 yield record
 
-    async def commit(self) -> None:
-        """Stores the position of the last record delivered in the reader's subscription."""
+    async def commit(self, record: LogRecord | None = None) -> None:
+        """Stores in the reader's subscription that its consumer is done with ``record`` (by
+        default the last record delivered) and every record before it."""
         if self.subscription is None:
             raise errors.IncorrectParameterError(
                 "this reader has no subscription: open it with subscription=NAME to commit"
             )
-        if self.last_position.entry_id < 0:
+        if record is not None:
+            position, sequence = record.position, record.sequence
+        else:
+            position, sequence = self.last_position, self.next_sequence - 1
+        if position.entry_id < 0:
             return
-        await self.namespace.commit(
-            self.log_name, self.subscription, self.last_position, self.next_sequence - 1
-        )
+        await self.namespace.commit(self.log_name, self.subscription, position, sequence)
 
     async def close(self) -> None:
         self._closed = True
-        if self._source is not None:
-            await self._source.aclose()
-            self._source = None
+        source, self._source = self._source, None
+        # A read cancelled by the caller may still be unwinding inside the generator: it ends
+        # the generator itself on its way out.
+        if source is not None and not getattr(source, "ag_running", False):
+            await source.aclose()
 
     async def __aenter__(self) -> LogReader:
         return self
@@ -331,7 +336,7 @@ class LogReader:
                         decode_entry(entry.data, f"{where} entry {entry.entry_id}"),
                     )
             return
-        entries = handle.follow(self._cursor.entry, timeout_ms=self.poll_timeout_ms)
+        entries = handle.follow(self._cursor.entry, timeout_ms=self.poll_timeout_ms, parallel=True)
         try:
             async for entry in entries:
                 yield entry.entry_id, decode_entry(entry.data, f"{where} entry {entry.entry_id}")
@@ -377,7 +382,9 @@ async def _latest(namespace: LogNamespace, metadata: LogMetadata) -> tuple[_Curs
     segments = metadata.live_segments
     if not segments:
         return _Cursor(metadata.next_segment, 0, 0), Position(0, -1, -1), metadata.base_sequence
-    last = segments[-1]
+    # While the writer rolls, it still appends to the older of two open segments: the tail is
+    # in the first open one.
+    last = next((s for s in segments if s.is_open), segments[-1])
     if not last.is_open:
         position = last.last_position or Position(last.ledger_id, -1, -1)
         return _Cursor(last.sequence + 1, 0, 0), position, last.end_sequence

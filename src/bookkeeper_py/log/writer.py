@@ -192,6 +192,7 @@ class LogWriter:
         self._closing: list[_Open] = []
         self._error: BaseException | None = None
         self._closed = False
+        self._ending = False  # close or end of stream under way: no roll starts any more
         self.rolls = 0
 
     # -- opening ---------------------------------------------------------------------------------
@@ -314,10 +315,7 @@ class LogWriter:
             raise errors.LedgerClosedError(f"this writer of log {self._where()} is closed")
         size = len(data)
         if size > self.max_record_bytes:
-            raise RecordTooLargeError(
-                f"a record of {size} bytes does not fit in an entry of log {self._where()} "
-                f"(at most {self.max_record_bytes} bytes; raise the log's max_entry_bytes)"
-            )
+            self.refuse_size(size)
         if self.writer_id:
             if sequence is None:
                 sequence = self.last_writer_sequence + 1
@@ -357,6 +355,13 @@ class LogWriter:
         if batch.bytes >= self.batch_bytes:
             self._flush()
         return PendingAppend(batch, slot)
+
+    def refuse_size(self, size: int) -> None:
+        """Raises ``RecordTooLargeError`` for a record of ``size`` bytes."""
+        raise RecordTooLargeError(
+            f"a record of {size} bytes does not fit in an entry of log {self._where()} "
+            f"(at most {self.max_record_bytes} bytes; raise the log's max_entry_bytes)"
+        )
 
     async def write(
         self, data: bytes, *, txid: int | None = None, sequence: int | None = None
@@ -426,7 +431,7 @@ class LogWriter:
             self._keepalive = None
         current = self._current
         current.entry_bytes += len(entry)
-        if self._rolling is None and self._roll_due(current):
+        if self._rolling is None and not self._ending and self._roll_due(current):
             self._rolling = asyncio.ensure_future(self._roll())
 
     def _send(self, batch: _Batch, entry: bytes, segment: _Open | None = None) -> None:
@@ -704,6 +709,7 @@ class LogWriter:
     async def _end(self, flags: int) -> None:
         if self._closed:
             return
+        self._ending = True
         self._flush()
         if self._rolling is not None:
             await asyncio.gather(self._rolling, return_exceptions=True)
