@@ -6,8 +6,10 @@
     bookkeeper shell initnewcluster|metaformat|nukeexistingcluster|whatisinstanceid ...
     bookkeeper shell cookie_get|cookie_create|cookie_update|cookie_delete BOOKIE_ID ...
     bookkeeper bench writes|reads [--local N | --metadata-uri URI] ...
+    bookkeeper log create|list|describe|append|read|tail|truncate|delete|subscriptions ...
 
-The metadata URI of shell commands comes from ``--metadata-uri`` or $BOOKKEEPER_METADATA_URI.
+The metadata URI of shell and log commands comes from ``--metadata-uri`` or
+$BOOKKEEPER_METADATA_URI.
 
 Errors are one line on stderr, ``error: <what happened>; <what to do>``, and exit status 1
 (usage errors: 2; Ctrl-C: 130); ``--verbose`` adds tracebacks and the logging of the libraries
@@ -26,7 +28,7 @@ import threading
 import traceback
 from typing import NoReturn
 
-from bookkeeper_py.admin import CommandError
+from bookkeeper_py.admin import CommandError, log_commands
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper_py.errors import BKError
@@ -296,6 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_module.add_arguments(bench)
     bench.set_defaults(run=bench_module.run)
+
+    logs = commands.add_parser(
+        "log",
+        help="logs built from ledgers: create, append, read, tail, truncate... (bookkeeper_py.log)",
+        description=log_commands.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    log_commands.add_commands(logs, _metadata_uri)
 
     shell = commands.add_parser("shell", help="admin and test commands")
     shell_commands = shell.add_subparsers(dest="shell_command", required=True)
