@@ -99,3 +99,38 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["entries"] > 0 and report["failures"] == 0
     assert {"p50_ms", "p99_ms", "p99.9_ms", "max_ms"} <= set(report["latency"])
+
+
+LOG_BENCH_FIGURES = {
+    "append": ["records_per_s", "mb_per_s", "client_cpu_us_per_record", "rolls"],
+    "tail": ["p50_ms", "p99_ms", "p99.9_ms", "max_ms", "appended_per_s", "kept_rate"],
+    "catchup": ["records_per_s", "client_cpu_us_per_record", "bookies_cpu_us_per_record"],
+    "recovery": ["seconds", "open_segments_before", "recovered_segments"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "options"),
+    [
+        ("append", ["--seconds", "0.3", "--sizes", "100,1024"]),
+        ("tail", ["--rate", "2000", "--warmup", "0.2", "--tail-seconds", "0.5"]),
+        ("catchup", ["--records", "5000"]),
+        ("recovery", ["--segment-records", "500"]),
+    ],
+)
+def test_log_benchmark_runs(mode: str, options: list[str]) -> None:
+    import json
+
+    out = run("log_bench.py", mode, "--runs", "1", "--json", *options)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["mode"] == mode and len(report["targets"]) >= 1
+    medians = report["median"]
+    for figures in medians.values() if mode == "append" else [medians]:
+        assert set(LOG_BENCH_FIGURES[mode]) <= set(figures)
+    if mode == "append":
+        assert set(medians) == {"100", "1024"} and medians["100"]["records"] > 0
+    if mode == "tail":
+        assert medians["measured_records"] > 0 and medians["gaps"] == 0
+    if mode == "recovery":
+        assert medians["open_segments_before"] == 2 == medians["recovered_segments"]
