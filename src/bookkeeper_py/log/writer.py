@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OPEN_ATTEMPTS = 10  # list conflicts before a writer gives up opening
+ROLL_RETRY_S = 1.0  # after a roll that failed before changing anything
+CLOSE_ATTEMPTS = 30  # recording a segment closed, while the metadata store fails
+CLOSE_RETRY_S = (0.05, 2.0)
 HIGH_WATER_BYTES = 32 * 1024 * 1024  # ``drain`` waits while more than this is unacknowledged
 
 
@@ -189,6 +192,10 @@ class LogWriter:
         self._keepalive: asyncio.TimerHandle | None = None
         self._keepalive_due = False
         self._rolling: asyncio.Task[None] | None = None
+        self._roll_from = 0  # the segment a roll under way started from
+        self._roll_after = 0.0  # loop time before which no roll starts (after a failed one)
+        # entries flushed while a roll waits for the old segment: sent to the new one after
+        self._held: list[tuple[_Batch, bytes]] | None = None
         self._closing: list[_Open] = []
         self._error: BaseException | None = None
         self._closed = False
@@ -383,8 +390,8 @@ class LogWriter:
         """Sends what is batched and waits until every record appended so far is acknowledged;
         the last record's position (None when nothing was appended)."""
         self._flush()
-        if self._in_flight:
-            last = self._in_flight[-1]
+        last = self._held[-1][0] if self._held else self._in_flight[-1] if self._in_flight else None
+        if last is not None:
             await asyncio.shield(last.future)
         if self._error is not None:
             raise self._error
@@ -431,10 +438,19 @@ class LogWriter:
             self._keepalive = None
         current = self._current
         current.entry_bytes += len(entry)
-        if self._rolling is None and not self._ending and self._roll_due(current):
+        if (
+            self._rolling is None
+            and not self._ending
+            and self._roll_due(current)
+            and self._loop.time() >= self._roll_after
+        ):
+            self._roll_from = current.segment.sequence
             self._rolling = asyncio.ensure_future(self._roll())
 
     def _send(self, batch: _Batch, entry: bytes, segment: _Open | None = None) -> None:
+        if segment is None and self._held is not None:
+            self._held.append((batch, entry))
+            return
         current = segment or self._current
         batch.segment = current
         try:
@@ -539,7 +555,7 @@ class LogWriter:
             self._batch.future.set_exception(error)
             self._batch.future.exception()
         self._batch = _Batch(self._loop, self._next_sequence)
-        for batch in self._in_flight:
+        for batch in [*self._in_flight, *(b for b, _ in self._held or ())]:
             if not batch.future.done():
                 batch.future.set_exception(error)
                 batch.future.exception()
@@ -562,6 +578,14 @@ class LogWriter:
     async def _roll(self) -> None:
         try:
             await self._roll_once()
+        except (errors.MetadataUnavailableError, errors.NotEnoughBookiesError) as error:
+            if self._current.segment.sequence == self._roll_from:
+                # Nothing changed (no new segment yet): writing goes on in this one, and the
+                # roll is tried again a while later.
+                log.warning("log %s: roll failed, tried again later: %s", self._where(), error)
+                self._roll_after = self._loop.time() + ROLL_RETRY_S
+            else:
+                self._fail(error)
         except BaseException as error:  # the writer fails with it
             if not isinstance(error, asyncio.CancelledError):
                 log.warning("log %s: roll failed: %s", self._where(), error)
@@ -610,40 +634,79 @@ class LogWriter:
             raise
         if self._error is not None or self._closed:
             return
-        # Switch: what is flushed from now on goes to the new segment.
+        # Switch. The last batch goes to the old segment; what is flushed from now on is held
+        # until every entry of the old segment is acknowledged, and only then sent to the new
+        # one: an entry of the old segment that fails fails the writer before anything of the
+        # new one is sent, so the log never holds a later record without an earlier one.
         self._flush()
-        current = _Open(added[0], handle, self._next_sequence, created_ms=added[0].created_ms)
-        self._current = current
+        self._held = []
+        self._current = _Open(added[0], handle, self._next_sequence, created_ms=added[0].created_ms)
         self._closing.append(old)
         self.rolls += 1
-        await self._close_segment(old, EntryFlags.END_OF_SEGMENT)
+        try:
+            await self._settled(old)
+            # The marker ends the old segment for tailing readers; it goes before the held
+            # entries of the new one in the order acknowledgements complete.
+            self._send_to(old, encode_control(EntryFlags.END_OF_SEGMENT, self._segment_end(old)))
+        finally:
+            held, self._held = self._held, None
+            if self._error is None:
+                for batch, entry in held:
+                    self._send(batch, entry)
+        await self._close_segment(old, 0, marked=True)
         self._closing.remove(old)
         await self._retention()
 
-    async def _close_segment(self, old: _Open, flags: int) -> None:
+    async def _close_segment(self, old: _Open, flags: int, *, marked: bool = False) -> None:
         """Ends a segment that receives no more appends: a control entry marks its end for
-        tailing readers (a second one makes the first confirmed), its ledger is closed once
-        everything sent to it is acknowledged, and the list records it as closed."""
-        if flags:
-            # The marker, then (once it is acknowledged, so that the LAC this entry carries
-            # covers it) a second control entry: readers see the marker as confirmed.
+        tailing readers (unless ``marked`` already) and, once it is acknowledged, a second one
+        makes it confirmed (the LAC an entry carries covers the entries acknowledged before
+        it); the ledger is closed and the list records the segment as closed. A metadata store
+        that fails on the way is asked again (the writer goes on in its new segment)."""
+        if not marked:
             self._send_to(old, encode_control(flags, self._segment_end(old)))
-            await self._settled(old)
-            self._send_to(old, encode_control(0, self._segment_end(old)))
         await self._settled(old)
-        old_handle = old.handle
-        await old_handle.close()
-        closed = old.closed_segment()
+        self._send_to(old, encode_control(0, self._segment_end(old)))
+        await self._settled(old)
+        handle: ReadHandle = old.handle
+        pause = CLOSE_RETRY_S[0]
+        for attempt in range(CLOSE_ATTEMPTS):
+            try:
+                if attempt == 0:
+                    await old.handle.close()
+                elif not handle.is_closed:
+                    # its close did not reach the store: recovery closes it at the same entry
+                    # (every entry of it was acknowledged)
+                    handle = await self.namespace.open_ledger(old.handle.ledger_id, recover=True)
+                closed = replace(old.closed_segment(), byte_count=handle.length)
 
-        def close(metadata: LogMetadata) -> LogMetadata:
-            return metadata.replace_segment(closed).with_writer_sequence(
-                closed.writer_id, closed.last_writer_sequence
-            )
+                def close(metadata: LogMetadata, closed: Segment = closed) -> LogMetadata:
+                    return metadata.replace_segment(closed).with_writer_sequence(
+                        closed.writer_id, closed.last_writer_sequence
+                    )
 
-        self.metadata, self.version = await self.namespace.update_log(
-            self.log_name,
-            lambda metadata: (metadata.segment(closed.sequence) or closed).is_open,
-            close,
+                self.metadata, self.version = await self.namespace.update_log(
+                    self.log_name,
+                    lambda metadata, closed=closed: (
+                        (  # type: ignore[misc]
+                            metadata.segment(closed.sequence) or closed
+                        ).is_open
+                    ),
+                    close,
+                )
+                return
+            except (errors.MetadataUnavailableError, errors.MetadataVersionError) as error:
+                log.info(
+                    "log %s: closing segment %d: %s; again",
+                    self._where(),
+                    old.segment.sequence,
+                    error,
+                )
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, CLOSE_RETRY_S[1])
+        raise errors.MetadataUnavailableError(
+            f"log {self._where()}: could not record segment {old.segment.sequence} as closed "
+            f"after {CLOSE_ATTEMPTS} attempts: the metadata store keeps failing"
         )
 
     async def _settled(self, segment: _Open) -> None:
@@ -689,6 +752,7 @@ class LogWriter:
     async def roll(self) -> None:
         """Rolls to a new segment now (as the roll policy does by itself)."""
         if self._rolling is None:
+            self._roll_from = self._current.segment.sequence
             self._rolling = asyncio.ensure_future(self._roll())
         await asyncio.shield(self._rolling)
         if self._error is not None:
@@ -720,12 +784,35 @@ class LogWriter:
         try:
             if self._error is not None:
                 raise self._error
-            await self._close_segment(self._current, flags | EntryFlags.END_OF_SEGMENT)
+            current = self._current
             if flags & EntryFlags.END_OF_STREAM:
+                # The log is ended in the store first, by a CAS that checks this writer still
+                # owns it: a writer taking over meanwhile either fenced this one first (the CAS
+                # fails) or finds the log ended (its open fails). Only then does the marker go
+                # into the ledger, for tailing readers to stop at.
+                await self._settled(current)
+
+                def end(metadata: LogMetadata) -> LogMetadata:
+                    self._check_owner(metadata, current.segment)
+                    return replace(metadata, end_of_stream=True)
+
                 self.metadata, self.version = await self.namespace.update_log(
+                    self.log_name, lambda metadata: not metadata.end_of_stream, end
+                )
+            try:
+                await self._close_segment(current, flags | EntryFlags.END_OF_SEGMENT)
+            except (LogFencedError, errors.LedgerFencedError):
+                if not flags & EntryFlags.END_OF_STREAM:
+                    raise
+                # Ended, and a writer that opened meanwhile (and then found the log ended)
+                # fenced the segment: it is closed; the list is told what recovery found.
+                closed = await recover_segment(
+                    self.namespace, current.segment, current.start_sequence
+                )
+                await self.namespace.update_log(
                     self.log_name,
-                    lambda metadata: not metadata.end_of_stream,
-                    lambda metadata: replace(metadata, end_of_stream=True),
+                    lambda metadata: (metadata.segment(closed.sequence) or closed).is_open,
+                    lambda metadata: metadata.replace_segment(closed),
                 )
         finally:
             if not self._current.handle._closed:

@@ -71,6 +71,9 @@ class SimStore:
     readonly: dict[str, BookieEndpoint] = field(default_factory=dict)
     next_id: int = 1
     nodes: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # plain versioned nodes
+    # called with (path, old data or None, new data) before a node is written: raises
+    # ``InvariantViolation`` for a write the run's invariants forbid
+    on_node_write: Callable[[str, bytes | None, bytes], None] | None = None
     writes: int = 0  # successful writes, of any kind
     failures: int = 0  # calls failed by the fault model
 
@@ -222,6 +225,8 @@ class SimMetadata:
         while parent != "/" and parent not in nodes:
             nodes[parent] = (b"", 0)
             parent = parent_of(parent)
+        if self.store.on_node_write is not None:
+            self.store.on_node_write(path, None, bytes(data))
         nodes[path] = (bytes(data), 0)
         self.store.writes += 1
         return 0
@@ -233,6 +238,8 @@ class SimMetadata:
             raise NoNodeError(f"{path} does not exist")
         if version not in (ANY_VERSION, stored[1]):
             raise BadVersionError(f"{path}: version {version} is stale: {stored[1]}")
+        if self.store.on_node_write is not None:
+            self.store.on_node_write(path, stored[0], bytes(data))
         self.store.nodes[path] = (bytes(data), stored[1] + 1)
         self.store.writes += 1
         return stored[1] + 1

@@ -32,31 +32,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import random
 import struct
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from bookkeeper_py import errors
-from bookkeeper_py.client.client import BookKeeper
-from bookkeeper_py.client.clock import LoopClock
 from bookkeeper_py.client.config import ClientConfig
 from bookkeeper_py.client.ledger import LedgerHandle, ReadHandle
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import write_set
-from bookkeeper_py.metadata.manager import BookieEndpoint
-from bookkeeper_py.testing.sim.bookie import BOOKIE_PORT, BookieFaults, SimBookie
-from bookkeeper_py.testing.sim.disk import Disk, DiskFaults
-from bookkeeper_py.testing.sim.loop import SimulationStuck, VirtualTimeLoop, current_node
+from bookkeeper_py.testing.sim.bookie import BookieFaults, SimBookie
+from bookkeeper_py.testing.sim.cluster import SimCluster
+from bookkeeper_py.testing.sim.loop import SimulationStuck
 from bookkeeper_py.testing.sim.metadata import (
     InvariantViolation,
-    MetadataFaults,
-    SimMetadata,
-    SimStore,
 )
-from bookkeeper_py.testing.sim.network import Network, NetworkFaults
+from bookkeeper_py.testing.sim.network import NetworkFaults
 from bookkeeper_py.wire.digest import DigestType
 
 QUORUMS = ((3, 3, 2), (3, 2, 2), (5, 3, 2), (4, 4, 3))
@@ -192,7 +184,7 @@ class _Reader:
         self.missing: list[int] = []
 
 
-class Run:
+class Run(SimCluster):
     def __init__(
         self,
         seed: int,
@@ -202,27 +194,18 @@ class Run:
         self.seed = seed
         self.scenario = scenario
         rng = random.Random(seed)
-        self.rng = rng
-        self.loop = VirtualTimeLoop()
-        self.network = Network(self.loop, random.Random(rng.random()), scenario.network)
-        self.loop.network = self.network
-        self.store = SimStore(
-            random.Random(rng.random()),
-            MetadataFaults(failure_probability=scenario.metadata_failure_probability),
-        )
         ensemble_size, write_quorum, ack_quorum = scenario.quorum
-        self.bookies: dict[str, SimBookie] = {}
-        for index in range(ensemble_size + scenario.spare_bookies):
-            name = f"bookie-{index}"
-            faults = BookieFaults(read_error_probability=scenario.read_error_probability)
-            if bookie_faults is not None:
-                bookie_faults(faults)
-            disk = Disk(random.Random(rng.random()), DiskFaults(scenario.sync_failure_probability))
-            bookie = SimBookie(
-                name, self.loop, random.Random(rng.random()), self.network, disk, faults
-            )
-            self.bookies[bookie.bookie_id] = bookie
-            self.store.writable[bookie.bookie_id] = _endpoint(bookie)
+        super().__init__(
+            rng,
+            bookies=ensemble_size + scenario.spare_bookies,
+            clients=CLIENTS,
+            config=client_config(scenario),
+            network=scenario.network,
+            metadata_failure_probability=scenario.metadata_failure_probability,
+            read_error_probability=scenario.read_error_probability,
+            sync_failure_probability=scenario.sync_failure_probability,
+            bookie_faults=bookie_faults,
+        )
         ids = list(self.bookies)
         ensemble = (
             tuple(rng.sample(ids, ensemble_size))
@@ -240,17 +223,6 @@ class Run:
                 ensembles=((0, ensemble),),
             )
         )
-        config = client_config(scenario)
-        self.ports: dict[str, SimMetadata] = {}
-        self.clients: dict[str, BookKeeper] = {}
-        for name in CLIENTS:
-            self.ports[name] = self.store.port(name)
-            self.clients[name] = BookKeeper(
-                self.ports[name],
-                config,
-                clock=LoopClock(self.loop),
-                rng=random.Random(rng.random()),
-            )
         self.acked: list[int] = []
         self.forced = -1  # the largest LAC a force returned (DEFERRED_SYNC)
         self.tailed: list[bytes] = []  # what the tailing reader delivered, in order
@@ -261,43 +233,8 @@ class Run:
         self.recovery_failures: list[str] = []
         self.readers = [_Reader("reader-0"), _Reader("reader-1")]
         self.lac_reads = 0
-        self.violation: str | None = None
         self._checked: tuple[int, int, int] = (-1, -1, 0)  # metadata version, wipes, acks
-        self._lost: set[str] = set()  # bookies that never come back
         self._wiped: set[str] = set()  # bookies that lost their disk at least once
-        self._done = self.loop.create_future()
-        self._ended = False
-
-    # -- running the clients -----------------------------------------------------------------
-
-    def _start(self, node: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        context = contextvars.copy_context()
-        context.run(current_node.set, node)
-        task = self.loop.create_task(self._guarded(work), context=context)
-        return task
-
-    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except InvariantViolation as error:
-            self._violated(str(error))
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            self._violated(f"{type(error).__name__}: {error}")
-
-    def _violated(self, what: str) -> None:
-        if self.violation is None:
-            self.violation = what
-        if not self._done.done():
-            self._done.set_result(None)
-
-    def _at(self, at_ms: float, callback: Callable[[], object]) -> None:
-        def fire() -> None:
-            if not self._ended:  # nothing new starts while the run winds down
-                callback()
-
-        self.loop.call_at(at_ms / 1000, fire)
 
     async def _write(self) -> None:
         client = self.clients["writer"]
@@ -371,9 +308,7 @@ class Run:
 
     def _crash_writer(self) -> None:
         self.writer_crashed = True
-        self.network.crash("writer", client=True)
-        self.ports["writer"].crashed = True
-        self.clients["writer"].pool.close()
+        self._crash_client("writer")
 
     async def _warm_up(self) -> None:
         with contextlib.suppress(errors.BKError):
@@ -519,9 +454,6 @@ class Run:
     def _lose_next(self, source: str, destination: str) -> Callable[[], None]:
         return lambda: self.network.lose_next.add((source, destination))
 
-    def _partition(self, side: list[str], other: list[str]) -> Callable[[], None]:
-        return lambda: self.network.partition(side, other)
-
     def _wipe(self, bookie: SimBookie) -> Callable[[], None]:
         def wipe() -> None:
             self._wiped.add(bookie.bookie_id)
@@ -529,22 +461,8 @@ class Run:
 
         return wipe
 
-    def _restart(self, bookie: SimBookie) -> Callable[[], None]:
-        def restart() -> None:
-            if not bookie.up:
-                bookie.start()
-
-        return restart
-
     def _heal(self) -> None:
-        self.network.heal()
-        self.network.faults = NetworkFaults(0.1, self.scenario.network.max_delay_ms, 0.0)
-        self.store.faults.failure_probability = 0.0
-        for bookie in self.bookies.values():
-            bookie.faults.read_error_probability = 0.0
-            bookie.disk.faults.sync_failure_probability = 0.0
-            if not bookie.up and bookie.bookie_id not in self._lost:
-                bookie.start()
+        self._heal_faults(self.scenario.network.max_delay_ms)
 
     # -- invariants ----------------------------------------------------------------------------
 
@@ -693,39 +611,6 @@ class Run:
         self.check()
         if self.loop.iterations >= MAX_ITERATIONS:
             raise InvariantViolation(f"not finished after {MAX_ITERATIONS} loop iterations")
-
-    def _shut_down(self) -> None:
-        """Cancels what still runs and closes the loop (nothing is left for a collector to
-        complain about)."""
-        loop = self.loop
-        self._ended = True
-        # What is left unfinished at the end is dropped, not reported.
-        loop.set_exception_handler(lambda _loop, _context: None)
-
-        async def close_connections() -> None:  # on the loop: what fails may start tasks
-            for client in self.clients.values():
-                client.pool.close()
-
-        try:
-            with contextlib.suppress(SimulationStuck, RuntimeError):
-                loop.run_until_complete(close_connections())
-            # Cancelled tasks may start others as they end: again until none is left.
-            for _ in range(20):
-                tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
-                if not tasks:
-                    break
-                for task in tasks:
-                    task.cancel()
-                try:
-                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-                except (SimulationStuck, RuntimeError):
-                    break
-        finally:
-            loop.close()
-
-
-def _endpoint(bookie: SimBookie) -> BookieEndpoint:
-    return BookieEndpoint(bookie.bookie_id, bookie.name, BOOKIE_PORT)
 
 
 def run_scenario(
