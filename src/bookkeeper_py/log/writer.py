@@ -340,8 +340,6 @@ class LogWriter:
                 f"transaction ids of log {self._where()} increase: {txid} after {self._last_txid}"
             )
         self._last_txid = txid
-        timestamp = max(now_ms(), self._last_timestamp)  # never back, whatever the clock does
-        self._last_timestamp = timestamp
         batch = self._batch
         if batch.bytes + size + RECORD_OVERHEAD > self.batch_bytes and batch.payloads:
             self._flush()
@@ -349,7 +347,6 @@ class LogWriter:
         slot = len(batch.payloads)
         batch.payloads.append(data)
         batch.txids.append(txid)
-        batch.timestamps.append(timestamp)
         if self.writer_id:
             batch.writer_sequences.append(sequence)  # type: ignore[arg-type]
         batch.bytes += size + RECORD_OVERHEAD
@@ -377,8 +374,10 @@ class LogWriter:
         return await self.append(data, txid=txid, sequence=sequence)
 
     async def drain(self) -> None:
-        """Waits while more than ``HIGH_WATER_BYTES`` of records are unacknowledged (as
-        ``asyncio.StreamWriter.drain``); raises the writer's error."""
+        """Lets the loop run (sends, acknowledgements, timers), then waits while more than
+        ``HIGH_WATER_BYTES`` of records are unacknowledged (as ``asyncio.StreamWriter.drain``);
+        raises the writer's error. A producer calls it every few hundred appends."""
+        await asyncio.sleep(0)
         while self._unacknowledged_bytes > HIGH_WATER_BYTES and self._error is None:
             if self._drained is None or self._drained.done():
                 self._drained = self._loop.create_future()
@@ -423,6 +422,11 @@ class LogWriter:
             self._timer.cancel()
             self._timer = None
         self._batch = _Batch(self._loop, self._next_sequence)
+        # A record's timestamp is when its entry was sent (one clock read per entry), and
+        # never goes back, whatever the clock does.
+        timestamp = max(now_ms(), self._last_timestamp)
+        self._last_timestamp = timestamp
+        batch.timestamps = [timestamp] * len(batch.payloads)
         entry = encode_entry(
             batch.first_sequence,
             batch.txids,
