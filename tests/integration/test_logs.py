@@ -285,6 +285,19 @@ async def test_logs_are_listed_described_and_deleted_with_their_ledgers(
 
 
 @on_cluster
+async def test_a_log_that_needs_another_placement_policy_refuses_the_writer(
+    logs: LogNamespace,
+) -> None:
+    await logs.create_log("racks", LogConfig(placement="rackaware"))
+    with pytest.raises(errors.IncorrectParameterError, match="placement='rackaware'"):
+        await logs.open_writer("racks")
+    async with BookKeeper(logs.client.metadata_uri, placement="rackaware") as racked:
+        writer = await LogNamespace(racked, logs.name).open_writer("racks")
+        assert await writer.write(b"x") == Position(writer.ledger_id, 0, 0)
+        await writer.close()
+
+
+@on_cluster
 async def test_a_record_larger_than_an_entry_is_refused(logs: LogNamespace) -> None:
     await logs.create_log("big", LogConfig(max_entry_bytes=8192))
     writer = await logs.open_writer("big")

@@ -31,7 +31,18 @@ from bookkeeper_py.wire.digest import DigestType
 
 def sample() -> LogMetadata:
     return LogMetadata(
-        config=LogConfig(5, 3, 2, DigestType.MAC, 1 << 20, 60_000, 1000, 3_600_000, 1 << 30),
+        config=LogConfig(
+            5,
+            3,
+            2,
+            DigestType.MAC,
+            1 << 20,
+            60_000,
+            1000,
+            3_600_000,
+            1 << 30,
+            placement="rackaware",
+        ),
         created_ms=1_700_000_000_000,
         end_of_stream=True,
         next_segment=4,
@@ -146,3 +157,5 @@ def test_a_config_that_breaks_the_quorum_rule_is_refused() -> None:
         LogConfig(2, 3, 2)
     with pytest.raises(IncorrectParameterError, match="max_entry_bytes"):
         LogConfig(max_entry_bytes=10)
+    with pytest.raises(IncorrectParameterError, match="unknown placement policy 'racks'"):
+        LogConfig(placement="racks")

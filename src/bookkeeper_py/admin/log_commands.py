@@ -562,6 +562,11 @@ def add_commands(log_parser: argparse.ArgumentParser, uri_of: UriOf) -> None:
             option, type=_count(0), metavar=metavar, help=f"{help_text} (0: off; default {default})"
         )
     create.add_argument(
+        "--placement",
+        choices=("random", "rackaware", "regionaware"),
+        help="the placement policy the log's writers must use (default: the writer's client's)",
+    )
+    create.add_argument(
         "--max-entry-bytes",
         type=_count(0),
         metavar="BYTES",

@@ -175,6 +175,11 @@ class BookKeeper:
         await self.close()
 
     @property
+    def metadata_uri(self) -> str:
+        """The metadata service URI this client was made with ("" when made from a port)."""
+        return self._uri
+
+    @property
     def metadata_port(self) -> MetadataPort:
         """The metadata store as coroutines (``metadata.port.MetadataPort``): what the handles,
         recovery and writers use (every operation of this client connects first)."""

@@ -139,8 +139,16 @@ class LogConfig:
     retention_age_ms: int = 0
     retention_bytes: int = 0
     max_entry_bytes: int = 1024 * 1024
+    # the placement policy its ledgers need ("" = whatever the writer's client uses): a writer
+    # whose client has another one is refused
+    placement: str = ""
 
     def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise IncorrectParameterError(
+                f"unknown placement policy {self.placement!r} for a log: use one of "
+                f"{', '.join(repr(p) for p in PLACEMENTS)} ('' = the client's)"
+            )
         if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
             raise IncorrectParameterError(
                 f"a log's ledgers need ensemble >= write quorum >= ack quorum >= 1, got "
@@ -285,7 +293,8 @@ class LogMetadata:
 
 
 _HEADER = struct.Struct("<4sHHq")
-_CONFIG = struct.Struct("<BBBBQQQQQI")
+_CONFIG = struct.Struct("<BBBBQQQQQIB")
+PLACEMENTS = ("", "random", "rackaware", "regionaware")  # stored as the index
 _SEGMENT = struct.Struct("<QqBqiqiqqqqqqqqqq")
 _COUNT = struct.Struct("<I")
 _BASES = struct.Struct("<Qqqq")
@@ -325,6 +334,7 @@ def encode_log(metadata: LogMetadata) -> bytes:
         config.retention_age_ms,
         config.retention_bytes,
         config.max_entry_bytes,
+        PLACEMENTS.index(config.placement),
     )
     out += _BASES.pack(
         metadata.next_segment,
@@ -385,6 +395,7 @@ def decode_log(data: bytes, where: str = "log") -> LogMetadata:
             retention_age_ms=fields[7],
             retention_bytes=fields[8],
             max_entry_bytes=fields[9],
+            placement=PLACEMENTS[fields[10]],
         )
         next_segment, base_sequence, base_txid, base_timestamp = _BASES.unpack_from(data, offset)
         offset += _BASES.size

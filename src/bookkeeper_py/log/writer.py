@@ -227,6 +227,13 @@ class LogWriter:
             raise errors.IncorrectParameterError("flush_delay_ms is 0 or more")
         for _ in range(OPEN_ATTEMPTS):
             metadata, version = await namespace.read_log(log_name)
+            wanted = metadata.config.placement
+            if wanted and wanted != namespace.client.config.placement:
+                raise errors.IncorrectParameterError(
+                    f"log {namespace.name}/{log_name} places its ledgers with the {wanted!r} "
+                    f"policy; this client uses {namespace.client.config.placement!r}: open it "
+                    f"with a client made with placement={wanted!r}"
+                )
             if metadata.end_of_stream:
                 raise EndOfStreamError(
                     f"log {namespace.name}/{log_name} was ended (end of stream): nothing more "
