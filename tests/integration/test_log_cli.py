@@ -113,6 +113,7 @@ def test_create_list_and_describe(cluster: LocalCluster) -> None:
         "retention_age_ms": 0,
         "retention_bytes": 4096,
         "max_entry_bytes": 65536,
+        "placement": "",
     }
     assert (described["segments"], described["record_count"], described["subscriptions"]) == (
         [],

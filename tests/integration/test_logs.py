@@ -298,6 +298,57 @@ async def test_a_log_that_needs_another_placement_policy_refuses_the_writer(
 
 
 @on_cluster
+async def test_edges_of_truncation_subscriptions_deletion_and_reads(logs: LogNamespace) -> None:
+    await logs.create_log("edges", LogConfig(3, 2, 2))
+    writer = await logs.open_writer("edges", batch_bytes=64)
+    positions = [await writer.write(b"r%d" % i) for i in range(6)]  # an entry each
+    # a subscription at the last record of an entry: cutting before the next entry is fine
+    await logs.subscribe("edges", "s")
+    await logs.commit("edges", "s", positions[1], 1)
+    await logs.truncate("edges", positions[2])
+    with pytest.raises(errors.IncorrectParameterError, match="has not consumed"):
+        await logs.truncate("edges", positions[3])
+    # a truncation inside the open segment survives the writer's close
+    await writer.close()
+    records = await read_all(await logs.open_reader("edges", follow=False))
+    assert [r.data for r in records] == [b"r%d" % i for i in range(2, 6)]
+    # a subscription made at the latest record right after a roll
+    writer = await logs.open_writer("edges")
+    await writer.roll()
+    latest = await logs.subscribe("edges", "late", at_latest=True)
+    assert latest.sequence == 5
+    assert {i.subscription.name: i.lag for i in await logs.subscriptions("edges")}["late"] == 0
+    # a read given up by its caller does not end the reader
+    reader = await logs.open_reader("edges", "latest")
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(reader.read_next(), 0.3)
+    writer.append(b"after")
+    record = await asyncio.wait_for(reader.read_next(), 30)
+    assert record is not None and record.data == b"after"
+    await reader.close()
+    # deleting the log fences its live writer
+    await logs.delete_log("edges")
+    with pytest.raises(LogFencedError):
+        await writer.write(b"lost")
+        await writer.write(b"lost again")
+
+
+@on_cluster
+async def test_a_tailing_reader_of_a_striped_log_gets_an_idle_writers_last_record(
+    logs: LogNamespace,
+) -> None:
+    """3/1/1: the LAC that confirms an entry travels on the next, stored by another bookie."""
+    await logs.create_log("striped", LogConfig(3, 1, 1))
+    writer = await logs.open_writer("striped")
+    reader = await logs.open_reader("striped", poll_timeout_ms=200)
+    await writer.write(b"only")
+    record = await asyncio.wait_for(reader.read_next(), 30)
+    assert record is not None and record.data == b"only"
+    await reader.close()
+    await writer.close()
+
+
+@on_cluster
 async def test_a_record_larger_than_an_entry_is_refused(logs: LogNamespace) -> None:
     await logs.create_log("big", LogConfig(max_entry_bytes=8192))
     writer = await logs.open_writer("big")

@@ -7,6 +7,7 @@ rule); this module sends the requests and feeds the answers back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, replace
@@ -430,6 +431,11 @@ class ReadHandle:
                 yield entry
             if tail.polled(lac, entry is not None) is not None:
                 await self.refresh_metadata()
+                if not self.metadata.is_closed:
+                    # The replicas polled may not have heard of the LAC (with Qw < E it travels
+                    # on later entries, which other bookies store): ask the whole ensemble.
+                    with contextlib.suppress(errors.BKError):
+                        await self.read_last_add_confirmed()
 
     async def read_last_add_confirmed(self) -> int:
         """The largest LAC any bookie of the last ensemble has seen, read until the ensemble is

@@ -61,10 +61,6 @@ class LogFormatError(LogError):
     """Stored log metadata or a log entry is not in a format this version reads."""
 
 
-class TruncatedError(LogError):
-    """Records were asked for that truncation or retention deleted."""
-
-
 def check_name(kind: str, name: str) -> str:
     """Names of namespaces, logs and subscriptions: 1-255 of ``A-Za-z0-9._-``, not starting
     with ``.``, ``_`` or ``-`` (they are path components in the metadata store)."""
@@ -149,9 +145,9 @@ class LogConfig:
                 f"unknown placement policy {self.placement!r} for a log: use one of "
                 f"{', '.join(repr(p) for p in PLACEMENTS)} ('' = the client's)"
             )
-        if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
+        if not 255 >= self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
             raise IncorrectParameterError(
-                f"a log's ledgers need ensemble >= write quorum >= ack quorum >= 1, got "
+                f"a log's ledgers need 255 >= ensemble >= write quorum >= ack quorum >= 1, got "
                 f"{self.ensemble_size}/{self.write_quorum_size}/{self.ack_quorum_size}"
             )
         for name in ("roll_bytes", "roll_age_ms", "roll_records"):
@@ -380,6 +376,11 @@ def decode_log(data: bytes, where: str = "log") -> LogMetadata:
             raise LogFormatError(
                 f"{where}: log format version {version}, this version reads {FORMAT_VERSION}: "
                 "upgrade bookkeeper-py"
+            )
+        if flags & ~(_FLAG_END_OF_STREAM | _FLAG_DELETING):
+            raise LogFormatError(
+                f"{where}: unknown log flags {flags:#x} (written by a newer version): upgrade "
+                "bookkeeper-py"
             )
         offset = _HEADER.size
         fields = _CONFIG.unpack_from(data, offset)

@@ -221,6 +221,11 @@ class LogNamespace:
                 data, version = await self.port.get_node(path)
                 metadata = decode_log(data, f"log {self.name}/{log_name}")
         for segment in metadata.segments:
+            if segment.is_open:  # a live writer is fenced before its ledger goes
+                try:
+                    await (await self.open_ledger(segment.ledger_id, recover=True)).close()
+                except errors.NoSuchLedgerError:
+                    pass
             await self._delete_ledger(segment.ledger_id)
         subscriptions = self._subscriptions_path(log_name)
         for name in await self._all_children(subscriptions):
@@ -317,7 +322,8 @@ class LogNamespace:
         live = metadata.live_segments
         first = next((s.start_sequence for s in live if s.start_sequence >= 0), next_sequence)
         if live and (live[0].min_entry > 0 or live[0].min_slot > 0):
-            first = await self._sequence_at(live[0], live[0].first_position, first)
+            marked = await self._sequence_at(live[0], live[0].first_position)
+            first = first if marked is None else marked
         subscriptions = tuple(
             SubscriptionInfo(s, max(0, next_sequence - s.sequence - 1))
             for s in await self.list_subscriptions(log_name)
@@ -333,17 +339,37 @@ class LogNamespace:
             subscriptions,
         )
 
-    async def _sequence_at(self, segment: Segment, position: Position, default: int) -> int:
-        """The log sequence number of the record at ``position`` (of a segment)."""
+    async def _sequence_before(self, metadata: LogMetadata, position: Position) -> int:
+        """The log sequence number of the first record at or after ``position`` (the tail's
+        when there is none)."""
+        for segment in metadata.live_segments:
+            if segment.ledger_id < position.ledger_id or (
+                segment.ledger_id == position.ledger_id
+                and segment.last_position is not None
+                and position > segment.last_position
+            ):
+                continue
+            if segment.ledger_id > position.ledger_id:
+                if segment.start_sequence >= 0:
+                    return segment.start_sequence
+                position = Position(segment.ledger_id, 0, 0)
+            found = await self._sequence_at(segment, position)
+            if found is not None:
+                return found
+        return await self.next_sequence("", metadata)
+
+    async def _sequence_at(self, segment: Segment, position: Position) -> int | None:
+        """The log sequence number of the first record at or after ``position`` in its entry
+        (None when that entry is not confirmed)."""
         try:
             handle = await self.open_ledger(segment.ledger_id, recover=False)
         except errors.NoSuchLedgerError:
-            return default
+            return None
         try:
             if position.entry_id > handle.last_add_confirmed:
-                return default
+                return None
             entry = decode_entry((await handle.read_entry(position.entry_id)).data)
-            return entry.first_sequence + position.slot
+            return entry.first_sequence + min(max(position.slot, 0), len(entry.payloads))
         finally:
             await handle.close()
 
@@ -440,11 +466,13 @@ class LogNamespace:
         """Deletes every record before ``before``: whole ledgers are deleted, the segment that
         holds ``before`` is marked. Refused past a subscription's position unless ``force``.
         Returns the number of ledgers deleted."""
-        if not force:
-            for subscription in await self.list_subscriptions(log_name):
+        subscriptions = [] if force else await self.list_subscriptions(log_name)
+        if subscriptions:
+            metadata, _ = await self.read_log(log_name)
+            first_kept = await self._sequence_before(metadata, before)
+            for subscription in subscriptions:
                 after = subscription.position
-                needed = Position(after.ledger_id, after.entry_id, after.slot + 1)
-                if before > needed:
+                if first_kept > subscription.sequence + 1:
                     raise errors.IncorrectParameterError(
                         f"truncating log {self.name}/{log_name} before {before} would delete "
                         f"records subscription {subscription.name!r} has not consumed (it is at "
@@ -549,9 +577,14 @@ def logs_root(port: MetadataPort) -> str:
     return port.ledgers_root.rstrip("/") + "-logs"
 
 
-async def list_namespaces(client: BookKeeper) -> list[str]:
+async def list_namespaces(
+    client: BookKeeper, after: str | None = None, limit: int = PAGE
+) -> list[str]:
+    """Up to ``limit`` namespace names after ``after``, sorted."""
     await client._ready()
     try:
-        return await client.metadata_port.node_children(logs_root(client.metadata_port))
+        return await client.metadata_port.node_children(
+            logs_root(client.metadata_port), after, limit
+        )
     except NoNodeError:
         return []

@@ -80,6 +80,7 @@ class LogReader:
         self.follow = follow
         self._source: AsyncGenerator[tuple[int, int, DecodedEntry], None] | None = None
         self._pending: deque[LogRecord] = deque()  # read, not yet delivered (read_next)
+        self._next: asyncio.Future[tuple[int, int, DecodedEntry]] | None = None
         self._ended = False
         self._closed = False
 
@@ -176,11 +177,24 @@ class LogReader:
         if self._source is None:
             self._source = self._entries()
         while True:
+            # The generator runs in a task of its own: a caller that gives up waiting (a
+            # timeout, a cancelled task) leaves it going, and the next read takes its result.
+            if self._next is None:
+                self._next = asyncio.ensure_future(self._source.__anext__())
             try:
-                ledger_id, entry_id, decoded = await self._source.__anext__()
+                ledger_id, entry_id, decoded = await asyncio.shield(self._next)
             except StopAsyncIteration:
+                self._next = None
                 self._ended = True
                 return []
+            except asyncio.CancelledError:
+                if self._next.done() and self._next.cancelled():
+                    self._next = None
+                raise
+            except BaseException:
+                self._next = None
+                raise
+            self._next = None
             cursor = self._cursor
             slot = cursor.slot if entry_id == cursor.entry else 0
             cursor.entry, cursor.slot = entry_id + 1, 0
@@ -224,6 +238,10 @@ class LogReader:
 
     async def close(self) -> None:
         self._closed = True
+        if self._next is not None:
+            self._next.cancel()
+            await asyncio.gather(self._next, return_exceptions=True)
+            self._next = None
         source, self._source = self._source, None
         # A read cancelled by the caller may still be unwinding inside the generator: it ends
         # the generator itself on its way out.
@@ -392,7 +410,10 @@ async def _latest(namespace: LogNamespace, metadata: LogMetadata) -> tuple[_Curs
     try:
         lac = handle.last_add_confirmed
         if lac < 0:
-            sequence = last.start_sequence if last.start_sequence >= 0 else -1
+            sequence = last.start_sequence
+            if sequence < 0:  # added by a roll, nothing in it yet: the end of what is before
+                before = [s for s in segments if s.sequence < last.sequence and not s.is_open]
+                sequence = before[-1].end_sequence if before else metadata.base_sequence
             return _Cursor(last.sequence, 0, 0), Position(last.ledger_id, -1, -1), sequence
         entry = decode_entry((await handle.read_entry(lac)).data)
         count = len(entry.payloads)

@@ -618,6 +618,13 @@ class LogWriter:
             {LOG_LEDGER_PROPERTY: self._where().encode()},
         )
         old = self._current
+        if handle.ledger_id <= old.handle.ledger_id:
+            await _discard(namespace, handle)
+            raise LogError(
+                f"log {self._where()}: the cluster gave ledger id {handle.ledger_id}, not above "
+                f"the log's last ({old.handle.ledger_id}); positions would go back: check the "
+                "metadata service's id generator"
+            )
         segment = Segment(
             sequence=0,  # set in the transform
             ledger_id=handle.ledger_id,
@@ -692,6 +699,9 @@ class LogWriter:
                 closed = replace(old.closed_segment(), byte_count=handle.length)
 
                 def close(metadata: LogMetadata, closed: Segment = closed) -> LogMetadata:
+                    stored = metadata.segment(closed.sequence) or closed
+                    # a truncation inside the segment since it was opened is kept
+                    closed = replace(closed, min_entry=stored.min_entry, min_slot=stored.min_slot)
                     return metadata.replace_segment(closed).with_writer_sequence(
                         closed.writer_id, closed.last_writer_sequence
                     )
