@@ -524,6 +524,9 @@ class EntryFlags:
 
 
 _ENTRY_HEADER = struct.Struct("<BBHIq")
+_KNOWN_ENTRY_FLAGS = (
+    EntryFlags.CONTROL | EntryFlags.END_OF_STREAM | EntryFlags.WRITER | EntryFlags.END_OF_SEGMENT
+)
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
@@ -626,6 +629,11 @@ def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
         raise LogFormatError(
             f"{where}: log entry version {version}, this version reads {ENTRY_VERSION} (is this "
             "ledger part of a log?)"
+        )
+    if flags & ~_KNOWN_ENTRY_FLAGS:
+        raise LogFormatError(
+            f"{where}: unknown log entry flags {flags:#x} (written by a newer version): upgrade "
+            "bookkeeper-py"
         )
     offset = _ENTRY_HEADER.size
     writer_id = ""

@@ -470,9 +470,13 @@ class LogNamespace:
         if subscriptions:
             metadata, _ = await self.read_log(log_name)
             first_kept = await self._sequence_before(metadata, before)
+            live = metadata.live_segments
+            earliest = await self._sequence_before(
+                metadata, live[0].first_position if live else Position(0, 0, 0)
+            )
             for subscription in subscriptions:
                 after = subscription.position
-                if first_kept > subscription.sequence + 1:
+                if first_kept > max(subscription.sequence + 1, earliest):
                     raise errors.IncorrectParameterError(
                         f"truncating log {self.name}/{log_name} before {before} would delete "
                         f"records subscription {subscription.name!r} has not consumed (it is at "
@@ -550,19 +554,15 @@ class LogNamespace:
                 else 0
             )
         if not force:
+            # never a record the slowest subscription has not consumed (sequence numbers:
+            # the same rule as ``truncate``)
             slowest = min(
-                (s.position for s in await self.list_subscriptions(log_name)), default=None
+                (s.sequence for s in await self.list_subscriptions(log_name)), default=None
             )
             if slowest is not None:
-                while (
-                    cut_at > 0
-                    and live[cut_at - 1].ledger_id >= slowest.ledger_id
-                    and (
-                        live[cut_at - 1].last_position is None
-                        or live[cut_at - 1].last_position > slowest  # type: ignore[operator]
-                    )
-                ):
+                while cut_at > 0 and live[cut_at - 1].end_sequence > slowest + 1:
                     cut_at -= 1
+
         if cut_at == 0:
             return 0
         boundary = live[cut_at].first_position if cut_at < len(live) else None

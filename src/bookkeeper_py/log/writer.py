@@ -194,6 +194,7 @@ class LogWriter:
         self._rolling: asyncio.Task[None] | None = None
         self._roll_from = 0  # the segment a roll under way started from
         self._roll_after = 0.0  # loop time before which no roll starts (after a failed one)
+        self._roll_error: BaseException | None = None  # why the last roll changed nothing
         # entries flushed while a roll waits for the old segment: sent to the new one after
         self._held: list[tuple[_Batch, bytes]] | None = None
         self._closing: list[_Open] = []
@@ -452,7 +453,7 @@ class LogWriter:
         if (
             self._rolling is None
             and not self._ending
-            and self._roll_due(current)
+            and self._roll_due(current, timestamp)
             and self._loop.time() >= self._roll_after
         ):
             self._roll_from = current.segment.sequence
@@ -575,7 +576,7 @@ class LogWriter:
 
     # -- rolling ---------------------------------------------------------------------------------
 
-    def _roll_due(self, current: _Open) -> bool:
+    def _roll_due(self, current: _Open, now: int) -> bool:
         config = self.config
         return bool(
             (config.roll_bytes and current.entry_bytes >= config.roll_bytes)
@@ -583,7 +584,7 @@ class LogWriter:
                 config.roll_records
                 and self._next_sequence - current.start_sequence >= config.roll_records
             )
-            or (config.roll_age_ms and now_ms() - current.created_ms >= config.roll_age_ms)
+            or (config.roll_age_ms and now - current.created_ms >= config.roll_age_ms)
         )
 
     async def _roll(self) -> None:
@@ -595,6 +596,7 @@ class LogWriter:
                 # roll is tried again a while later.
                 log.warning("log %s: roll failed, tried again later: %s", self._where(), error)
                 self._roll_after = self._loop.time() + ROLL_RETRY_S
+                self._roll_error = error
             else:
                 self._fail(error)
         except BaseException as error:  # the writer fails with it
@@ -647,6 +649,14 @@ class LogWriter:
             self.metadata, self.version = await namespace.update_log(
                 self.log_name, lambda _: True, add
             )
+        except errors.MetadataUnavailableError:
+            # The store may have applied the write before failing (ZooKeeper: "outcome
+            # unknown"): the list says.
+            found = await self._segment_of(handle.ledger_id)
+            if found is None:
+                await _discard(namespace, handle)
+                raise
+            added[:] = [found]
         except BaseException:
             await _discard(namespace, handle)
             raise
@@ -674,6 +684,20 @@ class LogWriter:
         await self._close_segment(old, 0, marked=True)
         self._closing.remove(old)
         await self._retention()
+
+    async def _segment_of(self, ledger_id: int) -> Segment | None:
+        """The segment of ``ledger_id`` in the list as stored (None if not there), read
+        again while the store fails."""
+        pause = CLOSE_RETRY_S[0]
+        for _ in range(CLOSE_ATTEMPTS):
+            try:
+                metadata, _ = await self.namespace.read_log(self.log_name)
+            except errors.MetadataUnavailableError:
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, CLOSE_RETRY_S[1])
+                continue
+            return next((s for s in metadata.segments if s.ledger_id == ledger_id), None)
+        return None
 
     async def _close_segment(self, old: _Open, flags: int, *, marked: bool = False) -> None:
         """Ends a segment that receives no more appends: a control entry marks its end for
@@ -771,13 +795,17 @@ class LogWriter:
             )
 
     async def roll(self) -> None:
-        """Rolls to a new segment now (as the roll policy does by itself)."""
+        """Rolls to a new segment now (as the roll policy does by itself); raises what stopped
+        it (the writer goes on in its segment when nothing changed)."""
         if self._rolling is None:
             self._roll_from = self._current.segment.sequence
+            self._roll_error = None
             self._rolling = asyncio.ensure_future(self._roll())
         await asyncio.shield(self._rolling)
         if self._error is not None:
             raise self._error
+        if self._roll_error is not None:
+            raise self._roll_error
 
     # -- ending ----------------------------------------------------------------------------------
 

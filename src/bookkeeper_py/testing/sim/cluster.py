@@ -136,6 +136,7 @@ class SimCluster:
         self.network.heal()
         self.network.faults = NetworkFaults(0.1, max_delay_ms, 0.0)
         self.store.faults.failure_probability = 0.0
+        self.store.faults.lost_answer_probability = 0.0
         for bookie in self.bookies.values():
             bookie.faults.read_error_probability = 0.0
             bookie.disk.faults.sync_failure_probability = 0.0

@@ -65,6 +65,7 @@ class LogScenario:
     batch_bytes: int = 200  # a few records per entry
     network: NetworkFaults = field(default_factory=NetworkFaults)
     metadata_failure_probability: float = 0.0
+    lost_answer_probability: float = 0.0  # a log write applied, its answer lost
     crashes: list[tuple[float, int, float]] = field(default_factory=list)  # at, bookie, downtime
     partitions: list[tuple[float, list[int], float]] = field(default_factory=list)
     writer_a_crash_at: float | None = None
@@ -87,6 +88,7 @@ def random_log_scenario(rng: random.Random) -> LogScenario:
             reset_probability=rng.choice([0.0, 0.0, 0.005, 0.02]),
         ),
         metadata_failure_probability=rng.choice([0.0, 0.0, 0.05]),
+        lost_answer_probability=rng.choice([0.0, 0.0, 0.05]),
         writer_a_crash_at=rng.uniform(0, 300) if rng.random() < 0.4 else None,
         writer_b_at=rng.uniform(0, 400),
         append_pause_ms=rng.uniform(0.2, 4.0),
@@ -145,6 +147,8 @@ class LogRun(SimCluster):
             name: LogNamespace(client, "sim") for name, client in self.clients.items()
         }
         self.store.on_node_write = self._check_list
+        self.store.faults.lost_answer_probability = scenario.lost_answer_probability
+        self.log_ended = False  # a writer found the log ended
         # (writer, index) -> position acknowledged; and when each writer's opens finished
         self.acked: dict[tuple[str, int], Position] = {}
         self.opened: list[tuple[str, int]] = []  # (writer, its first ledger) of every open
@@ -191,6 +195,7 @@ class LogRun(SimCluster):
             try:
                 writer = await namespace.open_writer(LOG, batch_bytes=self.scenario.batch_bytes)
             except EndOfStreamError:
+                self.log_ended = True
                 return None
             except (errors.BKError, OSError):
                 await asyncio.sleep(0.01)
@@ -267,6 +272,9 @@ class LogRun(SimCluster):
                 await asyncio.sleep(0.01)
                 reopened = await self._open("writer-b")
                 if reopened is None:
+                    # ended by the call whose answer was lost
+                    self.ended = self.log_ended
+                    self._maybe_done()
                     return
                 writer = reopened
 

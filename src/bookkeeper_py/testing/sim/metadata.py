@@ -52,11 +52,14 @@ def check_forward(old: LedgerMetadata, new: LedgerMetadata) -> None:
 
 @dataclass
 class MetadataFaults:
-    """Delays of a round trip in virtual ms; the probability that a call fails."""
+    """Delays of a round trip in virtual ms; the probability that a call fails; the
+    probability that a write of a plain node is applied and its answer lost (ZooKeeper's
+    "outcome unknown": the caller gets a failure for a write that happened)."""
 
     min_delay_ms: float = 0.5
     max_delay_ms: float = 3.0
     failure_probability: float = 0.0
+    lost_answer_probability: float = 0.0
 
 
 @dataclass
@@ -242,7 +245,16 @@ class SimMetadata:
             self.store.on_node_write(path, stored[0], bytes(data))
         self.store.nodes[path] = (bytes(data), stored[1] + 1)
         self.store.writes += 1
+        self._answer_lost("set")
         return stored[1] + 1
+
+    def _answer_lost(self, what: str) -> None:
+        store = self.store
+        if store.rng.random() < store.faults.lost_answer_probability:
+            store.failures += 1
+            raise errors.MetadataUnavailableError(
+                f"simulated metadata store failure after the write ({what}): outcome unknown"
+            )
 
     async def delete_node(self, path: str, version: int = ANY_VERSION) -> None:
         await self._round_trip("delete")
