@@ -648,7 +648,7 @@ async def recovery_writer(args: argparse.Namespace) -> dict[str, Any]:
     """The killed writer of ``recovery``: two segments of ``--segment-records`` records, the
     first never closed; prints its figures and waits to be killed."""
 
-    async def abandon(self: LogWriter, old: object, flags: int) -> None:
+    async def abandon(self: LogWriter, *args: object, **kwargs: object) -> None:
         return None  # killed in the middle of a roll: the previous segment stays open
 
     LogWriter._close_segment = abandon  # type: ignore[method-assign,assignment]
