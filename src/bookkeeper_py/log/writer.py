@@ -25,6 +25,7 @@ from bookkeeper_py.log.format import (
     RECORD_OVERHEAD,
     EndOfStreamError,
     EntryFlags,
+    LogConfig,
     LogError,
     LogFencedError,
     LogMetadata,
@@ -241,15 +242,7 @@ class LogWriter:
                     "can be appended to it"
                 )
             recovered, tail = await _recover_open_segments(namespace, metadata)
-            config = metadata.config
-            handle = await namespace.client.create_ledger(
-                config.ensemble_size,
-                config.write_quorum_size,
-                config.ack_quorum_size,
-                config.digest_type,
-                namespace.password,
-                {LOG_LEDGER_PROPERTY: f"{namespace.name}/{log_name}".encode()},
-            )
+            handle = await _create_ledger(namespace, log_name, metadata.config)
             last = metadata.last_segment
             if last is not None and handle.ledger_id <= last.ledger_id:
                 await _discard(namespace, handle)
@@ -609,16 +602,8 @@ class LogWriter:
     async def _roll_once(self) -> None:
         """Creates the next segment, CASes it onto the list, moves the appends to it, then
         closes the previous one once its entries are acknowledged."""
-        config = self.config
         namespace = self.namespace
-        handle = await namespace.client.create_ledger(
-            config.ensemble_size,
-            config.write_quorum_size,
-            config.ack_quorum_size,
-            config.digest_type,
-            namespace.password,
-            {LOG_LEDGER_PROPERTY: self._where().encode()},
-        )
+        handle = await _create_ledger(namespace, self.log_name, self.config)
         old = self._current
         if handle.ledger_id <= old.handle.ledger_id:
             await _discard(namespace, handle)
@@ -876,6 +861,19 @@ class _Tail:
     next_sequence: int
     last_txid: int
     last_timestamp: int
+
+
+async def _create_ledger(namespace: LogNamespace, log_name: str, config: LogConfig) -> LedgerHandle:
+    """A new ledger for a segment of the log, with the log's parameters and its name in the
+    ledger's custom metadata."""
+    return await namespace.client.create_ledger(
+        config.ensemble_size,
+        config.write_quorum_size,
+        config.ack_quorum_size,
+        config.digest_type,
+        namespace.password,
+        {LOG_LEDGER_PROPERTY: f"{namespace.name}/{log_name}".encode()},
+    )
 
 
 async def _discard(namespace: LogNamespace, handle: LedgerHandle) -> None:

@@ -143,6 +143,30 @@ class SimCluster:
             if not bookie.up and bookie.bookie_id not in self._lost:
                 bookie.start()
 
+    def _run_checked(
+        self, main: Coroutine[Any, Any, None], final_check: Callable[[], None]
+    ) -> str | None:
+        """Runs ``main`` on the loop, then ``final_check``; the violation found (None: none),
+        the loop shut down either way. ``_after_iteration`` checks after every step."""
+        loop = self.loop
+        loop.after_iteration = self._after_iteration
+        try:
+            loop.run_until_complete(main)
+            if self.violation is not None:
+                raise InvariantViolation(self.violation)
+            final_check()  # names what did not finish
+        except InvariantViolation as error:
+            return str(error)
+        except SimulationStuck as error:
+            return f"stuck: {error}"
+        finally:
+            loop.after_iteration = None
+            self._shut_down()
+        return None
+
+    def _after_iteration(self) -> None:
+        """Checked after every step of the loop (a run's invariants)."""
+
     def _shut_down(self) -> None:
         """Cancels what still runs and closes the loop (nothing is left for a collector to
         complain about)."""

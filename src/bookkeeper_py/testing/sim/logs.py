@@ -44,7 +44,6 @@ from bookkeeper_py.log.namespace import LogNamespace
 from bookkeeper_py.log.reader import LogReader
 from bookkeeper_py.log.writer import LogWriter
 from bookkeeper_py.testing.sim.cluster import SimCluster
-from bookkeeper_py.testing.sim.loop import SimulationStuck
 from bookkeeper_py.testing.sim.metadata import InvariantViolation
 from bookkeeper_py.testing.sim.network import NetworkFaults
 
@@ -406,21 +405,8 @@ class LogRun(SimCluster):
             await self._read_final()
 
     def run(self) -> LogRunResult:
-        violation = None
+        violation = self._run_checked(self._main(), self.final_check)
         loop = self.loop
-        loop.after_iteration = self._after_iteration
-        try:
-            loop.run_until_complete(self._main())
-            if self.violation is not None:
-                raise InvariantViolation(self.violation)
-            self.final_check()
-        except InvariantViolation as error:
-            violation = str(error)
-        except SimulationStuck as error:
-            violation = f"stuck: {error}"
-        finally:
-            loop.after_iteration = None
-            self._shut_down()
         metadata = self.store.nodes.get(f"/ledgers-logs/sim/{LOG}")
         segments = len(decode_log(metadata[0]).segments) if metadata else 0
         return LogRunResult(

@@ -44,7 +44,6 @@ from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import write_set
 from bookkeeper_py.testing.sim.bookie import BookieFaults, SimBookie
 from bookkeeper_py.testing.sim.cluster import SimCluster
-from bookkeeper_py.testing.sim.loop import SimulationStuck
 from bookkeeper_py.testing.sim.metadata import (
     InvariantViolation,
 )
@@ -576,21 +575,8 @@ class Run(SimCluster):
             pass
 
     def run(self) -> RunResult:
-        violation = None
+        violation = self._run_checked(self._main(), self.final_check)
         loop = self.loop
-        loop.after_iteration = self._after_iteration
-        try:
-            loop.run_until_complete(self._main())
-            if self.violation is not None:
-                raise InvariantViolation(self.violation)
-            self.final_check()  # names what did not finish
-        except InvariantViolation as error:
-            violation = str(error)
-        except SimulationStuck as error:
-            violation = f"stuck: {error}"
-        finally:
-            loop.after_iteration = None
-            self._shut_down()
         metadata = self.store.metadata(LEDGER_ID)
         return RunResult(
             seed=self.seed,
