@@ -174,8 +174,11 @@ class Span:
         self.machine_busy = busy / total if total > 0 else math.nan
         assert self.family is not None
         family_cpu, family_written = family_usage(self.family)
-        self.others_s = busy / total * psutil.cpu_count() * self.wall_s - (
-            family_cpu - self.family_used[0]
+        # (a span shorter than the machine counters' tick shows no time at all: nothing seen)
+        self.others_s = (
+            busy / total * psutil.cpu_count() * self.wall_s - (family_cpu - self.family_used[0])
+            if total > 0
+            else 0.0
         )
         self.others_written = disk_written() - self.disk - (family_written - self.family_used[1])
         gc.unfreeze()

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bookkeeper_py import errors
 from bookkeeper_py.log.format import (
+    DecodedEntry,
     LogConfig,
     LogExistsError,
     LogMetadata,
@@ -28,7 +29,6 @@ from bookkeeper_py.log.format import (
     check_name,
     decode_entry,
     decode_log,
-    decode_namespace,
     decode_subscription,
     encode_log,
     encode_namespace,
@@ -58,6 +58,15 @@ NOTHING_CONSUMED = Position(0, -1, -1)
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def backoff(first: float, longest: float) -> Iterator[float]:
+    """Pauses (s) that double from ``first`` up to ``longest``: ``asyncio.sleep(next(...))``
+    between the attempts of a bounded retry loop."""
+    pause = first
+    while True:
+        yield pause
+        pause = min(2 * pause, longest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +120,6 @@ class LogNamespace:
     def _subscriptions_path(self, log_name: str) -> str:
         return f"{self._log_path(log_name)}/subscriptions"
 
-    def describe_path(self, log_name: str) -> str:
-        return self._log_path(log_name)
-
     # -- namespaces -----------------------------------------------------------------------------
 
     async def create(self, *, exist_ok: bool = True) -> None:
@@ -124,15 +130,6 @@ class LogNamespace:
         except NodeExistsError:
             if not exist_ok:
                 raise LogExistsError(f"namespace {self.name!r} exists already") from None
-
-    async def exists(self) -> bool:
-        await self.client._ready()
-        try:
-            data, _ = await self.port.get_node(self._namespace_path())
-        except NoNodeError:
-            return False
-        decode_namespace(data, f"namespace {self.name!r}")
-        return True
 
     # -- logs -----------------------------------------------------------------------------------
 
@@ -588,3 +585,31 @@ async def list_namespaces(
         )
     except NoNodeError:
         return []
+
+
+async def data_entry(
+    handle: ReadHandle, start: int, stop: int, step: int
+) -> tuple[int, DecodedEntry] | None:
+    """The first entry from ``start`` towards ``stop`` (inclusive) that holds records, as
+    (entry id, decoded); None when there is none. Control entries are few in a row."""
+    window = 16
+    entry_id = start
+    while (step > 0 and entry_id <= stop) or (step < 0 and entry_id >= stop):
+        low, high = (
+            (entry_id, min(stop, entry_id + window - 1))
+            if step > 0
+            else (
+                max(stop, entry_id - window + 1),
+                entry_id,
+            )
+        )
+        entries = await handle.read_entries(low, high)
+        if step < 0:
+            entries.reverse()
+        for entry in entries:
+            decoded = decode_entry(entry.data, f"ledger {handle.ledger_id} entry {entry.entry_id}")
+            if decoded.payloads:
+                return entry.entry_id, decoded
+        entry_id = high + 1 if step > 0 else low - 1
+        window = min(window * 4, 4096)
+    return None

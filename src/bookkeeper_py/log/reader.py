@@ -28,7 +28,7 @@ from bookkeeper_py.log.format import (
     SegmentState,
     decode_entry,
 )
-from bookkeeper_py.log.writer import _data_entry
+from bookkeeper_py.log.namespace import backoff, data_entry
 
 if TYPE_CHECKING:
     from bookkeeper_py.client.ledger import LedgerEntry, ReadHandle
@@ -364,7 +364,7 @@ class LogReader:
     async def _next_segment(self) -> Segment | None:
         """The live segment at or after the cursor's, reading the list again (and waiting,
         while following) until there is one; None once the log ends there."""
-        pause = LIST_POLL_S[0]
+        pauses = backoff(*LIST_POLL_S)
         refreshed = False
         while True:
             wanted = self._cursor.segment
@@ -378,8 +378,7 @@ class LogReader:
             if refreshed and not self.follow:
                 return None
             if refreshed:
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, LIST_POLL_S[1])
+                await asyncio.sleep(next(pauses))
             self._metadata, _ = await self.namespace.read_log(self.log_name)
             refreshed = True
 
@@ -455,14 +454,14 @@ async def _search(handle: ReadHandle, segment: Segment, key: str, value: int) ->
     found: tuple[int, DecodedEntry] | None = None
     while low <= high:
         middle = (low + high) // 2
-        data_entry = await _data_entry(handle, middle, high, 1)
-        if data_entry is None:
+        probe = await data_entry(handle, middle, high, 1)
+        if probe is None:
             high = middle - 1
             continue
-        entry_id, decoded = data_entry
+        entry_id, decoded = probe
         column = decoded.txids if key == "txid" else decoded.timestamps
         if column[-1] >= value:
-            found = data_entry
+            found = probe
             high = middle - 1
         else:
             low = entry_id + 1

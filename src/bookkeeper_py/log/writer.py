@@ -38,7 +38,7 @@ from bookkeeper_py.log.format import (
     encode_control,
     encode_entry,
 )
-from bookkeeper_py.log.namespace import LOG_LEDGER_PROPERTY, now_ms
+from bookkeeper_py.log.namespace import LOG_LEDGER_PROPERTY, backoff, data_entry, now_ms
 from bookkeeper_py.metadata.driver import BadVersionError
 
 if TYPE_CHECKING:
@@ -88,7 +88,6 @@ class _Batch:
         "added",
         "bytes",
         "first_sequence",
-        "flags",
         "future",
         "payloads",
         "segment",
@@ -107,7 +106,6 @@ class _Batch:
         self.first_sequence = first_sequence
         self.segment: _Open | None = None
         self.added: asyncio.Future[int] | None = None
-        self.flags = 0
 
 
 @dataclass
@@ -159,7 +157,6 @@ class LogWriter:
         namespace: LogNamespace,
         log_name: str,
         metadata: LogMetadata,
-        version: int,
         current: _Open,
         *,
         writer_id: str,
@@ -172,8 +169,7 @@ class LogWriter:
     ) -> None:
         self.namespace = namespace
         self.log_name = log_name
-        self.metadata = metadata
-        self.version = version
+        self.metadata = metadata  # the log's value as this writer last wrote it
         self.writer_id = writer_id
         self.config = metadata.config
         self.batch_bytes = min(batch_bytes, self.config.max_entry_bytes - ENTRY_OVERHEAD)
@@ -198,7 +194,7 @@ class LogWriter:
         self._roll_error: BaseException | None = None  # why the last roll changed nothing
         # entries flushed while a roll waits for the old segment: sent to the new one after
         self._held: list[tuple[_Batch, bytes]] | None = None
-        self._closing: list[_Open] = []
+        self._last_acknowledged: Position | None = None  # the last record acknowledged
         self._error: BaseException | None = None
         self._closed = False
         self._ending = False  # close or end of stream under way: no roll starts any more
@@ -283,7 +279,6 @@ class LogWriter:
                 namespace,
                 log_name,
                 updated,
-                version,
                 current,
                 writer_id=writer_id,
                 batch_bytes=batch_bytes,
@@ -395,16 +390,7 @@ class LogWriter:
             await asyncio.shield(last.future)
         if self._error is not None:
             raise self._error
-        return self._last_position()
-
-    def _last_position(self) -> Position | None:
-        current = self._current
-        if current.last_entry < 0:
-            for closing in reversed(self._closing):
-                if closing.last_entry >= 0:
-                    return Position(closing.handle.ledger_id, closing.last_entry, closing.last_slot)
-            return None
-        return Position(current.handle.ledger_id, current.last_entry, current.last_slot)
+        return self._last_acknowledged
 
     def _where(self) -> str:
         return f"{self.namespace.name}/{self.log_name}"
@@ -503,6 +489,7 @@ class LogWriter:
                 segment.last_timestamp = batch.timestamps[-1]
                 segment.last_entry = entry_id
                 segment.last_slot = count - 1
+                self._last_acknowledged = Position(segment.handle.ledger_id, entry_id, count - 1)
                 if batch.writer_sequences:
                     segment.last_writer_sequence = batch.writer_sequences[-1]
             if not batch.future.done():
@@ -631,9 +618,7 @@ class LogWriter:
             )
 
         try:
-            self.metadata, self.version = await namespace.update_log(
-                self.log_name, lambda _: True, add
-            )
+            self.metadata, _ = await namespace.update_log(self.log_name, lambda _: True, add)
         except errors.MetadataUnavailableError:
             # The store may have applied the write before failing (ZooKeeper: "outcome
             # unknown"): the list says.
@@ -654,7 +639,6 @@ class LogWriter:
         self._flush()
         self._held = []
         self._current = _Open(added[0], handle, self._next_sequence, created_ms=added[0].created_ms)
-        self._closing.append(old)
         self.rolls += 1
         try:
             await self._settled(old)
@@ -667,19 +651,17 @@ class LogWriter:
                 for batch, entry in held:
                     self._send(batch, entry)
         await self._close_segment(old, 0, marked=True)
-        self._closing.remove(old)
         await self._retention()
 
     async def _segment_of(self, ledger_id: int) -> Segment | None:
         """The segment of ``ledger_id`` in the list as stored (None if not there), read
         again while the store fails."""
-        pause = CLOSE_RETRY_S[0]
+        pauses = backoff(*CLOSE_RETRY_S)
         for _ in range(CLOSE_ATTEMPTS):
             try:
                 metadata, _ = await self.namespace.read_log(self.log_name)
             except errors.MetadataUnavailableError:
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, CLOSE_RETRY_S[1])
+                await asyncio.sleep(next(pauses))
                 continue
             return next((s for s in metadata.segments if s.ledger_id == ledger_id), None)
         return None
@@ -696,7 +678,7 @@ class LogWriter:
         self._send_to(old, encode_control(0, self._segment_end(old)))
         await self._settled(old)
         handle: ReadHandle = old.handle
-        pause = CLOSE_RETRY_S[0]
+        pauses = backoff(*CLOSE_RETRY_S)
         for attempt in range(CLOSE_ATTEMPTS):
             try:
                 if attempt == 0:
@@ -715,7 +697,7 @@ class LogWriter:
                         closed.writer_id, closed.last_writer_sequence
                     )
 
-                self.metadata, self.version = await self.namespace.update_log(
+                self.metadata, _ = await self.namespace.update_log(
                     self.log_name,
                     lambda metadata, closed=closed: (
                         (  # type: ignore[misc]
@@ -732,8 +714,7 @@ class LogWriter:
                     old.segment.sequence,
                     error,
                 )
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, CLOSE_RETRY_S[1])
+                await asyncio.sleep(next(pauses))
         raise errors.MetadataUnavailableError(
             f"log {self._where()}: could not record segment {old.segment.sequence} as closed "
             f"after {CLOSE_ATTEMPTS} attempts: the metadata store keeps failing"
@@ -830,7 +811,7 @@ class LogWriter:
                     self._check_owner(metadata, current.segment)
                     return replace(metadata, end_of_stream=True)
 
-                self.metadata, self.version = await self.namespace.update_log(
+                self.metadata, _ = await self.namespace.update_log(
                     self.log_name, lambda metadata: not metadata.end_of_stream, end
                 )
             try:
@@ -934,12 +915,12 @@ async def _closed_from_ledger(handle: ReadHandle, segment: Segment, start: int) 
     )
     if last_entry < 0:
         return closed
-    first = await _data_entry(handle, 0, last_entry, 1)
+    first = await data_entry(handle, 0, last_entry, 1)
     if first is None:  # control entries only
         head = decode_entry((await handle.read_entry(0)).data)
         return replace(closed, start_sequence=head.first_sequence)
     first_id, first_entry = first
-    last = await _data_entry(handle, last_entry, first_id, -1)
+    last = await data_entry(handle, last_entry, first_id, -1)
     assert last is not None
     last_id, last_decoded = last
     count = len(last_decoded.payloads)
@@ -957,29 +938,3 @@ async def _closed_from_ledger(handle: ReadHandle, segment: Segment, start: int) 
             last_decoded.writer_sequences[-1] if last_decoded.writer_sequences else -1
         ),
     )
-
-
-async def _data_entry(handle: ReadHandle, start: int, stop: int, step: int) -> Any:
-    """The first entry from ``start`` towards ``stop`` (inclusive) that holds records, as
-    (entry id, decoded); None when there is none. Control entries are few in a row."""
-    window = 16
-    entry_id = start
-    while (step > 0 and entry_id <= stop) or (step < 0 and entry_id >= stop):
-        low, high = (
-            (entry_id, min(stop, entry_id + window - 1))
-            if step > 0
-            else (
-                max(stop, entry_id - window + 1),
-                entry_id,
-            )
-        )
-        entries = await handle.read_entries(low, high)
-        if step < 0:
-            entries.reverse()
-        for entry in entries:
-            decoded = decode_entry(entry.data, f"ledger {handle.ledger_id} entry {entry.entry_id}")
-            if decoded.payloads:
-                return entry.entry_id, decoded
-        entry_id = high + 1 if step > 0 else low - 1
-        window = min(window * 4, 4096)
-    return None
