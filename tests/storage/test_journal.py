@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
 from bookkeeper_py.storage.journal import (
@@ -182,3 +183,113 @@ def test_max_group_wait_gathers_records_that_arrive_within_it(tmp_path: Path) ->
     journal.close()
     group_ends = {group_end for _, _, _, group_end in replay(str(tmp_path), None)}
     assert len(group_ends) == 1  # one group, one fsync
+
+
+def documented_group(records: list[tuple[RecordType, bytes]]) -> bytes:
+    """One group exactly as docs/formats/journal.md lays it out, built here independently."""
+    payload = b"".join(
+        [
+            len(records).to_bytes(4, "big"),
+            bytes(int(record_type) for record_type, _ in records),
+            b"".join(len(body).to_bytes(4, "big") for _, body in records),
+            *(body for _, body in records),
+        ]
+    )
+    return len(payload).to_bytes(4, "big") + crc32c.crc32c(payload).to_bytes(4, "big") + payload
+
+
+def write_one_group(directory: Path, records: list[tuple[RecordType, bytes]]) -> bytes:
+    """Writes ``records`` as one group (the group waits until they are all queued) and returns the
+    journal file's bytes."""
+    collector = Collector()
+    size = sum(len(body) for _, body in records)
+    journal = Journal(
+        str(directory), collector, max_group_wait_s=30.0, buffered_writes_threshold=size
+    )
+    journal.open(0)
+    for index, (record_type, body) in enumerate(records):
+        journal.append(record_type, body, index)
+    collector.wait_for(len(records))
+    journal.close()
+    assert all(error is None for _, error in collector.results)
+    return (directory / journal_name(0)).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [100, 7, 300],  # small records: joined, then written
+        [64 * 1024, 5000, 200 * 1024],  # large records: written from their own bodies
+        [20, 50 * 1024, 8],  # large on average
+    ],
+)
+def test_a_group_is_written_byte_for_byte_as_documented(tmp_path: Path, sizes: list[int]) -> None:
+    records = [(RecordType.ENTRY, entry(3, i, os.urandom(size))) for i, size in enumerate(sizes)]
+    records.insert(1, (RecordType.FENCE, (3).to_bytes(8, "big")))
+    data = write_one_group(tmp_path, records)
+    header = b"PBKJ" + (2).to_bytes(4, "big") + (0).to_bytes(8, "big")
+    assert data == header + documented_group(records)
+    assert replayed(tmp_path) == records
+
+
+def test_short_writes_and_more_pieces_than_one_writev_takes_are_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_writev = os.writev
+    calls: list[int] = []
+
+    def short_writev(fd: int, buffers: list[bytes]) -> int:
+        assert len(buffers) <= 1024  # IOV_MAX
+        calls.append(len(buffers))
+        return real_writev(fd, [bytes(b"".join(buffers)[:10_000])])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    records = [(RecordType.ENTRY, entry(1, i, bytes([i % 256]) * 5000)) for i in range(1100)]
+    data = write_one_group(tmp_path, records)
+    monkeypatch.undo()
+    assert len(calls) > 1
+    assert data[16:] == documented_group(records)
+    assert replayed(tmp_path) == records
+
+
+class FadviseRecorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int]] = []
+
+    def __call__(self, fd: int, offset: int, length: int, advice: int) -> None:
+        self.calls.append((offset, length, advice))
+
+
+def test_synced_pages_are_dropped_from_the_page_cache_a_megabyte_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = FadviseRecorder()
+    monkeypatch.setattr(os, "posix_fadvise", recorder)
+    records = [(RecordType.ENTRY, entry(1, i, bytes([i]) * 300_000)) for i in range(12)]
+    write_journal(tmp_path, records, one_group_each=True)
+    size = (tmp_path / journal_name(0)).stat().st_size
+    assert 1 < len(recorder.calls) < len(records)  # a megabyte or more at a time, not every group
+    position = 0
+    for offset, length, advice in recorder.calls:
+        assert advice == os.POSIX_FADV_DONTNEED
+        assert offset == position and length >= 1024 * 1024  # each range follows the last one
+        position = offset + length
+        assert position % 4096 == 0  # whole pages only: the next group continues the last one
+    assert size - 4096 - 1024 * 1024 < position <= size
+    assert replayed(tmp_path) == records
+
+
+@pytest.mark.parametrize("options", [{"sync_data": False}, {"remove_from_page_cache": False}])
+def test_pages_stay_in_the_page_cache_without_fsync_or_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, bool]
+) -> None:
+    recorder = FadviseRecorder()
+    monkeypatch.setattr(os, "posix_fadvise", recorder)
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector, **options)
+    journal.open(0)
+    for index in range(4):
+        journal.append(RecordType.ENTRY, entry(1, index, b"q" * 5000), index)
+        collector.wait_for(index + 1)
+    journal.close()
+    assert recorder.calls == []

@@ -232,3 +232,17 @@ def test_framing_splits_stream_and_bounds_size() -> None:
     assert decoder.buffered == 0
     with pytest.raises(FrameError):
         FrameDecoder(max_frame_size=8).feed(bytes.fromhex("00000009"))
+
+
+@pytest.mark.parametrize("chunk", [3, 1000, 4096, 65536, 300_000])
+def test_large_frames_split_anywhere_come_out_whole(chunk: int) -> None:
+    bodies = [bytes([n]) * size for n, size in enumerate([200_000, 5, 70_000, 0, 4096, 123_457])]
+    stream = b"".join(len(body).to_bytes(4, "big") + body for body in bodies)
+    decoder = FrameDecoder()
+    frames = []
+    for start in range(0, len(stream), chunk):
+        frames.extend(decoder.feed(stream[start : start + chunk]))
+        received = min(start + chunk, len(stream))
+        assert decoder.buffered == received - sum(4 + len(frame) for frame in frames)
+    assert frames == bodies
+    assert decoder.buffered == 0

@@ -62,9 +62,13 @@ class StorageConfig:
     )
     journal_preallocate_bytes: int = 16 * 1024 * 1024  # journalPreAllocSizeMB
     journal_sync_data: bool = True  # journalSyncData
+    # journalRemoveFromPageCache: drop the journal's pages from the page cache once synced
+    journal_remove_from_page_cache: bool = True
     log_size_limit: int = 1024**3  # logSizeLimit
     # flushEntrylogBytes (BookKeeper: 0, only at checkpoints; here 1 MiB: see entry_log.py)
     flush_entrylog_bytes: int = 1024 * 1024
+    # ours: drop the active entry log's pages from the page cache once synced (entry_log.py)
+    entry_log_remove_from_page_cache: bool = True
     # checkpointPace (ours): a periodic checkpoint spreads its entry-log writes over this
     # fraction of flushInterval, so that the journal's fsyncs are not queued behind it; 0: at
     # full speed. A checkpoint of a write cache half full always runs at full speed.
@@ -171,6 +175,7 @@ class StorageEngine:
             log_size_limit=config.log_size_limit,
             flush_entrylog_bytes=config.flush_entrylog_bytes,
             ledger_cache_size=config.ledger_cache_size,
+            remove_from_page_cache=config.entry_log_remove_from_page_cache,
         )
         # One journal (and journal thread) per directory; a ledger always uses the same one, so
         # its records keep their order.
@@ -188,6 +193,7 @@ class StorageEngine:
                 sync_stats=sync_stats,
                 records_added=records_added,
                 on_rolled=self.request_checkpoint,
+                remove_from_page_cache=config.journal_remove_from_page_cache,
             )
             for directory in config.journal_directories
         ]
@@ -195,6 +201,7 @@ class StorageEngine:
         self._pace_s = config.flush_interval_s * config.checkpoint_pace
         self._sync_thread: threading.Thread | None = None
         self._checkpoint_failure: Exception | None = None
+        self._checkpoint_lock = threading.Lock()  # one engine checkpoint at a time
         self.last_marks: list[tuple[int, int] | None] = [None] * len(self.journals)
         self.checkpoints = 0
         self.replayed_records = 0
@@ -424,7 +431,15 @@ class StorageEngine:
 
     def checkpoint(self, pace_s: float = 0.0) -> list[tuple[int, int]]:
         """Runs one checkpoint now; returns the LastLogMark it persisted for each journal. With
-        ``pace_s``, its entry-log writes are spread over up to that many seconds."""
+        ``pace_s``, its entry-log writes are spread over up to that many seconds.
+
+        One at a time (a call waits for the sync thread's checkpoint): two at once wrote the mark
+        file together (one rename found the temporary file gone), and the older marks could land
+        last, after the newer checkpoint had deleted the journal files they point into."""
+        with self._checkpoint_lock:
+            return self._checkpoint(pace_s)
+
+    def _checkpoint(self, pace_s: float) -> list[tuple[int, int]]:
         reclaiming = set(self._reclaiming)  # rolled before these marks were taken (or soon)
         marks = [journal.position for journal in self.journals]  # before the write cache is swapped
         started = time.monotonic()

@@ -127,9 +127,15 @@ class LedgerStorage:
         log_size_limit: int = 1024**3,
         flush_entrylog_bytes: int = 0,
         ledger_cache_size: int = 100_000,
+        remove_from_page_cache: bool = False,
     ) -> None:
         self.directory = directory
-        self.entry_logger = EntryLogger(directory, log_size_limit, flush_entrylog_bytes)
+        self.entry_logger = EntryLogger(
+            directory,
+            log_size_limit,
+            flush_entrylog_bytes,
+            remove_from_page_cache=remove_from_page_cache,
+        )
         self.index = LedgerIndex(directory)
         self._ledger_cache_size = ledger_cache_size
         self._infos: dict[int, LedgerInfo] = {}

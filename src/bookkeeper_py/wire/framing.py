@@ -10,6 +10,9 @@ import struct
 
 DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024
 _LENGTH = struct.Struct(">I")
+# Pieces of a frame smaller than this are copied together rather than kept as views: a peer that
+# sends a large frame a few bytes at a time must not cost a view object per few bytes.
+_VIEW_MIN = 4096
 
 
 class FrameError(Exception):
@@ -24,39 +27,109 @@ def encode_frame(body: bytes | bytearray | memoryview) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into frames; feed it bytes as they arrive.
 
-    Holds at most one partial frame (bounded by ``max_frame_size``) between calls.
+    Holds at most one partial frame (bounded by ``max_frame_size``) between calls. Each frame is
+    copied once: a frame within one chunk is sliced out of it; a frame spread over several (a
+    large entry comes in pieces of what one read returns) keeps views of its pieces (small pieces
+    are copied together) until the last arrives and is then joined. Accumulating the stream in
+    one buffer instead cost two more copies of every large frame, and the buffer shrank and grew
+    again around each one.
     """
 
-    __slots__ = ("_buffer", "_max_frame_size")
+    __slots__ = ("_buffered", "_head", "_max_frame_size", "_missing", "_parts")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self._buffer = bytearray()
+        self._head = b""  # the first bytes of a length prefix cut by the end of a chunk
+        # The pieces of the frame being received (a small frame's as bytes).
+        self._parts: list[bytes | memoryview | bytearray] = []
+        self._missing = -1  # bytes the frame being received still lacks; -1: no length yet
+        self._buffered = 0
         self._max_frame_size = max_frame_size
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a frame."""
-        return len(self._buffer)
+        return self._buffered
+
+    def _too_large(self, length: int) -> FrameError:
+        return FrameError(
+            f"peer declared a frame of {length} bytes, above the maximum of "
+            f"{self._max_frame_size} (nettyMaxFrameSizeBytes); closing the connection"
+        )
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add ``data`` and return every frame it completes, in order."""
-        buffer = self._buffer
-        buffer += data
+        if not isinstance(data, bytes):
+            data = bytes(data)  # the views kept of it must not change under them
         frames: list[bytes] = []
-        start = 0
-        end = len(buffer)
-        with memoryview(buffer) as view:  # one copy per frame (a bytearray slice is another)
-            while end - start >= 4:
-                (length,) = _LENGTH.unpack_from(buffer, start)
-                if length > self._max_frame_size:
-                    raise FrameError(
-                        f"peer declared a frame of {length} bytes, above the maximum of "
-                        f"{self._max_frame_size} (nettyMaxFrameSizeBytes); closing the connection"
-                    )
-                if end - start - 4 < length:
-                    break
-                frames.append(view[start + 4 : start + 4 + length].tobytes())
-                start += 4 + length
-        if start:
-            del buffer[:start]
+        position = 0
+        end = len(data)
+        if self._missing >= 0 or self._head:
+            position = self._continue(data, frames)
+        unpack_from = _LENGTH.unpack_from
+        while end - position >= 4:  # whole frames, sliced out of this chunk
+            (length,) = unpack_from(data, position)
+            if length > self._max_frame_size:
+                raise self._too_large(length)
+            if end - position - 4 < length:
+                if length < _VIEW_MIN:
+                    self._parts = [data[position + 4 :]]
+                else:
+                    self._parts = []
+                    self._keep(memoryview(data)[position + 4 :])
+                self._missing = length - (end - position - 4)
+                self._buffered = end - position
+                return frames
+            frames.append(data[position + 4 : position + 4 + length])
+            position += 4 + length
+        if position < end:
+            self._head = data[position:]
+            self._buffered = end - position
         return frames
+
+    def _continue(self, data: bytes, frames: list[bytes]) -> int:
+        """Takes from ``data`` what the frame (or length prefix) in progress lacks; returns where
+        the rest of ``data`` starts."""
+        position = 0
+        if self._missing < 0:  # a length prefix cut short
+            taken = min(4 - len(self._head), len(data))
+            self._head += data[:taken]
+            position = taken
+            if len(self._head) < 4:
+                self._buffered = len(self._head)
+                return position
+            (length,) = _LENGTH.unpack(self._head)
+            if length > self._max_frame_size:
+                raise self._too_large(length)
+            self._head = b""
+            self._missing = length
+            self._buffered = 4
+        missing = self._missing
+        available = len(data) - position
+        if missing > available:  # still not whole
+            if available:
+                self._keep(memoryview(data)[position:])
+            self._missing = missing - available
+            self._buffered += available
+            return len(data)
+        parts = self._parts
+        end = position + missing
+        if missing >= _VIEW_MIN:
+            parts.append(memoryview(data)[position:end])
+        elif missing:
+            parts.append(data[position:end])
+        frames.append(b"".join(parts))
+        self._parts = []
+        self._missing = -1
+        self._buffered = 0
+        return end
+
+    def _keep(self, piece: memoryview) -> None:
+        """Holds a piece of the frame being received: a large one as the view it is, a small one
+        copied into the small pieces before it."""
+        parts = self._parts
+        if len(piece) >= _VIEW_MIN:
+            parts.append(piece)
+        elif parts and isinstance(parts[-1], bytearray) and len(parts[-1]) < _VIEW_MIN:
+            parts[-1] += piece
+        else:
+            parts.append(bytearray(piece))

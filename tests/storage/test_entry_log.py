@@ -1,0 +1,79 @@
+"""The entry logger's write path: batches of large and small entries, their locations and
+checksums, and the pages it drops from the page cache once they are synced."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from bookkeeper_py.storage.entry_log import EntryLogger, split_location
+
+
+def entry(ledger_id: int, entry_id: int, size: int) -> bytes:
+    return struct.pack(">qq", ledger_id, entry_id) + bytes([entry_id % 251]) * size
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [300 * 1024] * 3,  # few entries, many bytes: written from the entries themselves
+        [100] * 5,  # few small entries: through the write buffer
+        [200 * 1024] * 12 + [10] * 700,  # more than one writev's worth of either
+    ],
+)
+def test_add_many_places_every_entry_where_it_reads_back(tmp_path: Path, sizes: list[int]) -> None:
+    logger = EntryLogger(str(tmp_path), flush_every_bytes=1024 * 1024)
+    entries = [entry(7, index, size) for index, size in enumerate(sizes)]
+    locations = logger.add_many(7, entries)
+    logger.flush()
+    assert [logger.read(location, 7, index) for index, location in enumerate(locations)] == entries
+    log_id = split_location(locations[0])[0]
+    assert [body for _, _, _, body in logger.records(log_id)] == entries
+    assert logger.scan_ledgers(log_id) == {7: sum(len(e) + 8 for e in entries)}
+    logger.close()
+
+
+class FadviseRecorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int]] = []
+
+    def __call__(self, fd: int, offset: int, length: int, advice: int) -> None:
+        self.calls.append((offset, length, advice))
+
+
+def test_synced_pages_of_the_active_log_are_dropped_from_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = FadviseRecorder()
+    monkeypatch.setattr(os, "posix_fadvise", recorder)
+    logger = EntryLogger(str(tmp_path), flush_every_bytes=1024 * 1024, remove_from_page_cache=True)
+    entries = [entry(1, index, 100 * 1024 + index) for index in range(40)]
+    locations = logger.add_many(1, entries)
+    logger.flush()
+    size = logger.file_size(logger.active_log_id)
+    assert len(recorder.calls) > 1  # after the flushes along the way, not only at the end
+    position = 0
+    for offset, length, advice in recorder.calls:
+        assert advice == os.POSIX_FADV_DONTNEED
+        assert offset == position and length > 0
+        position = offset + length
+        assert position % 4096 == 0  # whole pages: the next record continues the last one
+    assert size - 4096 < position <= size
+    monkeypatch.undo()
+    assert [logger.read(location, 1, index) for index, location in enumerate(locations)] == entries
+    logger.close()
+
+
+def test_pages_stay_in_the_page_cache_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = FadviseRecorder()
+    monkeypatch.setattr(os, "posix_fadvise", recorder)
+    logger = EntryLogger(str(tmp_path), flush_every_bytes=1024 * 1024)
+    logger.add_many(1, [entry(1, index, 100 * 1024) for index in range(20)])
+    logger.flush()
+    logger.close()
+    assert recorder.calls == []
