@@ -1,4 +1,4 @@
-"""The bookie's LAC: known as an entry arrives, not after its journal sync."""
+"""The bookie's LAC: known as an entry or an explicit LAC arrives, not after its journal sync."""
 
 from __future__ import annotations
 
@@ -41,5 +41,29 @@ def test_a_long_poll_is_answered_by_an_arriving_entry_before_its_journal_sync(
         gate.set()
         await settle(lambda: len(added) == 3)
         assert sorted(added) == [(0, StatusCode.EOK), (1, StatusCode.EOK), (2, StatusCode.EOK)]
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario)
+
+
+def test_a_long_poll_is_answered_by_an_explicit_lac_before_its_journal_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        written: list[StatusCode] = []
+        polls: list[tuple[StatusCode, int]] = []
+        for entry_id in range(3):
+            bookie.add_entry(7, entry_id, KEY, entry(entry_id), False, lambda status: None)
+        bookie.read_long_poll(
+            7, 2, 1, 30.0, False, lambda status, _body, lac: polls.append((status, lac))
+        )
+        lac = DigestManager(7, DigestType.CRC32C, b"").package_lac(2)
+        bookie.write_lac(7, KEY, lac, written.append)
+        await settle(lambda: bool(polls))
+        assert polls == [(StatusCode.EOK, 2)]  # woken on arrival
+        assert written == []  # its journal record is not synced yet
+        gate.set()
+        await settle(lambda: bool(written))
+        assert written == [StatusCode.EOK]
+        assert bookie.read_lac(7)[1] == lac  # kept for READ_LAC
 
     run_with_held_sync(tmp_path, monkeypatch, scenario)

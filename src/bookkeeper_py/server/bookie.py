@@ -652,11 +652,13 @@ class Bookie:
             done(status)
             return
 
-        explicit_lac = _LAC_AT.unpack_from(body, 8)[0] if len(body) >= 16 else -1
+        # As with the LAC an entry carries: the writer's word that entries up to it have Qa
+        # durable copies, known (and long polls answered) on arrival, as BookKeeper's
+        # setExplicitLac does; the journal record only keeps it across a restart.
+        if len(body) >= 16:
+            self._advance_lac(ledger_id, _LAC_AT.unpack_from(body, 8)[0])
 
         def durable(error: Exception | None) -> None:
-            if error is None:
-                self._advance_lac(ledger_id, explicit_lac)
             done(StatusCode.EOK if error is None else StatusCode.EIO)
 
         self.engine.set_explicit_lac(ledger_id, body, durable)
