@@ -103,7 +103,16 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
 
 LOG_BENCH_FIGURES = {
     "append": ["records_per_s", "mb_per_s", "client_cpu_us_per_record", "rolls"],
-    "tail": ["p50_ms", "p99_ms", "p99.9_ms", "max_ms", "appended_per_s", "kept_rate"],
+    "tail": [
+        "from_ack_p50_ms",
+        "from_ack_p99_ms",
+        "p50_ms",
+        "p99_ms",
+        "p99.9_ms",
+        "max_ms",
+        "appended_per_s",
+        "kept_rate",
+    ],
     "catchup": ["records_per_s", "client_cpu_us_per_record", "bookies_cpu_us_per_record"],
     "recovery": ["seconds", "open_segments_before", "recovered_segments"],
 }
@@ -132,5 +141,6 @@ def test_log_benchmark_runs(mode: str, options: list[str]) -> None:
         assert set(medians) == {"100", "1024"} and medians["100"]["records"] > 0
     if mode == "tail":
         assert medians["measured_records"] > 0 and medians["gaps"] == 0
+        assert 0 <= medians["from_ack_p50_ms"] <= medians["p50_ms"]  # acked after appended
     if mode == "recovery":
         assert medians["open_segments_before"] == 2 == medians["recovered_segments"]

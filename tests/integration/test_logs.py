@@ -195,6 +195,22 @@ async def test_an_idempotent_writer_drops_what_it_sent_before(logs: LogNamespace
 
 
 @on_cluster
+async def test_an_append_calls_back_once_acknowledged(logs: LogNamespace) -> None:
+    await logs.create_log("cb")
+    writer = await logs.open_writer("cb", writer_id="app")
+    seen: list[tuple[str, Position]] = []
+    first = writer.append(b"first", sequence=1)
+    again = writer.append(b"again", sequence=1)  # a duplicate: done at once
+    for name, pending in (("first", first), ("again", again)):
+        pending.add_done_callback(lambda done, name=name: seen.append((name, done.result())))
+    assert seen == []  # called from the loop, not from add_done_callback
+    await writer.flush()
+    await asyncio.sleep(0)
+    assert sorted(seen) == [("again", DUPLICATE), ("first", await first)]
+    await writer.close()
+
+
+@on_cluster
 async def test_subscriptions_hold_truncation_and_retention(logs: LogNamespace) -> None:
     config = LogConfig(3, 2, 2, roll_records=200, retention_bytes=1)
     await logs.create_log("sub", config)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,14 @@ class PendingAppend:
 
     def done(self) -> bool:
         return self._batch is None or self._batch.future.done()
+
+    def add_done_callback(self, callback: Callable[[PendingAppend], object]) -> None:
+        """Calls ``callback(self)`` once the append is acknowledged or failed, as
+        ``asyncio.Future.add_done_callback`` does (from the event loop, soon after)."""
+        if self._batch is None:
+            asyncio.get_running_loop().call_soon(callback, self)
+        else:
+            self._batch.future.add_done_callback(lambda _: callback(self))
 
     def result(self) -> Position:
         """The position (``DUPLICATE`` for a record an idempotent writer had appended before);
