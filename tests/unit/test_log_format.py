@@ -125,6 +125,7 @@ def test_a_control_entry_carries_no_records() -> None:
         (b"\x07" + encode_control(0, 1)[1:], "version 7"),
         (encode_entry(0, [1], [1], [b"abc"])[:-1], "add up to"),
         (encode_entry(0, [1, 2], [1, 2], [b"a", b"b"])[:20], "past the end"),
+        (encode_control(0x80, 1), "unknown log entry flags 0x81 .*upgrade"),
     ],
 )
 def test_what_is_not_a_log_entry_is_refused(entry: bytes, message: str) -> None:
