@@ -11,6 +11,8 @@ import pytest
 
 from bookkeeper_py.storage.entry_log import EntryLogger, split_location
 
+from .fadvise import FadviseRecorder
+
 
 def entry(ledger_id: int, entry_id: int, size: int) -> bytes:
     return struct.pack(">qq", ledger_id, entry_id) + bytes([entry_id % 251]) * size
@@ -34,14 +36,6 @@ def test_add_many_places_every_entry_where_it_reads_back(tmp_path: Path, sizes: 
     assert [body for _, _, _, body in logger.records(log_id)] == entries
     assert logger.scan_ledgers(log_id) == {7: sum(len(e) + 8 for e in entries)}
     logger.close()
-
-
-class FadviseRecorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int, int]] = []
-
-    def __call__(self, fd: int, offset: int, length: int, advice: int) -> None:
-        self.calls.append((offset, length, advice))
 
 
 def test_synced_pages_of_the_active_log_are_dropped_from_the_page_cache(

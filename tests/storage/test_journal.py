@@ -20,6 +20,8 @@ from bookkeeper_py.storage.journal import (
 )
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 
+from .fadvise import FadviseRecorder
+
 
 class Collector:
     """Gathers journal completions and lets a test wait for a number of them."""
@@ -250,14 +252,6 @@ def test_short_writes_and_more_pieces_than_one_writev_takes_are_finished(
     assert len(calls) > 1
     assert data[16:] == documented_group(records)
     assert replayed(tmp_path) == records
-
-
-class FadviseRecorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int, int]] = []
-
-    def __call__(self, fd: int, offset: int, length: int, advice: int) -> None:
-        self.calls.append((offset, length, advice))
 
 
 def test_synced_pages_are_dropped_from_the_page_cache_a_megabyte_at_a_time(
