@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh Debian machine with Python 3.11 (Java, a real
 # ZooKeeper server and the Java BookKeeper kit's libraries from the OS packages, the package with
-# its test extras in .venv), then runs the linters and the whole test suite. Extra arguments go
+# its test extras and PySpark in .venv), then runs the linters and the whole test suite. Extra arguments go
 # to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ bash "$kit/setup.sh"
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test,bench]'
+.venv/bin/python -m pip install -q -e '.[test,bench,spark]'
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 __all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "LedgerHandleAdv", "ReadHandle"]
 
 
-class _LoopThread:
+class LoopThread:
     """An asyncio loop (uvloop when installed) running in a daemon thread."""
 
     def __init__(self) -> None:
@@ -86,7 +86,7 @@ class _LoopThread:
 class ReadHandle:
     """Blocking view of :class:`bookkeeper_py.aio.ReadHandle`."""
 
-    def __init__(self, runner: _LoopThread, handle: aio_ledger.ReadHandle) -> None:
+    def __init__(self, runner: LoopThread, handle: aio_ledger.ReadHandle) -> None:
         self._runner = runner
         self._handle = handle
 
@@ -165,7 +165,7 @@ class ReadHandle:
 class _WriteHandle(ReadHandle):
     _handle: aio_ledger.WriteHandle
 
-    def __init__(self, runner: _LoopThread, handle: aio_ledger.WriteHandle) -> None:
+    def __init__(self, runner: LoopThread, handle: aio_ledger.WriteHandle) -> None:
         super().__init__(runner, handle)
 
     def force(self) -> int:
@@ -239,7 +239,7 @@ class BookKeeper:
         TLS, authentication, speculative reads, placement policy...). A malformed URI raises
         ``ValueError`` before anything starts."""
         parse_uri(metadata_uri)
-        self._runner = _LoopThread()
+        self._runner = LoopThread()
         try:
             self._client = self._runner.run(
                 aio_client.BookKeeper.connect(metadata_uri, config, **options)

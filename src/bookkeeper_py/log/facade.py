@@ -26,7 +26,7 @@ from bookkeeper_py.log.format import (
 )
 
 if TYPE_CHECKING:
-    from bookkeeper_py.client.facade import BookKeeper, _LoopThread
+    from bookkeeper_py.client.facade import BookKeeper, LoopThread
 
 __all__ = ["LogNamespace", "LogReader", "LogWriter"]
 
@@ -35,7 +35,7 @@ class LogNamespace:
     """The logs of one namespace (see ``bookkeeper_py.log.LogNamespace``)."""
 
     def __init__(self, client: BookKeeper, name: str = "default", *, password: bytes = b""):
-        self._runner: _LoopThread = client._runner
+        self._runner: LoopThread = client._runner
         self._namespace = aio_namespace.LogNamespace(client.client, name, password=password)
 
     @property
@@ -102,7 +102,7 @@ class LogNamespace:
 class LogWriter:
     """The blocking writer of a log (see ``bookkeeper_py.log.LogWriter``)."""
 
-    def __init__(self, runner: _LoopThread, writer: aio_writer.LogWriter) -> None:
+    def __init__(self, runner: LoopThread, writer: aio_writer.LogWriter) -> None:
         self._runner = runner
         self._writer = writer
         self._lock = threading.Lock()
@@ -197,7 +197,7 @@ def _complete(done: Any, waiters: list[tuple[int, concurrent.futures.Future[Posi
 class LogReader:
     """The blocking reader of a log (see ``bookkeeper_py.log.LogReader``); iterate it."""
 
-    def __init__(self, runner: _LoopThread, reader: aio_reader.LogReader) -> None:
+    def __init__(self, runner: LoopThread, reader: aio_reader.LogReader) -> None:
         self._runner = runner
         self._reader = reader
         self._waiting: concurrent.futures.Future[list[LogRecord]] | None = None

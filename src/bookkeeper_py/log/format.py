@@ -618,9 +618,25 @@ def _read_column(typecode: str, data: bytes, offset: int, count: int) -> tuple[a
     return column, end
 
 
-def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
-    """Splits an entry into its records; ``LogFormatError`` for anything that is not a log
-    entry of a known version."""
+@dataclass(slots=True, frozen=True)
+class EntryLayout:
+    """Where an entry's columns are (byte offsets into it): what a columnar consumer (the
+    Spark reader) takes as it is, without splitting the records."""
+
+    flags: int
+    count: int
+    first_sequence: int
+    writer_id: str
+    writer_sequences: int  # offset of the i64 column, -1 without a writer id
+    txids: int  # offset of the i64 column
+    timestamps: int  # offset of the i64 column
+    lengths: int  # offset of the u32 column
+    payloads: int  # offset of the first record's bytes (they run to the end of the entry)
+
+
+def entry_layout(data: bytes | memoryview, where: str = "entry") -> EntryLayout:
+    """The layout of a log entry, its header checked (version, flags, columns within the
+    entry); the record lengths are not added up here (``decode_entry`` does)."""
     try:
         version, flags, _, count, first_sequence = _ENTRY_HEADER.unpack_from(data, 0)
     except struct.error:
@@ -637,16 +653,45 @@ def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
         )
     offset = _ENTRY_HEADER.size
     writer_id = ""
+    writer_sequences = -1
+    if flags & EntryFlags.WRITER:
+        try:
+            writer_id, used = _get_name(bytes(data[offset : offset + 256]), 0)
+        except (IndexError, UnicodeDecodeError, LogFormatError):
+            raise LogFormatError(f"{where}: corrupt log entry header") from None
+        offset += used
+        writer_sequences = offset
+        offset += 8 * count
+    txids = offset
+    timestamps = txids + 8 * count
+    lengths = timestamps + 8 * count
+    payloads = lengths + 4 * count
+    if payloads > len(data):
+        raise LogFormatError(f"{where}: a column runs past the end of the entry")
+    return EntryLayout(
+        flags,
+        count,
+        first_sequence,
+        writer_id,
+        writer_sequences,
+        txids,
+        timestamps,
+        lengths,
+        payloads,
+    )
+
+
+def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
+    """Splits an entry into its records; ``LogFormatError`` for anything that is not a log
+    entry of a known version."""
+    layout = entry_layout(data, where)
+    count = layout.count
     writer_sequences = None
-    try:
-        if flags & EntryFlags.WRITER:
-            writer_id, offset = _get_name(data, offset)
-            writer_sequences, offset = _read_column("q", data, offset, count)
-        txids, offset = _read_column("q", data, offset, count)
-        timestamps, offset = _read_column("q", data, offset, count)
-        lengths, offset = _read_column("I", data, offset, count)
-    except (IndexError, UnicodeDecodeError):
-        raise LogFormatError(f"{where}: corrupt log entry header") from None
+    if layout.writer_sequences >= 0:
+        writer_sequences, _ = _read_column("q", data, layout.writer_sequences, count)
+    txids, _ = _read_column("q", data, layout.txids, count)
+    timestamps, _ = _read_column("q", data, layout.timestamps, count)
+    lengths, offset = _read_column("I", data, layout.lengths, count)
     ends = list(accumulate(lengths, initial=offset))
     if ends[-1] != len(data):
         raise LogFormatError(
@@ -654,5 +699,11 @@ def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
         )
     payloads = [data[ends[i] : ends[i + 1]] for i in range(count)]
     return DecodedEntry(
-        flags, first_sequence, txids, timestamps, payloads, writer_id, writer_sequences
+        layout.flags,
+        layout.first_sequence,
+        txids,
+        timestamps,
+        payloads,
+        layout.writer_id,
+        writer_sequences,
     )

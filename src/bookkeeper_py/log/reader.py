@@ -430,7 +430,7 @@ async def _seek(
 ) -> _Cursor:
     """The cursor of the first record whose transaction id (or timestamp) is at least the one
     given: the segment from the list, the entry by binary search (both increase)."""
-    key = "txid" if txid is not None else "timestamp"
+    key: Literal["txid", "timestamp"] = "txid" if txid is not None else "timestamp"
     value = txid if txid is not None else timestamp
     assert value is not None
     for segment in metadata.live_segments:
@@ -447,10 +447,31 @@ async def _seek(
     return _Cursor(metadata.next_segment, 0, 0)
 
 
-async def _search(handle: ReadHandle, segment: Segment, key: str, value: int) -> _Cursor | None:
+async def _search(
+    handle: ReadHandle, segment: Segment, key: Literal["txid", "timestamp"], value: int
+) -> _Cursor | None:
+    found = await find_record(handle, segment, key, value)
+    if found is not None:
+        return _Cursor(segment.sequence, *found)
+    if not segment.is_open:
+        return None
+    return _Cursor(segment.sequence, max(segment.min_entry, handle.last_add_confirmed + 1), 0)
+
+
+def _last_key(decoded: DecodedEntry, key: str) -> int:
+    if key == "sequence":
+        return decoded.first_sequence + len(decoded.payloads) - 1
+    column = decoded.txids if key == "txid" else decoded.timestamps
+    return int(column[-1])
+
+
+async def find_record(
+    handle: ReadHandle, segment: Segment, key: Literal["txid", "timestamp", "sequence"], value: int
+) -> tuple[int, int] | None:
+    """(entry id, slot) of the segment's first confirmed record whose transaction id,
+    timestamp or log sequence number is at least ``value``, by binary search over its entries
+    from ``min_entry`` to the handle's LAC (all three increase); None when no record is."""
     low, high = segment.min_entry, handle.last_add_confirmed
-    if high < low:
-        return _Cursor(segment.sequence, low, 0) if segment.is_open else None
     found: tuple[int, DecodedEntry] | None = None
     while low <= high:
         middle = (low + high) // 2
@@ -459,17 +480,15 @@ async def _search(handle: ReadHandle, segment: Segment, key: str, value: int) ->
             high = middle - 1
             continue
         entry_id, decoded = probe
-        column = decoded.txids if key == "txid" else decoded.timestamps
-        if column[-1] >= value:
+        if _last_key(decoded, key) >= value:
             found = probe
             high = middle - 1
         else:
             low = entry_id + 1
     if found is None:
-        return (
-            _Cursor(segment.sequence, handle.last_add_confirmed + 1, 0) if segment.is_open else None
-        )
+        return None
     entry_id, decoded = found
+    if key == "sequence":
+        return entry_id, max(0, value - decoded.first_sequence)
     column = decoded.txids if key == "txid" else decoded.timestamps
-    slot = next(i for i, v in enumerate(column) if v >= value)
-    return _Cursor(segment.sequence, entry_id, slot)
+    return entry_id, next(i for i, v in enumerate(column) if v >= value)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol, TypeVar, runtime_checkable
 
 from bookkeeper_py.core.metadata import LedgerMetadata
-from bookkeeper_py.errors import MetadataVersionError
+from bookkeeper_py.errors import MetadataUnavailableError, MetadataVersionError
 from bookkeeper_py.metadata.bookie_watcher import BookieWatcher
 from bookkeeper_py.metadata.driver import ANY_VERSION, BadVersionError
 from bookkeeper_py.metadata.manager import MAX_UPDATE_ATTEMPTS, BookieEndpoint, MetadataClient
@@ -286,3 +286,97 @@ class ThreadedMetadata:
             await self.call(self.client.close)
         finally:
             self._thread.shutdown(wait=False)
+
+
+class KnownBookies:
+    """A metadata port that knows where some bookies listen and nothing else: the port of a
+    client handed ledger metadata and endpoints (a Spark task reading a range the driver
+    planned), which needs no metadata session. ``learn`` adds endpoints; every other operation
+    raises ``MetadataUnavailableError``."""
+
+    def __init__(self, endpoints: dict[str, tuple[str, int]] | None = None) -> None:
+        self._endpoints: dict[str, tuple[str, int]] = dict(endpoints or {})
+
+    def learn(self, endpoints: dict[str, tuple[str, int]]) -> None:
+        self._endpoints.update(endpoints)
+
+    def _refuse(self, what: str) -> MetadataUnavailableError:
+        return MetadataUnavailableError(
+            f"{what}: this client was made for known bookies only (no metadata service); "
+            "use a client made with the metadata service URI"
+        )
+
+    async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
+        try:
+            host, port = self._endpoints[bookie_id]
+        except KeyError:
+            raise self._refuse(f"where bookie {bookie_id} listens") from None
+        return BookieEndpoint(bookie_id, host, port)
+
+    async def generate_ledger_id(self) -> int:
+        raise self._refuse("a new ledger id")
+
+    async def create_ledger_metadata(self, metadata: LedgerMetadata) -> int:
+        raise self._refuse("creating a ledger")
+
+    async def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        raise self._refuse(f"the metadata of ledger {ledger_id}")
+
+    async def write_ledger_metadata(self, metadata: LedgerMetadata, version: int) -> int:
+        raise self._refuse(f"writing the metadata of ledger {metadata.ledger_id}")
+
+    async def delete_ledger_metadata(self, ledger_id: int, version: int = ANY_VERSION) -> None:
+        raise self._refuse(f"deleting ledger {ledger_id}")
+
+    async def list_ledgers(self) -> list[int]:
+        raise self._refuse("the list of ledgers")
+
+    async def writable_bookies(self) -> list[str]:
+        raise self._refuse("the writable bookies")
+
+    async def readonly_bookies(self) -> list[str]:
+        raise self._refuse("the read-only bookies")
+
+    async def register_bookie(
+        self,
+        bookie_id: str,
+        host: str,
+        port: int,
+        *,
+        readonly: bool,
+        incarnation: str,
+        predecessors: Collection[str],
+    ) -> None:
+        raise self._refuse("registering a bookie")
+
+    async def unregister_bookie(
+        self, bookie_id: str, *, readonly: bool, incarnation: str | None = None
+    ) -> None:
+        raise self._refuse("unregistering a bookie")
+
+    def on_session_replaced(self, callback: Callable[[], None]) -> None:
+        pass  # no session
+
+    @property
+    def ledgers_root(self) -> str:
+        return ""  # unknown; its nodes are refused below
+
+    async def get_node(self, path: str) -> tuple[bytes, int]:
+        raise self._refuse(f"reading {path}")
+
+    async def create_node(self, path: str, data: bytes) -> int:
+        raise self._refuse(f"creating {path}")
+
+    async def set_node(self, path: str, data: bytes, version: int) -> int:
+        raise self._refuse(f"writing {path}")
+
+    async def delete_node(self, path: str, version: int = ANY_VERSION) -> None:
+        raise self._refuse(f"deleting {path}")
+
+    async def node_children(
+        self, path: str, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        raise self._refuse(f"the children of {path}")
+
+    async def close(self) -> None:
+        pass
