@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 def spark() -> Iterator[SparkSession]:
     from bookkeeper_py.spark.session import spark_session
 
-    session = spark_session("local[2]", "bookkeeper-py-tests")
+    # local[2,2]: two threads, and a failed task is tried once more (tests of retried attempts)
+    session = spark_session("local[2,2]", "bookkeeper-py-tests")
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

@@ -213,6 +213,24 @@ class Segment:
         return Position(self.ledger_id, self.last_entry, self.last_slot)
 
 
+@dataclass(frozen=True, slots=True)
+class WrittenLedger:
+    """A closed ledger of RELATIVE entries written for a log before its place in it was known
+    (a Spark task's), as ``commit_ledgers`` appends it. Transaction ids and timestamps are
+    the ones its writer gave (-1: assigned by the commit: ids after the log's last, the
+    commit's time)."""
+
+    ledger_id: int
+    record_count: int
+    byte_count: int  # the closed ledger's length
+    last_entry: int  # the entry of its last record
+    last_slot: int
+    first_txid: int = -1
+    last_txid: int = -1
+    first_timestamp: int = -1
+    last_timestamp: int = -1
+
+
 MAX_WRITERS_KEPT = 1000  # idempotent writers remembered per log (the least recent forgotten)
 
 
@@ -521,11 +539,19 @@ class EntryFlags:
     END_OF_STREAM = 2  # the log was ended after the records before this entry
     WRITER = 4  # an idempotent writer's id and per-record sequence numbers follow the header
     END_OF_SEGMENT = 8  # the writer rolled: the next records are in the next segment
+    # first_sequence, transaction ids and timestamps are offsets from the segment's
+    # start_sequence, first_txid and first_timestamp (a ledger written before its place in the
+    # log was known: a Spark task's, appended by the job's commit)
+    RELATIVE = 16
 
 
 _ENTRY_HEADER = struct.Struct("<BBHIq")
 _KNOWN_ENTRY_FLAGS = (
-    EntryFlags.CONTROL | EntryFlags.END_OF_STREAM | EntryFlags.WRITER | EntryFlags.END_OF_SEGMENT
+    EntryFlags.CONTROL
+    | EntryFlags.END_OF_STREAM
+    | EntryFlags.WRITER
+    | EntryFlags.END_OF_SEGMENT
+    | EntryFlags.RELATIVE
 )
 _BIG_ENDIAN = sys.byteorder == "big"
 
@@ -549,8 +575,35 @@ def encode_entry(
 ) -> bytes:
     """One entry holding ``payloads`` (with their transaction ids and timestamps), the first
     being record ``first_sequence`` of the log."""
-    count = len(payloads)
-    parts = [
+    return encode_columns(
+        first_sequence,
+        len(payloads),
+        _column("q", txids),
+        _column("q", timestamps),
+        _column("I", [len(p) for p in payloads]),
+        payloads,
+        writer_id=writer_id,
+        writer_sequences=_column("q", writer_sequences or []) if writer_id else b"",
+        flags=flags,
+    )
+
+
+def encode_columns(
+    first_sequence: int,
+    count: int,
+    txids: bytes | memoryview,
+    timestamps: bytes | memoryview,
+    lengths: bytes | memoryview,
+    payloads: list[bytes] | list[memoryview] | list[bytes | memoryview],
+    *,
+    writer_id: str = "",
+    writer_sequences: bytes | memoryview = b"",
+    flags: int = 0,
+) -> bytes:
+    """An entry from columns already in their stored form (little-endian i64 transaction ids
+    and timestamps, u32 lengths) and the records' bytes back to back (in any number of
+    pieces): what a columnar writer (a Spark task) hands over without a step per record."""
+    parts: list[bytes | memoryview] = [
         _ENTRY_HEADER.pack(
             ENTRY_VERSION, flags | (EntryFlags.WRITER if writer_id else 0), 0, count, first_sequence
         )
@@ -558,11 +611,8 @@ def encode_entry(
     if writer_id:
         raw = writer_id.encode()
         parts.append(bytes((len(raw),)) + raw)
-        parts.append(_column("q", writer_sequences or []))
-    parts.append(_column("q", txids))
-    parts.append(_column("q", timestamps))
-    parts.append(_column("I", [len(p) for p in payloads]))
-    parts.extend(payloads)
+        parts.append(writer_sequences)
+    parts += [txids, timestamps, lengths, *payloads]
     return b"".join(parts)
 
 
@@ -681,9 +731,10 @@ def entry_layout(data: bytes | memoryview, where: str = "entry") -> EntryLayout:
     )
 
 
-def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
+def decode_entry(data: bytes, where: str = "entry", segment: Segment | None = None) -> DecodedEntry:
     """Splits an entry into its records; ``LogFormatError`` for anything that is not a log
-    entry of a known version."""
+    entry of a known version. A RELATIVE entry's numbers are made whole from ``segment``,
+    which it needs."""
     layout = entry_layout(data, where)
     count = layout.count
     writer_sequences = None
@@ -698,12 +749,29 @@ def decode_entry(data: bytes, where: str = "entry") -> DecodedEntry:
             f"{where}: record lengths add up to {ends[-1]} bytes, the entry has {len(data)}"
         )
     payloads = [data[ends[i] : ends[i + 1]] for i in range(count)]
+    first_sequence = layout.first_sequence
+    if layout.flags & EntryFlags.RELATIVE:
+        bases = relative_bases(segment, where)
+        first_sequence += bases[0]
+        txids = array("q", [txid + bases[1] for txid in txids])
+        timestamps = array("q", [stamp + bases[2] for stamp in timestamps])
     return DecodedEntry(
         layout.flags,
-        layout.first_sequence,
+        first_sequence,
         txids,
         timestamps,
         payloads,
         layout.writer_id,
         writer_sequences,
     )
+
+
+def relative_bases(segment: Segment | None, where: str) -> tuple[int, int, int]:
+    """What a RELATIVE entry's sequence numbers, transaction ids and timestamps are offsets
+    from: its segment's start_sequence, first_txid and first_timestamp."""
+    if segment is None or segment.start_sequence < 0:
+        raise LogFormatError(
+            f"{where}: a relative entry (written before its place in the log was known) read "
+            "without its segment, or from a segment not committed yet"
+        )
+    return segment.start_sequence, segment.first_txid, segment.first_timestamp

@@ -26,6 +26,7 @@ from bookkeeper_py.log.format import (
     Segment,
     SegmentState,
     Subscription,
+    WrittenLedger,
     check_name,
     decode_entry,
     decode_log,
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 LOG_LEDGER_PROPERTY = "bookkeeper-py.log"  # custom metadata of a log's ledgers: "<ns>/<log>"
 PAGE = 1000
 NOTHING_CONSUMED = Position(0, -1, -1)
+
+
+STAGED = "staged"  # <log>/staged/<job>/<ledger id>: ledgers written for a commit to come
 
 
 def now_ms() -> int:
@@ -228,7 +232,67 @@ class LogNamespace:
         for name in await self._all_children(subscriptions):
             await self._delete_quietly(f"{subscriptions}/{name}")
         await self._delete_quietly(subscriptions)
+        for job in await self.staged_jobs(log_name):
+            await self.unstage(log_name, job, delete_ledgers=True)
+        await self._delete_quietly(f"{path}/{STAGED}")
         await self._delete_quietly(path)
+
+    # -- staged ledgers: written for a log before a commit appends them -------------------------
+
+    def _staged_path(self, log_name: str, job: str) -> str:
+        return f"{self._log_path(log_name)}/{STAGED}/{check_name('job', job)}"
+
+    async def stage_ledger(self, log_name: str, job: str, ledger_id: int) -> None:
+        """Records that ``job`` wrote ``ledger_id`` for the log, before a single record is in
+        it: a job that never commits leaves a list to sweep, not a lost ledger."""
+        await self.port.create_node(f"{self._staged_path(log_name, job)}/{ledger_id}", b"")
+
+    async def staged_ledgers(self, log_name: str, job: str) -> list[int]:
+        return sorted(
+            int(name) for name in await self._all_children(self._staged_path(log_name, job))
+        )
+
+    async def staged_jobs(self, log_name: str) -> list[str]:
+        return await self._all_children(f"{self._log_path(log_name)}/{STAGED}")
+
+    async def unstage(
+        self, log_name: str, job: str, *, delete_ledgers: bool, keep: frozenset[int] = frozenset()
+    ) -> list[int]:
+        """Forgets ``job``'s staged ledgers, deleting those not in ``keep`` when
+        ``delete_ledgers`` (a failed job's, or a retried task's orphans); the ones deleted."""
+        path = self._staged_path(log_name, job)
+        deleted = []
+        for name in await self._all_children(path):
+            ledger_id = int(name)
+            if delete_ledgers and ledger_id not in keep:
+                await self._delete_ledger(ledger_id)
+                deleted.append(ledger_id)
+            await self._delete_quietly(f"{path}/{name}")
+        await self._delete_quietly(path)
+        return deleted
+
+    async def commit_ledgers(
+        self,
+        log_name: str,
+        ledgers: list[WrittenLedger],
+        *,
+        writer_id: str,
+        writer_sequence: int,
+        overwrite: bool = False,
+    ) -> bool:
+        """Appends closed ledgers of relative entries to the log in one compare-and-swap
+        (``writer.commit_ledgers``); False when ``writer_id`` had committed
+        ``writer_sequence`` already (nothing changes)."""
+        from bookkeeper_py.log.writer import commit_ledgers
+
+        return await commit_ledgers(
+            self,
+            log_name,
+            ledgers,
+            writer_id=writer_id,
+            writer_sequence=writer_sequence,
+            overwrite=overwrite,
+        )
 
     async def _all_children(self, path: str) -> list[str]:
         names: list[str] = []
@@ -307,7 +371,7 @@ class LogNamespace:
             try:
                 lac = handle.last_add_confirmed
                 if lac >= 0:
-                    entry = decode_entry((await handle.read_entry(lac)).data)
+                    entry = decode_entry((await handle.read_entry(lac)).data, "the tail", segment)
                     known = max(known, entry.first_sequence + len(entry.payloads))
             finally:
                 await handle.close()
@@ -365,7 +429,9 @@ class LogNamespace:
         try:
             if position.entry_id > handle.last_add_confirmed:
                 return None
-            entry = decode_entry((await handle.read_entry(position.entry_id)).data)
+            entry = decode_entry(
+                (await handle.read_entry(position.entry_id)).data, str(position), segment
+            )
             return entry.first_sequence + min(max(position.slot, 0), len(entry.payloads))
         finally:
             await handle.close()
@@ -588,10 +654,11 @@ async def list_namespaces(
 
 
 async def data_entry(
-    handle: ReadHandle, start: int, stop: int, step: int
+    handle: ReadHandle, start: int, stop: int, step: int, segment: Segment | None = None
 ) -> tuple[int, DecodedEntry] | None:
     """The first entry from ``start`` towards ``stop`` (inclusive) that holds records, as
-    (entry id, decoded); None when there is none. Control entries are few in a row."""
+    (entry id, decoded, made whole from ``segment`` when relative); None when there is none.
+    Control entries are few in a row."""
     window = 16
     entry_id = start
     while (step > 0 and entry_id <= stop) or (step < 0 and entry_id >= stop):
@@ -607,7 +674,9 @@ async def data_entry(
         if step < 0:
             entries.reverse()
         for entry in entries:
-            decoded = decode_entry(entry.data, f"ledger {handle.ledger_id} entry {entry.entry_id}")
+            decoded = decode_entry(
+                entry.data, f"ledger {handle.ledger_id} entry {entry.entry_id}", segment
+            )
             if decoded.payloads:
                 return entry.entry_id, decoded
         entry_id = high + 1 if step > 0 else low - 1

@@ -282,7 +282,11 @@ class LogReader:
             ended_stream = False
             segment_ended = handle.is_closed
             try:
-                source = self._read_closed(handle) if handle.is_closed else self._tail(handle)
+                source = (
+                    self._read_closed(handle, segment)
+                    if handle.is_closed
+                    else self._tail(handle, segment)
+                )
                 try:
                     async for entry_id, decoded in source:
                         yield segment.ledger_id, entry_id, decoded
@@ -307,7 +311,7 @@ class LogReader:
             self._cursor = _Cursor(segment.sequence + 1, 0, 0)
 
     async def _read_closed(
-        self, handle: ReadHandle
+        self, handle: ReadHandle, segment: Segment
     ) -> AsyncGenerator[tuple[int, DecodedEntry], None]:
         """A closed segment's entries from the cursor, read ahead in chunks."""
         first, last = self._cursor.entry, handle.last_add_confirmed
@@ -333,7 +337,7 @@ class LogReader:
                 for entry in entries:
                     yield (
                         entry.entry_id,
-                        decode_entry(entry.data, f"{where} entry {entry.entry_id}"),
+                        decode_entry(entry.data, f"{where} entry {entry.entry_id}", segment),
                     )
         finally:
             for read in reads:
@@ -341,7 +345,9 @@ class LogReader:
             if reads:
                 await asyncio.gather(*reads, return_exceptions=True)
 
-    async def _tail(self, handle: ReadHandle) -> AsyncGenerator[tuple[int, DecodedEntry], None]:
+    async def _tail(
+        self, handle: ReadHandle, segment: Segment
+    ) -> AsyncGenerator[tuple[int, DecodedEntry], None]:
         """An open segment's entries from the cursor as they are confirmed; ends once the
         ledger is closed and read (or, without ``follow``, at its confirmed tail)."""
         where = f"log {self._where()} ledger {handle.ledger_id}"
@@ -351,13 +357,16 @@ class LogReader:
                 for entry in await handle.read_entries(self._cursor.entry, lac):
                     yield (
                         entry.entry_id,
-                        decode_entry(entry.data, f"{where} entry {entry.entry_id}"),
+                        decode_entry(entry.data, f"{where} entry {entry.entry_id}", segment),
                     )
             return
         entries = handle.follow(self._cursor.entry, timeout_ms=self.poll_timeout_ms, parallel=True)
         try:
             async for entry in entries:
-                yield entry.entry_id, decode_entry(entry.data, f"{where} entry {entry.entry_id}")
+                yield (
+                    entry.entry_id,
+                    decode_entry(entry.data, f"{where} entry {entry.entry_id}", segment),
+                )
         finally:
             await entries.aclose()
 
@@ -414,7 +423,7 @@ async def _latest(namespace: LogNamespace, metadata: LogMetadata) -> tuple[_Curs
                 before = [s for s in segments if s.sequence < last.sequence and not s.is_open]
                 sequence = before[-1].end_sequence if before else metadata.base_sequence
             return _Cursor(last.sequence, 0, 0), Position(last.ledger_id, -1, -1), sequence
-        entry = decode_entry((await handle.read_entry(lac)).data)
+        entry = decode_entry((await handle.read_entry(lac)).data, "the tail", last)
         count = len(entry.payloads)
         return (
             _Cursor(last.sequence, lac + 1, 0),
@@ -475,7 +484,7 @@ async def find_record(
     found: tuple[int, DecodedEntry] | None = None
     while low <= high:
         middle = (low + high) // 2
-        probe = await data_entry(handle, middle, high, 1)
+        probe = await data_entry(handle, middle, high, 1, segment)
         if probe is None:
             high = middle - 1
             continue

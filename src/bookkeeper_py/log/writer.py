@@ -33,6 +33,7 @@ from bookkeeper_py.log.format import (
     RecordTooLargeError,
     Segment,
     SegmentState,
+    WrittenLedger,
     check_name,
     decode_entry,
     encode_control,
@@ -923,12 +924,12 @@ async def _closed_from_ledger(handle: ReadHandle, segment: Segment, start: int) 
     )
     if last_entry < 0:
         return closed
-    first = await data_entry(handle, 0, last_entry, 1)
+    first = await data_entry(handle, 0, last_entry, 1, segment)
     if first is None:  # control entries only
-        head = decode_entry((await handle.read_entry(0)).data)
+        head = decode_entry((await handle.read_entry(0)).data, "entry 0", segment)
         return replace(closed, start_sequence=head.first_sequence)
     first_id, first_entry = first
-    last = await data_entry(handle, last_entry, first_id, -1)
+    last = await data_entry(handle, last_entry, first_id, -1, segment)
     assert last is not None
     last_id, last_decoded = last
     count = len(last_decoded.payloads)
@@ -945,4 +946,116 @@ async def _closed_from_ledger(handle: ReadHandle, segment: Segment, start: int) 
         last_writer_sequence=(
             last_decoded.writer_sequences[-1] if last_decoded.writer_sequences else -1
         ),
+    )
+
+
+async def commit_ledgers(
+    namespace: LogNamespace,
+    log_name: str,
+    ledgers: list[WrittenLedger],
+    *,
+    writer_id: str,
+    writer_sequence: int,
+    overwrite: bool = False,
+) -> bool:
+    """Appends closed ledgers of RELATIVE entries to a log in one compare-and-swap, as
+    segments in the order of their ledger ids (positions compare by ledger id): a Spark job's
+    commit. As a writer's open, it first fences and recovers the segments the list says are
+    open (a live writer of the log is fenced). Each ledger's records get the next sequence
+    numbers; transaction ids and timestamps its writer did not give get the next ids and the
+    commit's time. ``writer_id`` and ``writer_sequence`` (a job, or a streaming query and its
+    batch) make it idempotent: False, and nothing changes, when they were committed before.
+    With ``overwrite`` the log's segments are truncated in the same swap (their ledgers deleted
+    after it), so readers see the old content or the new, never both."""
+    check_name("writer id", writer_id)
+    where = f"{namespace.name}/{log_name}"
+    for _ in range(OPEN_ATTEMPTS):
+        metadata, version = await namespace.read_log(log_name)
+        if metadata.end_of_stream:
+            raise EndOfStreamError(f"log {where} was ended (end of stream): nothing can be added")
+        if metadata.writer_sequence(writer_id) >= writer_sequence:
+            return False
+        recovered, tail = await _recover_open_segments(namespace, metadata)
+        updated = metadata
+        for closed in recovered:
+            updated = updated.replace_segment(closed).with_writer_sequence(
+                closed.writer_id, closed.last_writer_sequence
+            )
+        if overwrite:
+            updated = replace(
+                updated,
+                segments=tuple(replace(s, state=SegmentState.TRUNCATED) for s in updated.segments),
+            )
+        last_ledger = max((s.ledger_id for s in metadata.segments), default=-1)
+        next_sequence, last_txid = tail.next_sequence, tail.last_txid
+        last_timestamp = tail.last_timestamp
+        committed_ms = max(now_ms(), last_timestamp)
+        added: list[Segment] = []
+        for ledger in sorted(ledgers, key=lambda written: written.ledger_id):
+            if ledger.ledger_id <= last_ledger:
+                raise LogError(
+                    f"log {where}: ledger {ledger.ledger_id} was written before ledger "
+                    f"{last_ledger} joined the log (another writer added a segment meanwhile); "
+                    "positions would go back: write again"
+                )
+            count = ledger.record_count
+            first_txid = ledger.first_txid if ledger.first_txid >= 0 else last_txid + 1
+            final_txid = ledger.last_txid if ledger.first_txid >= 0 else first_txid + count - 1
+            if first_txid <= last_txid:
+                raise errors.IncorrectParameterError(
+                    f"log {where}: transaction ids increase across the log; ledger "
+                    f"{ledger.ledger_id} starts at {first_txid}, after {last_txid}: order the "
+                    "rows by transaction id within and across partitions, or leave the ids to "
+                    "the log"
+                )
+            first_stamp = ledger.first_timestamp
+            final_stamp = ledger.last_timestamp
+            if first_stamp < 0:
+                first_stamp = final_stamp = committed_ms
+            elif first_stamp < last_timestamp:
+                raise errors.IncorrectParameterError(
+                    f"log {where}: timestamps never go back in a log; ledger {ledger.ledger_id} "
+                    f"starts at {first_stamp}, after {last_timestamp}: order the rows by "
+                    "timestamp, or leave the timestamps to the log"
+                )
+            added.append(
+                Segment(
+                    sequence=updated.next_segment + len(added),
+                    ledger_id=ledger.ledger_id,
+                    state=SegmentState.CLOSED,
+                    writer_id=writer_id,
+                    last_entry=ledger.last_entry if count else -1,
+                    last_slot=ledger.last_slot if count else -1,
+                    start_sequence=next_sequence,
+                    record_count=count,
+                    byte_count=ledger.byte_count,
+                    first_txid=first_txid if count else -1,
+                    last_txid=final_txid if count else -1,
+                    first_timestamp=first_stamp if count else -1,
+                    last_timestamp=final_stamp if count else -1,
+                    last_writer_sequence=writer_sequence,
+                    created_ms=committed_ms,
+                    closed_ms=committed_ms,
+                )
+            )
+            last_ledger = ledger.ledger_id
+            next_sequence += count
+            if count:
+                last_txid, last_timestamp = final_txid, final_stamp
+        updated = replace(
+            updated,
+            segments=(*updated.segments, *added),
+            next_segment=updated.next_segment + len(added),
+        ).with_writer_sequence(writer_id, writer_sequence)
+        try:
+            await namespace.write_log(log_name, updated, version)
+        except BadVersionError:
+            log.info("log %s: the segment list changed while committing; again", where)
+            continue
+        if overwrite:
+            await namespace._delete_truncated(log_name, updated)
+        return True
+    raise LogFencedError(
+        f"log {where}: the segment list changed {OPEN_ATTEMPTS} times while committing: "
+        "another writer keeps changing it"
     )

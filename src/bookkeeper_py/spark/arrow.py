@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from bookkeeper_py.log.format import LogFormatError, entry_layout
+from bookkeeper_py.log.format import EntryFlags, LogFormatError, entry_layout, relative_bases
 
 LOG_SCHEMA_DDL = (
     "log string, ledger_id long, entry_id long, slot int, sequence long, txid long, "
@@ -87,11 +87,13 @@ def log_batch(
     end_sequence: int,
     *,
     segment: int = -1,
+    bases: tuple[int, int, int] | None = None,
     include_metadata: bool = False,
 ) -> pa.RecordBatch | None:
     """The records of ``entries`` ((entry id, log entry) in entry order, one ledger) whose log
     sequence number is in [``start_sequence``, ``end_sequence``) (``end_sequence`` -1: no
-    end), as one batch; None when there is none."""
+    end), as one batch; None when there is none. ``bases``: the segment's start sequence,
+    first transaction id and first timestamp, which RELATIVE entries count from."""
     entry_ids: list[int] = []
     counts: list[int] = []
     firsts: list[int] = []
@@ -101,6 +103,7 @@ def log_batch(
     payloads: list[bytes | memoryview] = []
     writers: list[str] = []
     writer_sequences: list[bytes | memoryview] = []
+    shifts: list[tuple[int, int, int]] = []
     for entry_id, data in entries:
         where = f"log {log} ledger {ledger_id} entry {entry_id}"
         layout = entry_layout(data, where)
@@ -109,6 +112,12 @@ def log_batch(
             continue
         entry_ids.append(entry_id)
         counts.append(count)
+        if layout.flags & EntryFlags.RELATIVE:
+            if bases is None:
+                relative_bases(None, where)
+            shifts.append(bases)  # type: ignore[arg-type]
+        else:
+            shifts.append((0, 0, 0))
         firsts.append(layout.first_sequence)
         view = memoryview(data)
         txids.append(view[layout.txids : layout.timestamps])
@@ -127,23 +136,27 @@ def log_batch(
     total = int(count_array.sum())
     starts = np.cumsum(count_array) - count_array
     slot = np.arange(total, dtype=np.int64) - np.repeat(starts, count_array)
-    sequence = np.repeat(np.array(firsts, dtype=np.int64), count_array) + slot
+    shift = np.array(shifts, dtype=np.int64).reshape(-1, 3)
+    shifted = bool(shift.any())
+    sequence = np.repeat(np.array(firsts, dtype=np.int64) + shift[:, 0], count_array) + slot
     low = int(np.searchsorted(sequence, start_sequence, side="left"))
     high = total if end_sequence < 0 else int(np.searchsorted(sequence, end_sequence, "left"))
     if low >= high:
         return None
     length_array = np.frombuffer(b"".join(lengths), dtype=_U32)
+    txid_array = np.frombuffer(b"".join(txids), dtype=_I64).astype(np.int64)
+    stamp_array = np.frombuffer(b"".join(timestamps), dtype=_I64).astype(np.int64)
+    if shifted:
+        txid_array += np.repeat(shift[:, 1], count_array)
+        stamp_array += np.repeat(shift[:, 2], count_array)
     columns = [
         _constant_strings(log, total),
         pa.array(np.full(total, ledger_id, dtype=np.int64)),
         pa.array(np.repeat(np.array(entry_ids, dtype=np.int64), count_array)),
         pa.array(slot.astype(np.int32)),
         pa.array(sequence),
-        pa.array(np.frombuffer(b"".join(txids), dtype=_I64).astype(np.int64)),
-        pa.array(
-            np.frombuffer(b"".join(timestamps), dtype=_I64).astype(np.int64) * 1000,
-            pa.timestamp("us", tz="UTC"),
-        ),
+        pa.array(txid_array),
+        pa.array(stamp_array * 1000, pa.timestamp("us", tz="UTC")),
         _binary(length_array, b"".join(payloads)),
     ]
     schema = LOG_SCHEMA

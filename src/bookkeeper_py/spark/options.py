@@ -433,6 +433,7 @@ SINK_OPTIONS = _COMMON | {
     "entrybytes",
     "checkpointlocation",
     "queryname",
+    "writerid",
 }
 
 

@@ -47,6 +47,8 @@ class ReadRange:
     entry_bytes: int = 0  # an estimate of the average entry size, to size the task's reads
     endpoints: tuple[tuple[str, str, int], ...] = ()  # bookie id, host, port
     fail_on_data_loss: bool = True
+    # the segment's start sequence, first txid and first timestamp (relative entries' bases)
+    bases: tuple[int, int, int] | None = None
 
     @property
     def ledger_id(self) -> int:
@@ -165,7 +167,7 @@ class Planner:
             empty = Span(segment, previous_end, previous_end, 0, -1, lac, 0)
             if lac < segment.min_entry:
                 return empty
-            last = await data_entry(handle, lac, segment.min_entry, -1)
+            last = await data_entry(handle, lac, segment.min_entry, -1, segment)
             if last is None:
                 return empty
             last_entry, decoded = last
@@ -182,7 +184,7 @@ class Planner:
         known = self._first_sequence.get(key)
         if known is not None:
             return known
-        first = await data_entry(handle, segment.min_entry, handle.last_add_confirmed, 1)
+        first = await data_entry(handle, segment.min_entry, handle.last_add_confirmed, 1, segment)
         assert first is not None, "an entry at or below the LAC holds records"
         entry_id, decoded = first
         slot = segment.min_slot if entry_id == segment.min_entry else 0
@@ -197,7 +199,9 @@ class Planner:
         if known is None:
             handle = await space.open_ledger(segment.ledger_id, recover=False)
             try:
-                entry = decode_entry((await handle.read_entry(segment.min_entry)).data)
+                entry = decode_entry(
+                    (await handle.read_entry(segment.min_entry)).data, "truncation", segment
+                )
             finally:
                 await handle.close()
             known = entry.first_sequence + min(segment.min_slot, len(entry.payloads))
@@ -222,7 +226,7 @@ class Planner:
                 found = await find_record(handle, segment, "timestamp", timestamp_ms)
                 if found is None:
                     continue
-                entry = decode_entry((await handle.read_entry(found[0])).data)
+                entry = decode_entry((await handle.read_entry(found[0])).data, "timestamp", segment)
                 return max(span.start, entry.first_sequence + found[1])
             finally:
                 await handle.close()
@@ -285,6 +289,11 @@ class Planner:
                 max(1, span.length // max(1, span.lac + 1)),
                 await self.endpoints(metadata),
                 fail_on_data_loss,
+                (
+                    (segment.start_sequence, segment.first_txid, segment.first_timestamp)
+                    if segment.start_sequence >= 0
+                    else None
+                ),
             )
             out.extend(split(base, partition_bytes))
         return out

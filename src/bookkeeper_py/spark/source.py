@@ -10,15 +10,20 @@ from __future__ import annotations
 import logging
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
+    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -39,6 +44,7 @@ from bookkeeper_py.spark.options import (
     Offsets,
     OptionError,
     SourceOptions,
+    sink_options,
     source_options,
 )
 from bookkeeper_py.spark.planning import (
@@ -50,6 +56,15 @@ from bookkeeper_py.spark.planning import (
     split_key,
 )
 from bookkeeper_py.spark.tasks import read_range, runtime
+from bookkeeper_py.spark.writing import (
+    SinkSpec,
+    Written,
+    abort_job,
+    commit_job,
+    prepare_sink,
+    streaming_writer_id,
+    write_task,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +90,15 @@ class BookKeeperDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return StreamReader(source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        spec = runtime().loop.run(prepare_sink(sink_options(self.options)), PLAN_TIMEOUT_S)
+        return BatchWriter(spec, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        writer_id = streaming_writer_id(dict(self.options))
+        spec = runtime().loop.run(prepare_sink(sink_options(self.options)), PLAN_TIMEOUT_S)
+        return StreamWriter(spec, overwrite, writer_id)
 
 
 # -- planning, shared by batch and stream --------------------------------------------------------
@@ -376,3 +400,84 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._client is not None:
             self._run(self._client.close())
             self._client = self._planner = None
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+class Message(WriterCommitMessage):
+    """A task's ``Written`` as Spark's commit message type."""
+
+    def __init__(self, written: Written) -> None:
+        self.written = written
+
+
+def _written(messages: list[Any]) -> list[Written | None]:
+    return [m.written if isinstance(m, Message) else None for m in messages]
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """``df.write.format("bookkeeper").mode("append"|"overwrite")``: all of the DataFrame
+    becomes part of the log at once, or none of it. The job id is made here, on the driver,
+    and travels pickled to every task and to the commit."""
+
+    def __init__(self, spec: SinkSpec, overwrite: bool) -> None:
+        self.spec = spec
+        self.overwrite = overwrite
+        self.job = uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Message:
+        return Message(write_task(self.spec, self.job, iterator))
+
+    def commit(self, messages: list[Any]) -> None:
+        runtime().loop.run(
+            commit_job(
+                self.spec,
+                self.job,
+                _written(messages),
+                writer_id=f"spark-job-{self.job}",
+                writer_sequence=0,
+                overwrite=self.overwrite,
+            ),
+            PLAN_TIMEOUT_S,
+        )
+
+    def abort(self, messages: list[Any]) -> None:
+        runtime().loop.run(abort_job(self.spec, self.job), PLAN_TIMEOUT_S)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("bookkeeper")``: each micro-batch is appended once, whatever
+    Spark replays after a restart (the query's writer id and the batch id are recorded in the
+    log with the batch's segments)."""
+
+    def __init__(self, spec: SinkSpec, overwrite: bool, writer_id: str) -> None:
+        self.spec = spec
+        self.overwrite = overwrite
+        self.writer_id = writer_id
+
+    def _job(self, batch_id: int) -> str:
+        return f"{self.writer_id}-{batch_id}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Message:
+        context = TaskContext.get()
+        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        if batch is None:
+            raise RuntimeError("a streaming write outside a micro-batch (no batch id)")
+        return Message(write_task(self.spec, self._job(int(batch)), iterator))
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        runtime().loop.run(
+            commit_job(
+                self.spec,
+                self._job(batchId),
+                _written(messages),
+                writer_id=self.writer_id,
+                writer_sequence=batchId,
+                overwrite=self.overwrite,
+            ),
+            PLAN_TIMEOUT_S,
+        )
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        runtime().loop.run(abort_job(self.spec, self._job(batchId)), PLAN_TIMEOUT_S)

@@ -59,6 +59,17 @@ class Runtime:
         port.learn({bookie: (host, number) for bookie, host, number in endpoints})
         return client
 
+    def writing_client(self, uri: str, client_options: Mapping[str, Any]) -> BookKeeper:
+        """A client of the metadata service at ``uri`` (a writing task creates ledgers)."""
+        key = (("uri", uri), *sorted((k, repr(v)) for k, v in client_options.items()))
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                port = KnownBookies()  # unused: this client has its metadata session
+                found = (BookKeeper(uri, client_config(client_options)), port)
+                self._clients[key] = found
+        return found[0]
+
     def close(self) -> None:
         for client, _ in self._clients.values():
             try:
@@ -131,6 +142,7 @@ def read_range(
                 part.start_sequence,
                 part.end_sequence,
                 segment=part.segment,
+                bases=part.bases,
                 include_metadata=include_metadata,
             )
             if batch is not None:
