@@ -5,11 +5,12 @@ subscriptions, truncation, retention, end of stream and deletion."""
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
-from bookkeeper_py import errors
+from bookkeeper_py import DigestType, errors
 from bookkeeper_py.aio import BookKeeper
 from bookkeeper_py.log import (
     DUPLICATE,
@@ -25,6 +26,7 @@ from bookkeeper_py.log import (
     RecordTooLargeError,
     SegmentState,
 )
+from bookkeeper_py.log.format import EntryFlags, WrittenLedger, encode_columns
 from bookkeeper_py.testing import LocalCluster
 
 pytestmark = pytest.mark.slow
@@ -208,6 +210,59 @@ async def test_an_append_calls_back_once_acknowledged(logs: LogNamespace) -> Non
     await asyncio.sleep(0)
     assert sorted(seen) == [("again", DUPLICATE), ("first", await first)]
     await writer.close()
+
+
+@on_cluster
+async def test_committed_ledgers_of_relative_entries_read_as_any_segment(
+    logs: LogNamespace,
+) -> None:
+    """commit_ledgers (a Spark job's commit): ledgers written before their place in the log
+    was known, read by a LogReader, sought by txid and timestamp; committed once only."""
+    await logs.create_log("c")
+    writer = await logs.open_writer("c")
+    for i in range(3):
+        writer.append(b"live %d" % i)
+    await writer.flush()  # the writer stays open: the commit fences it
+    written = []
+    for task in range(2):
+        handle = await logs.client.create_ledger(3, 2, 2, DigestType.CRC32C, b"")
+        rows = [b"t%d-%d" % (task, i) for i in range(5)]
+        for first in (0, 3):  # two entries: records 0-2 and 3-4
+            part = rows[first : first + 3]
+            await handle.add_entry(
+                encode_columns(
+                    first,
+                    len(part),
+                    _i64([first + i for i in range(len(part))]),
+                    _i64([0] * len(part)),
+                    struct.pack(f"<{len(part)}I", *(len(p) for p in part)),
+                    part,
+                    flags=EntryFlags.RELATIVE,
+                )
+            )
+        await handle.close()
+        written.append(WrittenLedger(handle.ledger_id, 5, handle.length, 1, 1))
+    assert await logs.commit_ledgers("c", written, writer_id="job-1", writer_sequence=0)
+    assert not await logs.commit_ledgers("c", written, writer_id="job-1", writer_sequence=0)
+    with pytest.raises(LogFencedError):
+        await writer.write(b"late")
+    records = await read_all(await logs.open_reader("c", follow=False))
+    assert [r.data for r in records] == [b"live 0", b"live 1", b"live 2"] + [
+        b"t%d-%d" % (task, i) for task in range(2) for i in range(5)
+    ]
+    assert [r.sequence for r in records] == list(range(13))
+    assert [r.txid for r in records] == list(range(13))
+    assert len({r.timestamp for r in records[3:]}) == 1  # the commit's time
+    from_txid = await logs.open_reader("c", txid=9, follow=False)
+    assert [r.data for r in await read_all(from_txid)][:2] == [b"t1-1", b"t1-2"]
+    from_time = await logs.open_reader("c", timestamp=records[3].timestamp, follow=False)
+    assert (await read_all(from_time))[0].data == b"t0-0"
+    segments = (await logs.read_log("c"))[0].segments
+    assert [s.writer_id for s in segments[-2:]] == ["job-1", "job-1"]
+
+
+def _i64(values: list[int]) -> bytes:
+    return struct.pack(f"<{len(values)}q", *values)
 
 
 @on_cluster
