@@ -25,14 +25,18 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from bookkeeper_py.admin import CommandError, log_commands
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
+
+if TYPE_CHECKING:
+    from bookkeeper_py.testing.local_cluster import LocalCluster
 
 DIGESTS = {
     "crc32": DigestType.CRC32,
@@ -111,6 +115,9 @@ def _cmd_localbookie(args: argparse.Namespace) -> None:
                         flush=True,
                     )
                 print(f"ledgers in the cluster: {bk.list_ledgers()}", flush=True)
+        if args.pipeline:
+            _run_pipeline(cluster, args, stop)
+            return
         if args.exit_after_demo:
             return
         print(
@@ -125,6 +132,64 @@ def _cmd_localbookie(args: argparse.Namespace) -> None:
                     print(f"bookie {bookie.bookie_id} exited; restarting it", flush=True)
                     cluster.start_bookie(bookie.index)
         print("stopping the cluster ...", flush=True)
+
+
+def _run_pipeline(cluster: LocalCluster, args: argparse.Namespace, stop: threading.Event) -> None:
+    """The Spark pipeline on the local cluster (``bookkeeper_py.spark.pipeline``) until Ctrl-C,
+    or, with ``--exit-after-demo``, until ``--pipeline-events`` events are aggregated in both
+    sinks (checked), keeping the cluster's bookies running meanwhile."""
+    from bookkeeper_py.spark import pipeline as demo
+    from bookkeeper_py.spark.session import spark_session
+
+    print(f"starting Spark ({args.master}) ...", flush=True)
+    spark = spark_session(args.master, "bookkeeper-py-pipeline")
+    spark.sparkContext.setLogLevel("ERROR")
+    limit = args.pipeline_events if args.exit_after_demo else 0
+    running = demo.start(spark, cluster.metadata_uri, cluster.base_directory, limit=limit)
+    print(
+        f"pipeline: events -> log {demo.NAMESPACE}/{demo.EVENTS} -> Structured Streaming "
+        f"(per user and {demo.WINDOW} window) -> log {demo.NAMESPACE}/{demo.AGGREGATES} "
+        f"(exactly once) and Parquet {running.parquet_path}",
+        flush=True,
+    )
+    seen: set[tuple[str, int]] = set()
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    deadline = time.monotonic() + 600
+    try:
+        while not stop.wait(1.0):
+            demo.report_progress(running, say, seen)
+            for query in running.queries:
+                if query.exception() is not None:
+                    raise CommandError(f"query {query.name} failed: {query.exception()}")
+            if args.exit_after_demo:
+                if time.monotonic() > deadline:
+                    raise CommandError("the pipeline did not aggregate every event in 600 s")
+                found = demo.totals(spark, running)
+                if found["log_events"] >= limit and found["parquet_events"] >= limit:
+                    break
+            for bookie in cluster.bookies:
+                if not bookie.running:
+                    print(f"bookie {bookie.bookie_id} exited; restarting it", flush=True)
+                    cluster.start_bookie(bookie.index)
+        demo.report_progress(running, say, seen)
+        found = demo.totals(spark, running)
+        print(
+            f"{running.events_written} events written; log {demo.NAMESPACE}/{demo.AGGREGATES}: "
+            f"{found['log_aggregates']} aggregates counting {found['log_events']} events, "
+            f"{found['log_duplicates']} duplicates; Parquet: {found['parquet_aggregates']} "
+            f"aggregates counting {found['parquet_events']} events, "
+            f"{found['parquet_duplicates']} duplicates",
+            flush=True,
+        )
+        if args.exit_after_demo and not (
+            found["log_events"] == found["parquet_events"] == running.events_written
+            and found["log_duplicates"] == found["parquet_duplicates"] == 0
+        ):
+            raise CommandError("the pipeline's sinks do not hold every event exactly once")
+    finally:
+        print("stopping the pipeline ...", flush=True)
+        running.stop()
+        spark.stop()
 
 
 def _cmd_simpletest(args: argparse.Namespace) -> None:
@@ -288,6 +353,19 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument(
         "--exit-after-demo", action="store_true", help="stop the cluster once the demo is done"
     )
+    local.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="run the Spark pipeline: events to a log, a streaming aggregation to another log "
+        "(exactly once) and to Parquet (needs the spark extra and Java 17+)",
+    )
+    local.add_argument(
+        "--pipeline-events",
+        type=int,
+        default=5000,
+        help="with --exit-after-demo: events the pipeline writes and checks",
+    )
+    local.add_argument("--master", default="local[*]", help="the Spark master of --pipeline")
     local.set_defaults(run=_cmd_localbookie)
 
     bench = commands.add_parser(
