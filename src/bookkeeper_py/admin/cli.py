@@ -7,6 +7,8 @@
     bookkeeper shell cookie_get|cookie_create|cookie_update|cookie_delete BOOKIE_ID ...
     bookkeeper bench writes|reads [--local N | --metadata-uri URI] ...
     bookkeeper log create|list|describe|append|read|tail|truncate|delete|subscriptions ...
+    bookkeeper spark export|compact|audit ... [--master local[*]]
+    bookkeeper localbookie 3 --pipeline [--exit-after-demo] [--master local[*]]
 
 The metadata URI of shell and log commands comes from ``--metadata-uri`` or
 $BOOKKEEPER_METADATA_URI.
@@ -29,7 +31,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, NoReturn
 
-from bookkeeper_py.admin import CommandError, log_commands
+from bookkeeper_py.admin import CommandError, log_commands, spark_commands
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper_py.errors import BKError
@@ -384,6 +386,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     log_commands.add_commands(logs, _metadata_uri)
+
+    spark = commands.add_parser(
+        "spark",
+        help="pipeline jobs on Spark: export to Parquet, compact a log, audit every replica",
+        description=spark_commands.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    spark_commands.add_commands(spark, _metadata_uri)
 
     shell = commands.add_parser("shell", help="admin and test commands")
     shell_commands = shell.add_subparsers(dest="shell_command", required=True)
