@@ -61,7 +61,9 @@ def test_available_now_in_limited_batches_then_a_restart_with_the_last_commit_lo
     query.awaitTermination(120)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [300, 300, 300, 100]
-    assert query.recentProgress[-1]["sources"][0]["endOffset"] == '{"stream/events": 1000}'
+    last = query.recentProgress[-1]["sources"][0]
+    assert last["endOffset"] == '{"stream/events": 1000}'
+    assert last["latestOffset"] == '{"stream/events": 1000}'  # reportLatestOffset: the tail
 
     # a crash after the last batch was written but before its commit was recorded
     commits = sorted(
