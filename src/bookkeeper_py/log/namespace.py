@@ -19,6 +19,7 @@ from bookkeeper_py import errors
 from bookkeeper_py.log.format import (
     DecodedEntry,
     LogConfig,
+    LogError,
     LogExistsError,
     LogMetadata,
     LogNotFoundError,
@@ -58,6 +59,11 @@ NOTHING_CONSUMED = Position(0, -1, -1)
 
 
 STAGED = "staged"  # <log>/staged/<job>/<ledger id>: ledgers written for a commit to come
+JOB_ENDED = b"ended "  # a staged job's value once committed or aborted, then its time (ms)
+
+
+class JobEndedError(LogError):
+    """A ledger was staged for a job that has ended (``LogNamespace.end_job``)."""
 
 
 def now_ms() -> int:
@@ -233,7 +239,7 @@ class LogNamespace:
             await self._delete_quietly(f"{subscriptions}/{name}")
         await self._delete_quietly(subscriptions)
         for job in await self.staged_jobs(log_name):
-            await self.unstage(log_name, job, delete_ledgers=True)
+            await self.unstage(log_name, job, delete_ledgers=True, forget=True)
         await self._delete_quietly(f"{path}/{STAGED}")
         await self._delete_quietly(path)
 
@@ -244,8 +250,46 @@ class LogNamespace:
 
     async def stage_ledger(self, log_name: str, job: str, ledger_id: int) -> None:
         """Records that ``job`` wrote ``ledger_id`` for the log, before a single record is in
-        it: a job that never commits leaves a list to sweep, not a lost ledger."""
-        await self.port.create_node(f"{self._staged_path(log_name, job)}/{ledger_id}", b"")
+        it: a job that never commits leaves a list to sweep, not a lost ledger. A job that has
+        ended (``end_job``) takes no more: a task attempt still running after its job was
+        committed or aborted gets ``LogError`` (and must delete its ledger)."""
+        path = self._staged_path(log_name, job)
+        await self.port.create_node(f"{path}/{ledger_id}", b"")
+        data, _ = await self.port.get_node(path)
+        if data.startswith(JOB_ENDED):
+            await self._delete_quietly(f"{path}/{ledger_id}")
+            raise JobEndedError(
+                f"job {job} of log {self.name}/{log_name} has ended (committed or aborted): "
+                f"ledger {ledger_id} of this late task attempt is not part of it"
+            )
+
+    async def end_job(self, log_name: str, job: str) -> None:
+        """Marks ``job`` ended, before its staged ledgers are swept: from then on a late task
+        attempt cannot stage one (it sees the mark right after staging, or the sweep sees its
+        ledger)."""
+        path = self._staged_path(log_name, job)
+        mark = JOB_ENDED + b"%d" % now_ms()
+        try:
+            await self.port.create_node(path, mark)
+        except NodeExistsError:
+            _, version = await self.port.get_node(path)
+            await self.port.set_node(path, mark, version)
+
+    async def forget_ended_jobs(self, log_name: str, older_than_ms: int) -> None:
+        """Removes the marks of jobs that ended more than ``older_than_ms`` ago."""
+        for job in await self.staged_jobs(log_name):
+            path = self._staged_path(log_name, job)
+            try:
+                data, _ = await self.port.get_node(path)
+            except NoNodeError:
+                continue
+            if not data.startswith(JOB_ENDED):
+                continue
+            if now_ms() - int(data[len(JOB_ENDED) :] or 0) > older_than_ms:
+                try:
+                    await self.port.delete_node(path, ANY_VERSION)
+                except (NoNodeError, NotEmptyError):
+                    pass
 
     async def staged_ledgers(self, log_name: str, job: str) -> list[int]:
         return sorted(
@@ -256,10 +300,17 @@ class LogNamespace:
         return await self._all_children(f"{self._log_path(log_name)}/{STAGED}")
 
     async def unstage(
-        self, log_name: str, job: str, *, delete_ledgers: bool, keep: frozenset[int] = frozenset()
+        self,
+        log_name: str,
+        job: str,
+        *,
+        delete_ledgers: bool,
+        keep: frozenset[int] = frozenset(),
+        forget: bool = False,
     ) -> list[int]:
         """Forgets ``job``'s staged ledgers, deleting those not in ``keep`` when
-        ``delete_ledgers`` (a failed job's, or a retried task's orphans); the ones deleted."""
+        ``delete_ledgers`` (a failed job's, or a retried task's orphans); the ones deleted.
+        The job's own node (its ended mark) goes too with ``forget``."""
         path = self._staged_path(log_name, job)
         deleted = []
         for name in await self._all_children(path):
@@ -268,7 +319,8 @@ class LogNamespace:
                 await self._delete_ledger(ledger_id)
                 deleted.append(ledger_id)
             await self._delete_quietly(f"{path}/{name}")
-        await self._delete_quietly(path)
+        if forget:
+            await self._delete_quietly(path)
         return deleted
 
     async def commit_ledgers(

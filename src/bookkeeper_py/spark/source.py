@@ -464,7 +464,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
         if batch is None:
             raise RuntimeError("a streaming write outside a micro-batch (no batch id)")
-        return Message(write_task(self.spec, self._job(int(batch)), iterator))
+        return Message(write_task(self.spec, self._job(int(batch)), iterator, streaming=True))
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         runtime().loop.run(
@@ -480,4 +480,4 @@ class StreamWriter(DataSourceStreamArrowWriter):
         )
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        runtime().loop.run(abort_job(self.spec, self._job(batchId)), PLAN_TIMEOUT_S)
+        runtime().loop.run(abort_job(self.spec, self._job(batchId), retried=True), PLAN_TIMEOUT_S)

@@ -33,7 +33,7 @@ from bookkeeper_py.log.format import (
     check_name,
     encode_columns,
 )
-from bookkeeper_py.log.namespace import LOG_LEDGER_PROPERTY, LogNamespace
+from bookkeeper_py.log.namespace import LOG_LEDGER_PROPERTY, JobEndedError, LogNamespace
 from bookkeeper_py.spark.options import OptionError, SinkOptions
 from bookkeeper_py.spark.planning import split_key
 from bookkeeper_py.spark.tasks import runtime
@@ -42,6 +42,7 @@ JOB_LEDGER_PROPERTY = "bookkeeper-py.spark-job"  # in the ledger's custom metada
 ENTRY_HEADER_BYTES = 16
 IN_FLIGHT_GROUPS = 8  # groups of entries sent and not yet acknowledged, per task
 WRITE_TIMEOUT_S = 300.0
+ENDED_JOBS_KEPT_MS = 3_600_000  # a job's ended mark outlives its late task attempts
 _I64 = np.dtype("<i8")
 _U32 = np.dtype("<u4")
 
@@ -167,9 +168,11 @@ class TaskWriter:
     """One task's ledger: rows in, RELATIVE entries out, pipelined (a few groups of entries
     in flight on the worker's loop while the task's thread encodes the next)."""
 
-    def __init__(self, spec: SinkSpec, job: str) -> None:
+    def __init__(self, spec: SinkSpec, job: str, *, skip_if_ended: bool = False) -> None:
         self.spec = spec
         self.job = job
+        self.skip_if_ended = skip_if_ended
+        self.skipped = False
         self.run = runtime()
         self.client = self.run.writing_client(spec.options.uri, spec.options.client)
         self.entry_bytes = min(
@@ -207,11 +210,17 @@ class TaskWriter:
         return handle
 
     def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
+        if batch.num_rows == 0 or self.skipped:
             return
         columns = _Columns(batch, self.spec.options)
         if self.handle is None:
-            self.handle = self.run.loop.run(self._open(), WRITE_TIMEOUT_S)
+            try:
+                self.handle = self.run.loop.run(self._open(), WRITE_TIMEOUT_S)
+            except JobEndedError:
+                if not self.skip_if_ended:
+                    raise
+                self.skipped = True  # a replayed streaming batch, committed already
+                return
         txids = self._relative_txids(columns)
         stamps = self._relative_stamps(columns)
         offsets = columns.offsets
@@ -249,34 +258,28 @@ class TaskWriter:
         self._send(entries)
 
     def _relative_txids(self, columns: _Columns) -> np.ndarray:
-        given = columns.txids
-        if given is None:
+        if columns.txids is None:
             return np.arange(self.count, self.count + columns.count, dtype=np.int64)
-        previous = self.last_txid if self.first_txid >= 0 else None
-        if np.any(np.diff(given) <= 0) or (previous is not None and given[0] <= previous):
-            raise ValueError(
-                f"column {self.spec.options.txid_column}: transaction ids must increase within "
-                "a task (sort the rows by it)"
-            )
-        if self.first_txid < 0:
-            self.first_txid = int(given[0])
-        self.last_txid = int(given[-1])
-        return given - self.first_txid
+        relative, self.first_txid, self.last_txid = _relative(
+            columns.txids,
+            self.first_txid,
+            self.last_txid,
+            strictly=True,
+            what=f"column {self.spec.options.txid_column}: transaction ids must increase",
+        )
+        return relative
 
     def _relative_stamps(self, columns: _Columns) -> np.ndarray:
-        given = columns.timestamps
-        if given is None:
+        if columns.timestamps is None:
             return np.zeros(columns.count, dtype=np.int64)
-        previous = self.last_stamp if self.first_stamp >= 0 else None
-        if np.any(np.diff(given) < 0) or (previous is not None and given[0] < previous):
-            raise ValueError(
-                f"column {self.spec.options.timestamp_column}: timestamps must not go back "
-                "within a task (sort the rows by it)"
-            )
-        if self.first_stamp < 0:
-            self.first_stamp = int(given[0])
-        self.last_stamp = int(given[-1])
-        return given - self.first_stamp
+        relative, self.first_stamp, self.last_stamp = _relative(
+            columns.timestamps,
+            self.first_stamp,
+            self.last_stamp,
+            strictly=False,
+            what=f"column {self.spec.options.timestamp_column}: timestamps must not go back",
+        )
+        return relative
 
     def _send(self, entries: list[bytes]) -> None:
         handle = self.handle
@@ -315,8 +318,30 @@ class TaskWriter:
         )
 
 
-def write_task(spec: SinkSpec, job: str, batches: Iterator[pa.RecordBatch]) -> Written:
-    writer = TaskWriter(spec, job)
+def _relative(
+    given: np.ndarray, first: int, last: int, *, strictly: bool, what: str
+) -> tuple[np.ndarray, int, int]:
+    """``given`` (a task's next values of a column) checked to increase (``strictly``) or not
+    to go back from ``last``, as offsets from the task's first value; (offsets, first, last).
+    ``first`` -1: none yet."""
+    steps = np.diff(given)
+    going_back = np.any(steps <= 0) if strictly else np.any(steps < 0)
+    if first >= 0:
+        going_back = going_back or (given[0] <= last if strictly else given[0] < last)
+    if going_back:
+        raise ValueError(f"{what} within a task (sort the rows by it)")
+    if first < 0:
+        first = int(given[0])
+    return given - first, first, int(given[-1])
+
+
+def write_task(
+    spec: SinkSpec, job: str, batches: Iterator[pa.RecordBatch], *, streaming: bool = False
+) -> Written:
+    """A task's rows into a ledger of its own. A streaming batch's job is the query's writer
+    id and the batch id: when Spark replays a batch that was committed, its tasks find the job
+    ended and write nothing."""
+    writer = TaskWriter(spec, job, skip_if_ended=streaming)
     for batch in batches:
         writer.write(batch)
     return writer.finish()
@@ -351,14 +376,22 @@ async def commit_job(
     return committed
 
 
-async def abort_job(spec: SinkSpec, job: str) -> list[int]:
-    """Deletes the job's staged ledgers (those a commit already put in the log stay)."""
+async def abort_job(spec: SinkSpec, job: str, *, retried: bool = False) -> list[int]:
+    """Deletes the job's staged ledgers (those a commit already put in the log stay). A job
+    that will be ``retried`` under the same name (a streaming batch) is not ended: its retry
+    stages anew, and its commit sweeps what late attempts left."""
     async with BookKeeper(spec.options.uri, spec.options.client_config()) as client:
         logs = LogNamespace(client, spec.namespace, password=spec.options.password)
-        return await _sweep(logs, spec.log_name, job)
+        return await _sweep(logs, spec.log_name, job, end=not retried)
 
 
-async def _sweep(logs: LogNamespace, log_name: str, job: str) -> list[int]:
+async def _sweep(logs: LogNamespace, log_name: str, job: str, *, end: bool = True) -> list[int]:
+    """Ends the job (a late task attempt can stage no more), then deletes its staged ledgers
+    that are not in the log, and forgets the marks of jobs that ended long ago."""
+    if end:
+        await logs.end_job(log_name, job)
     metadata, _ = await logs.read_log(log_name)
     in_log = frozenset(s.ledger_id for s in metadata.segments)
-    return await logs.unstage(log_name, job, delete_ledgers=True, keep=in_log)
+    deleted = await logs.unstage(log_name, job, delete_ledgers=True, keep=in_log)
+    await logs.forget_ended_jobs(log_name, ENDED_JOBS_KEPT_MS)
+    return deleted
