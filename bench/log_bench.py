@@ -821,6 +821,26 @@ def run_mode(mode: str, args: argparse.Namespace) -> None:
         print(json.dumps({**line, **result}), flush=True)
 
 
+def add_common_arguments(parser: argparse.ArgumentParser, roles: tuple[str, ...]) -> None:
+    """The options every benchmark of logs takes (this one's and spark_bench.py's)."""
+    parser.add_argument(
+        "--bookie-args",
+        default="",
+        help="extra options of every bookie, e.g. --bookie-args='--flush-interval-ms 60000'",
+    )
+    parser.add_argument(
+        "--max-others-cpu",
+        type=float,
+        default=0.0,
+        help="run again a run during which other processes used more CPU than this, in %% of "
+        "one core (0: keep every run); kernel threads take ~10 %% here when the machine is quiet",
+    )
+    parser.add_argument("--max-discarded", type=int, default=6, help="runs run again, in all")
+    parser.add_argument("--role", choices=roles, help=argparse.SUPPRESS)
+    parser.add_argument("--uri", help=argparse.SUPPRESS)
+    parser.add_argument("--log", help=argparse.SUPPRESS)
+
+
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -853,22 +873,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--run-timeout", type=float, default=300.0, help="bound on each run's own steps (s)"
     )
-    parser.add_argument(
-        "--bookie-args",
-        default="",
-        help="extra options of every bookie, e.g. --bookie-args='--flush-interval-ms 60000'",
-    )
-    parser.add_argument(
-        "--max-others-cpu",
-        type=float,
-        default=0.0,
-        help="run again a run during which other processes used more CPU than this, in %% of "
-        "one core (0: keep every run); kernel threads take ~10 %% here when the machine is quiet",
-    )
-    parser.add_argument("--max-discarded", type=int, default=6, help="runs run again, in all")
-    parser.add_argument("--role", choices=tuple(ROLES), help=argparse.SUPPRESS)
-    parser.add_argument("--uri", help=argparse.SUPPRESS)
-    parser.add_argument("--log", help=argparse.SUPPRESS)
+    add_common_arguments(parser, tuple(ROLES))
     parser.add_argument("--receipts", help=argparse.SUPPRESS)
     return parser.parse_args()
 

@@ -144,3 +144,35 @@ def test_log_benchmark_runs(mode: str, options: list[str]) -> None:
         assert 0 <= medians["from_ack_p50_ms"] <= medians["p50_ms"]  # acked after appended
     if mode == "recovery":
         assert medians["open_segments_before"] == 2 == medians["recovered_segments"]
+
+
+SPARK_BENCH_FIGURES = {
+    "read": ["records_per_s", "partitions", "client_cpu_us_per_record", "jvm_cpu_us_per_record"],
+    "stream": ["p50_ms", "p99_ms", "max_ms", "appended_per_s", "kept_rate", "missing"],
+    "write": ["records_per_s", "client_cpu_us_per_record", "bookies_cpu_us_per_record"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("mode", "options"),
+    [
+        ("read", ["--records", "20000"]),
+        ("stream", ["--rate", "1000", "--warmup", "1", "--window", "1", "--tail-s", "0.5"]),
+        ("write", ["--records", "20000", "--warmup-records", "100"]),
+    ],
+)
+def test_spark_benchmark_runs(mode: str, options: list[str]) -> None:
+    import json
+
+    out = run("spark_bench.py", mode, "--runs", "1", "--json", *options)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["mode"] == mode and len(report["targets"]) == 1
+    medians = report["median"]
+    assert set(SPARK_BENCH_FIGURES[mode]) <= set(medians)
+    if mode == "stream":
+        assert medians["measured_records"] > 0
+        assert medians["missing"] == 0 and medians["duplicates"] == 0
+    else:
+        assert medians["records"] == 20000
