@@ -1,0 +1,59 @@
+"""Reads and writes through format("bookkeeper") on bookies that require authentication."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from bookkeeper_py.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SECRET = b"a shared secret of the spark tests, long enough"
+
+
+@pytest.fixture(scope="module")
+def secret_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("auth") / "secret"
+    path.write_bytes(SECRET + b"\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def auth_cluster(secret_file: Path) -> Iterator[LocalCluster]:
+    args = ["--auth-provider", "shared-secret", "--auth-secret-file", str(secret_file)]
+    with LocalCluster(3, bookie_args=args) as cluster:
+        yield cluster
+
+
+def test_a_write_and_a_read_with_the_shared_secret(
+    spark: SparkSession, auth_cluster: LocalCluster, secret_file: Path, tmp_path: Path
+) -> None:
+    uri = auth_cluster.metadata_uri
+    spark.range(0, 100, numPartitions=2).selectExpr("cast(id as string) as value").write.format(
+        "bookkeeper"
+    ).option("metadataServiceUri", uri).option("log", "secure/log").option(
+        "auth.sharedSecretFile", str(secret_file)
+    ).option("auth.name", "spark-tests").mode("append").save()
+    rows = (
+        spark.read.format("bookkeeper")
+        .option("metadataServiceUri", uri)
+        .option("log", "secure/log")
+        .option("auth.sharedSecretFile", str(secret_file))
+        .load()
+        .collect()
+    )
+    assert sorted(int(r.payload) for r in rows) == list(range(100))
+
+    wrong = tmp_path / "wrong"
+    wrong.write_bytes(b"another secret, also long enough\n")
+    with pytest.raises(Exception, match="shared secret"):
+        spark.read.format("bookkeeper").option("metadataServiceUri", uri).option(
+            "log", "secure/log"
+        ).option("auth.sharedSecretFile", str(wrong)).load().collect()
