@@ -57,3 +57,26 @@ def test_a_write_and_a_read_with_the_shared_secret(
         spark.read.format("bookkeeper").option("metadataServiceUri", uri).option(
             "log", "secure/log"
         ).option("auth.sharedSecretFile", str(wrong)).load().collect()
+
+
+def test_a_write_and_a_read_over_mutual_tls(spark: SparkSession, tmp_path: Path) -> None:
+    from ..integration.test_security import Pki
+
+    pki = Pki(tmp_path, "127.0.0.1", "localhost")
+    args = pki.bookie_args("--tls-client-auth", "true", "--tls-trust", pki.ca_path)
+    tls = {
+        "tls.truststore": pki.ca_path,
+        "tls.certificate": pki.client_cert,
+        "tls.key": pki.client_key,
+    }
+    with LocalCluster(3, bookie_args=args) as cluster:
+        uri = cluster.metadata_uri
+        writer = spark.range(0, 50).selectExpr("cast(id as string) as value").write
+        writer = writer.format("bookkeeper").option("metadataServiceUri", uri)
+        writer.option("log", "tls/log").options(**tls).mode("append").save()
+        reader = spark.read.format("bookkeeper").option("metadataServiceUri", uri)
+        rows = reader.option("log", "tls/log").options(**tls).load().collect()
+        assert sorted(int(r.payload) for r in rows) == list(range(50))
+        plain = spark.read.format("bookkeeper").option("metadataServiceUri", uri)
+        with pytest.raises(Exception, match="EUA"):  # the bookies refuse a client without TLS
+            plain.option("log", "tls/log").option("client.request_timeout_s", "3").load().collect()
