@@ -72,9 +72,9 @@ async def recover(handle: ReadHandle) -> None:
         task.add_done_callback(tasks.discard)
         task.add_done_callback(lambda _task: work.close())  # cancelled before it began: closed
 
-    def send(bookie: str, issue: Issue, answered: Callback) -> None:
+    def send(bookie: str, issue: Issue, answered: Callback, v3: bool = False) -> None:
         handle.client.bookie_client.send(
-            bookie, lambda connection: issue(connection, answered), answered
+            bookie, lambda connection: issue(connection, answered), answered, v3
         )
 
     try:
@@ -202,7 +202,7 @@ async def _replace(handle: ReadHandle, request: ReplaceInRecovery) -> Event:
 def _write_back(
     handle: ReadHandle,
     add: RecoveryAdd,
-    send: Callable[[str, Issue, Callback], None],
+    send: Callable[[str, Issue, Callback, bool], None],
     deliver: Callable[[Event], None],
 ) -> None:
     index, entry_id = add.bookie_index, add.entry_id
@@ -216,10 +216,14 @@ def _write_back(
             problem = ""
         deliver(lambda machine: machine.on_add(index, entry_id, status, problem, add.bookie))
 
+    # Over v3, whose answers are matched by transaction id: v2 matches an add's answer by
+    # (ledger, entry), and a writer of this ledger in the same client may still have its add of
+    # the same entry in flight, answered EFENCED at once, which would be taken for this one's.
     send(
         add.bookie,
         lambda connection, answer: connection.add(
             handle.ledger_id, entry_id, handle.master_key, add.payload, True, answer
         ),
         answered,
+        True,
     )
