@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from bookkeeper_py import errors
 from bookkeeper_py.client.client import BookKeeper
@@ -24,6 +25,8 @@ from bookkeeper_py.log.namespace import LogNamespace, data_entry
 from bookkeeper_py.log.reader import find_record
 
 log = logging.getLogger(__name__)
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class DataLossError(errors.BKError):
@@ -189,7 +192,7 @@ class Planner:
         entry_id, decoded = first
         slot = segment.min_slot if entry_id == segment.min_entry else 0
         found = decoded.first_sequence + min(slot, len(decoded.payloads))
-        self._first_sequence[key] = found
+        _remember(self._first_sequence, key, found)
         return found
 
     async def _sequence_at(self, space: LogNamespace, segment: Segment) -> int:
@@ -205,7 +208,7 @@ class Planner:
             finally:
                 await handle.close()
             known = entry.first_sequence + min(segment.min_slot, len(entry.payloads))
-            self._first_sequence[key] = known
+            _remember(self._first_sequence, key, known)
         return known
 
     # -- offsets ------------------------------------------------------------------------------
@@ -351,7 +354,7 @@ class Planner:
             return known
         metadata, _ = await self.client.metadata_port.read_ledger_metadata(ledger_id)
         if metadata.is_closed:
-            self._closed_ledgers[ledger_id] = metadata
+            _remember(self._closed_ledgers, ledger_id, metadata)
         return metadata
 
     async def endpoints(self, metadata: LedgerMetadata) -> tuple[tuple[str, str, int], ...]:
@@ -364,6 +367,17 @@ class Planner:
             host, port_number = self._endpoints[bookie]
             found.append((bookie, host, port_number))
         return tuple(found)
+
+
+CACHED = 10_000  # what a planner remembers of segments; a streaming query's runs for days
+
+
+def _remember(cache: dict[K, V], key: K, value: V) -> None:
+    """``cache[key] = value``, the oldest entry forgotten past ``CACHED`` entries (dicts keep
+    insertion order; what is forgotten is read again when needed)."""
+    cache[key] = value
+    if len(cache) > CACHED:
+        del cache[next(iter(cache))]
 
 
 def split(whole: ReadRange, partition_bytes: int) -> list[ReadRange]:
