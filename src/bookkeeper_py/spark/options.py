@@ -117,9 +117,6 @@ class SourceOptions:
     partition_bytes: int = 64 * 1024 * 1024  # a closed segment is split into ranges of this size
     client: Mapping[str, Any] = field(default_factory=dict)  # ClientConfig fields (picklable)
 
-    def client_config(self) -> ClientConfig:
-        return client_config(self.client)
-
 
 @dataclass(frozen=True)
 class SinkOptions:
@@ -133,9 +130,6 @@ class SinkOptions:
     ensemble: tuple[int, int, int] = (3, 2, 2)
     entry_bytes: int = 1024 * 1024
     client: Mapping[str, Any] = field(default_factory=dict)
-
-    def client_config(self) -> ClientConfig:
-        return client_config(self.client)
 
 
 def client_config(options: Mapping[str, Any]) -> ClientConfig:

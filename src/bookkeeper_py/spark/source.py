@@ -35,7 +35,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.log.format import LogNotFoundError
 from bookkeeper_py.spark.arrow import LEDGER_SCHEMA_DDL, log_schema_ddl
 from bookkeeper_py.spark.options import (
@@ -162,31 +161,28 @@ def checked_start(snapshot: LogSnapshot, start: int, fail_on_data_loss: bool) ->
 
 
 async def plan_batch(options: SourceOptions) -> list[ReadRange]:
-    async with BookKeeper(options.uri, options.client_config()) as client:
-        planner = Planner(client, options.password)
-        if options.subject.is_ledgers:
-            found = await planner.ledger_ranges(
-                options.subject.ledgers,
-                partition_bytes=options.partition_bytes,
-                fail_on_data_loss=options.fail_on_data_loss,
-            )
-            return at_least(found, options.min_partitions)
-        ranges: list[ReadRange] = []
-        for key in await resolve_logs(planner, options):
-            snapshot = await snapshot_of(planner, key)
-            start = await resolve_offset(planner, snapshot, options.starting, "earliest")
-            start = checked_start(snapshot, start, options.fail_on_data_loss)
-            end = min(
-                snapshot.next, await resolve_offset(planner, snapshot, options.ending, "latest")
-            )
-            ranges += await planner.ranges(
-                snapshot,
-                start,
-                end,
-                partition_bytes=options.partition_bytes,
-                fail_on_data_loss=options.fail_on_data_loss,
-            )
-        return at_least(ranges, options.min_partitions)
+    planner = Planner(await runtime().client(options.uri, options.client), options.password)
+    if options.subject.is_ledgers:
+        found = await planner.ledger_ranges(
+            options.subject.ledgers,
+            partition_bytes=options.partition_bytes,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+        return at_least(found, options.min_partitions)
+    ranges: list[ReadRange] = []
+    for key in await resolve_logs(planner, options):
+        snapshot = await snapshot_of(planner, key)
+        start = await resolve_offset(planner, snapshot, options.starting, "earliest")
+        start = checked_start(snapshot, start, options.fail_on_data_loss)
+        end = min(snapshot.next, await resolve_offset(planner, snapshot, options.ending, "latest"))
+        ranges += await planner.ranges(
+            snapshot,
+            start,
+            end,
+            partition_bytes=options.partition_bytes,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+    return at_least(ranges, options.min_partitions)
 
 
 async def snapshot_of(planner: Planner, key: str) -> LogSnapshot:
@@ -231,7 +227,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._planner: Planner | None = None
-        self._client: BookKeeper | None = None
         self._snapshots: dict[str, LogSnapshot] = {}
         self._latest: dict[str, int] | None = None
         self._target: dict[str, int] | None = None  # Trigger.AvailableNow
@@ -248,8 +243,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     async def _planner_ready(self) -> Planner:
         if self._planner is None:
-            self._client = await BookKeeper(self.options.uri, self.options.client_config())
-            self._planner = Planner(self._client, self.options.password)
+            client = await runtime().client(self.options.uri, self.options.client)
+            self._planner = Planner(client, self.options.password)
         return self._planner
 
     async def _snapshots_now(self) -> dict[str, LogSnapshot]:
@@ -312,7 +307,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             and now - self._last_batch_at < self.options.max_trigger_delay_s
             and self._target is None
         ):
-            return dict(sorted({**latest, **begin}.items()))  # wait for more
+            return dict(sorted(begin.items()))  # wait for more
         cap = self._cap(limit, snapshots, backlog)
         end = dict(latest)
         if cap is not None and total > cap:
@@ -397,9 +392,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._run(advance())
 
     def stop(self) -> None:
-        if self._client is not None:
-            self._run(self._client.close())
-            self._client = self._planner = None
+        self._planner = None  # its client is the worker's (tasks.Runtime), kept for others
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -42,36 +42,41 @@ class Runtime:
 
     def __init__(self) -> None:
         self.loop = LoopThread()
-        self._clients: dict[tuple[tuple[str, Any], ...], tuple[BookKeeper, KnownBookies]] = {}
+        self._clients: dict[tuple[Any, ...], BookKeeper] = {}
+        self._ports: dict[tuple[Any, ...], KnownBookies] = {}  # of the reading clients
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(client_options: Mapping[str, Any], *more: Any) -> tuple[Any, ...]:
+        return (*more, *sorted((k, repr(v)) for k, v in client_options.items()))
 
     def reading_client(
         self, client_options: Mapping[str, Any], endpoints: tuple[tuple[str, str, int], ...]
     ) -> BookKeeper:
-        key = tuple(sorted((k, repr(v)) for k, v in client_options.items()))
+        """A client that knows the bookies of ``endpoints`` and has no metadata session (a
+        reading task's)."""
+        key = self._key(client_options)
         with self._lock:
-            found = self._clients.get(key)
-            if found is None:
-                port = KnownBookies()
-                found = (BookKeeper(port, client_config(client_options)), port)
-                self._clients[key] = found
-        client, port = found
+            if key not in self._clients:
+                self._ports[key] = KnownBookies()
+                self._clients[key] = BookKeeper(self._ports[key], client_config(client_options))
+            client, port = self._clients[key], self._ports[key]
         port.learn({bookie: (host, number) for bookie, host, number in endpoints})
         return client
 
-    def writing_client(self, uri: str, client_options: Mapping[str, Any]) -> BookKeeper:
-        """A client of the metadata service at ``uri`` (a writing task creates ledgers)."""
-        key = (("uri", uri), *sorted((k, repr(v)) for k, v in client_options.items()))
+    async def client(self, uri: str, client_options: Mapping[str, Any]) -> BookKeeper:
+        """A connected client of the metadata service at ``uri``, kept for the life of this
+        Python worker (planning, a writing task, the commits of a streaming query's batches:
+        one metadata session, not one per call); on the runtime's loop."""
+        key = self._key(client_options, uri)
         with self._lock:
-            found = self._clients.get(key)
-            if found is None:
-                port = KnownBookies()  # unused: this client has its metadata session
-                found = (BookKeeper(uri, client_config(client_options)), port)
-                self._clients[key] = found
-        return found[0]
+            if key not in self._clients:
+                self._clients[key] = BookKeeper(uri, client_config(client_options))
+            client = self._clients[key]
+        return await client
 
     def close(self) -> None:
-        for client, _ in self._clients.values():
+        for client in self._clients.values():
             try:
                 self.loop.run(client.close(), 10)
             except Exception:

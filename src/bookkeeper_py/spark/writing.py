@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 
 from bookkeeper_py import errors
-from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.client.ledger import LedgerHandle
 from bookkeeper_py.log.format import (
     RECORD_OVERHEAD,
     EntryFlags,
     LogConfig,
     LogExistsError,
+    LogNotFoundError,
     RecordTooLargeError,
     WrittenLedger,
     check_name,
@@ -89,24 +89,29 @@ def streaming_writer_id(options: dict[str, str]) -> str:
     return "spark-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:20]
 
 
+async def sink_namespace(options: SinkOptions) -> LogNamespace:
+    """The sink log's namespace, on this worker's client (``tasks.Runtime.client``)."""
+    client = await runtime().client(options.uri, options.client)
+    return LogNamespace(client, split_key(options.log)[0], password=options.password)
+
+
 async def prepare_sink(options: SinkOptions) -> SinkSpec:
     """The log's configuration (the log made first when missing and ``createLog``)."""
-    namespace, name = split_key(options.log)
-    async with BookKeeper(options.uri, options.client_config()) as client:
-        logs = LogNamespace(client, namespace, password=options.password)
+    logs = await sink_namespace(options)
+    name = split_key(options.log)[1]
+    try:
+        metadata, _ = await logs.read_log(name)
+    except LogNotFoundError:
+        if not options.create:
+            raise
+        await logs.create()
+        e, qw, qa = options.ensemble
         try:
+            metadata = await logs.create_log(
+                name, LogConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa)
+            )
+        except LogExistsError:
             metadata, _ = await logs.read_log(name)
-        except errors.BKError as error:
-            if not options.create or "no log" not in str(error):
-                raise
-            await logs.create()
-            e, qw, qa = options.ensemble
-            try:
-                metadata = await logs.create_log(
-                    name, LogConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa)
-                )
-            except LogExistsError:
-                metadata, _ = await logs.read_log(name)
     return SinkSpec(options, metadata.config)
 
 
@@ -174,7 +179,6 @@ class TaskWriter:
         self.skip_if_ended = skip_if_ended
         self.skipped = False
         self.run = runtime()
-        self.client = self.run.writing_client(spec.options.uri, spec.options.client)
         self.entry_bytes = min(
             spec.options.entry_bytes, spec.config.max_entry_bytes - ENTRY_HEADER_BYTES
         )
@@ -189,8 +193,9 @@ class TaskWriter:
     async def _open(self) -> LedgerHandle:
         spec = self.spec
         config = spec.config
-        namespace = LogNamespace(self.client, spec.namespace, password=spec.options.password)
-        handle = await self.client.create_ledger(
+        namespace = await sink_namespace(spec.options)
+        client = namespace.client
+        handle = await client.create_ledger(
             config.ensemble_size,
             config.write_quorum_size,
             config.ack_quorum_size,
@@ -205,7 +210,7 @@ class TaskWriter:
             await namespace.stage_ledger(spec.log_name, self.job, handle.ledger_id)
         except BaseException:
             await handle.close()
-            await self.client.delete_ledger(handle.ledger_id)
+            await client.delete_ledger(handle.ledger_id)
             raise
         return handle
 
@@ -363,16 +368,15 @@ async def commit_job(
     were committed before), then sweeps the job's staged ledgers that are not in the log (a
     failed attempt's)."""
     ledgers = [m.ledger for m in messages if m is not None and m.ledger is not None]
-    async with BookKeeper(spec.options.uri, spec.options.client_config()) as client:
-        logs = LogNamespace(client, spec.namespace, password=spec.options.password)
-        committed = await logs.commit_ledgers(
-            spec.log_name,
-            ledgers,
-            writer_id=writer_id,
-            writer_sequence=writer_sequence,
-            overwrite=overwrite,
-        )
-        await _sweep(logs, spec.log_name, job)
+    logs = await sink_namespace(spec.options)
+    committed = await logs.commit_ledgers(
+        spec.log_name,
+        ledgers,
+        writer_id=writer_id,
+        writer_sequence=writer_sequence,
+        overwrite=overwrite,
+    )
+    await _sweep(logs, spec.log_name, job)
     return committed
 
 
@@ -380,9 +384,8 @@ async def abort_job(spec: SinkSpec, job: str, *, retried: bool = False) -> list[
     """Deletes the job's staged ledgers (those a commit already put in the log stay). A job
     that will be ``retried`` under the same name (a streaming batch) is not ended: its retry
     stages anew, and its commit sweeps what late attempts left."""
-    async with BookKeeper(spec.options.uri, spec.options.client_config()) as client:
-        logs = LogNamespace(client, spec.namespace, password=spec.options.password)
-        return await _sweep(logs, spec.log_name, job, end=not retried)
+    logs = await sink_namespace(spec.options)
+    return await _sweep(logs, spec.log_name, job, end=not retried)
 
 
 async def _sweep(logs: LogNamespace, log_name: str, job: str, *, end: bool = True) -> list[int]:
