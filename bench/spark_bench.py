@@ -76,13 +76,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+# the measuring helpers of the log benchmark, next to this script (its directory is on the path)
+import log_bench
 import numpy as np
 import psutil
-
-# the measuring helpers of the log benchmark, next to this script (its directory is on the path)
 from log_bench import (
+    DISCARD_PAUSE_S,
     add_common_arguments,
     bookies_cpu_s,
+    brief,
     connect,
     disk_written,
     machine_cpu_s,
@@ -91,6 +93,7 @@ from log_bench import (
     percentiles_ms,
     produce,
     run_loop,
+    say,
 )
 
 from bookkeeper_py.log import LogNamespace
@@ -113,7 +116,6 @@ STAMP = struct.Struct("<dq")
 WRITE_PAYLOAD_SQL = "concat(X'{constant}', unhex(lpad(hex(id), 16, '0'))) AS payload"
 SUBPROCESS_START_S = 120.0  # the stream writer's first line (connected, opened)
 FIRST_BATCH_S = 120.0  # a streaming query's first micro-batch (the runner's Python process)
-DISCARD_PAUSE_S = 10.0  # after a run discarded for others' CPU use
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -229,7 +231,9 @@ def measured_runs(
 ) -> tuple[list[dict[str, Any]], int]:
     """``args.runs`` runs of ``one``, and how many were discarded: with ``--max-others-cpu``,
     a run during which other processes used more CPU than that is run again, up to
-    ``--max-discarded`` times in all, after a pause."""
+    ``--max-discarded`` times in all, after a pause. (log_bench's runs its runs on an event
+    loop; Spark's calls must stay on the thread of the active session, and a run has event
+    loops of its own.)"""
     kept: list[dict[str, Any]] = []
     discarded = 0
     while len(kept) < args.runs:
@@ -755,18 +759,6 @@ def write_mode(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any
 
 # -- the command --------------------------------------------------------------------------------
 
-JSON_OUTPUT = False
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr if JSON_OUTPUT else sys.stdout, flush=True)
-
-
-def brief(figures: dict[str, Any]) -> str:
-    return ", ".join(
-        f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()
-    )
-
 
 MODE_RUNNERS: dict[str, Callable[[LocalCluster, argparse.Namespace], dict[str, Any]]] = {
     "read": read_mode,
@@ -841,13 +833,12 @@ def arguments() -> argparse.Namespace:
 
 
 def main() -> None:
-    global JSON_OUTPUT
     args = arguments()
     if args.role:
         result = run_loop(ROLES[args.role](args))
         print(json.dumps(result), flush=True)
         return
-    JSON_OUTPUT = args.json
+    log_bench.JSON_OUTPUT = args.json
     try:
         for mode in MODES if args.mode == "all" else (args.mode,):
             run_mode(mode, args)
