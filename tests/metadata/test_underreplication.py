@@ -9,7 +9,8 @@ import pytest
 
 from bookkeeper_py.errors import MetadataStoreError
 from bookkeeper_py.metadata.manager import MetadataClient
-from bookkeeper_py.metadata.underreplication import UnderReplicationManager
+from bookkeeper_py.metadata.port import MetadataPort, run_blocking
+from bookkeeper_py.metadata.underreplication import UnderReplication
 
 from .test_cluster_commands import refused, shell
 
@@ -19,46 +20,77 @@ BIG = (1 << 40) + 7  # a 63-bit id: its marker path uses every hex level
 def test_markers_locks_and_switches(uri: str) -> None:
     with MetadataClient.connect(uri, create=True) as client:
         client.init_cluster()
-        manager = UnderReplicationManager(client)
-        base = f"{client.root}/underreplication"
-        layout, _ = client.store.get(f"{base}/LAYOUT")
-        assert layout == b'type: "BASIC"\nversion: 1\n'
-        assert list(manager.underreplicated_ledgers()) == []
+        run_blocking(client, lambda port: markers_locks_and_switches(client, port, uri))
 
-        manager.mark_underreplicated(BIG, ["b:2"])
-        manager.mark_underreplicated(5, ["a:1"])
-        manager.mark_underreplicated(5, ["a:1", "c:3"])  # merged, no duplicates
-        assert list(manager.underreplicated_ledgers()) == [5, BIG]
-        assert manager.missing_replicas(5) == ["a:1", "c:3"]
-        assert manager.missing_replicas(6) is None
-        data, _ = client.store.get(f"{base}/ledgers/0000/0000/0000/0005/urL0000000005")
-        assert re.fullmatch(rb'replica: "a:1"\nreplica: "c:3"\nctime: \d{13}\n', data)
-        assert client.store.exists(f"{base}/ledgers/0000/0100/0000/0007/urL{BIG:010d}") is not None
 
-        # One worker at a time; the lock ends with its holder's session.
-        with MetadataClient.connect(uri) as other:
-            worker = UnderReplicationManager(other)
-            assert worker.acquire(5, "worker-1:3181")
-            assert not manager.acquire(5)
-            assert manager.lock_holder(5) == "worker-1:3181"
-            assert not worker.acquire(6)  # not marked: nothing to lock
-        assert manager.lock_holder(5) is None
-        assert manager.acquire(5, "worker-2:3181")
-        manager.mark_replicated(5)
-        assert manager.missing_replicas(5) is None and manager.lock_holder(5) is None
-        assert list(manager.underreplicated_ledgers()) == [BIG]
-        # The emptied directories go with the marker; the others stay.
-        assert client.store.children(f"{base}/ledgers") == ["0000"]
-        assert client.store.children(f"{base}/ledgers/0000") == ["0100"]
+async def markers_locks_and_switches(client: MetadataClient, port: MetadataPort, uri: str) -> None:
+    manager = await UnderReplication(port).ensure_layout()
+    base = f"{client.root}/underreplication"
+    layout, _ = client.store.get(f"{base}/LAYOUT")
+    assert layout == b'type: "BASIC"\nversion: 1\n'
+    assert await manager.marked() == []
 
-        assert manager.is_enabled() and manager.lost_bookie_recovery_delay() == 0
-        manager.disable()
-        manager.set_lost_bookie_recovery_delay(30)
-        again = UnderReplicationManager(client)
-        assert not again.is_enabled() and again.lost_bookie_recovery_delay() == 30
-        assert client.store.get(f"{base}/lostBookieRecoveryDelay")[0] == b"30"
-        again.enable()
-        assert manager.is_enabled()
+    assert await manager.mark(BIG, ["b:2"])
+    await manager.mark(5, ["a:1"])
+    await manager.mark(5, ["a:1", "c:3"])  # merged, no duplicates
+    assert not await manager.mark(5, ["c:3"])
+    assert await manager.marked() == [5, BIG]
+    assert await manager.missing_replicas(5) == ["a:1", "c:3"]
+    assert await manager.missing_replicas(6) is None
+    data, _ = client.store.get(f"{base}/ledgers/0000/0000/0000/0005/urL0000000005")
+    assert re.fullmatch(rb'replica: "a:1"\nreplica: "c:3"\nctime: \d{13}\n', data)
+    assert client.store.exists(f"{base}/ledgers/0000/0100/0000/0007/urL{BIG:010d}") is not None
+
+    # One worker at a time; the lock ends with its holder's session.
+    other = MetadataClient.connect(uri)
+    try:
+        assert run_blocking_in_thread(other, lambda p: _acquire(p, 5, "worker-1:3181"))
+        assert not await manager.acquire(5, "me")
+        assert await manager.lock_holder(5) == "worker-1:3181"
+        assert not run_blocking_in_thread(other, lambda p: _acquire(p, 6, "worker-1:3181"))
+    finally:
+        other.close()
+    assert await manager.lock_holder(5) is None
+    assert await manager.acquire(5, "worker-2:3181")
+    await manager.unmark(5)
+    assert await manager.missing_replicas(5) is None and await manager.lock_holder(5) is None
+    assert await manager.marked() == [BIG]
+    # The emptied directories go with the marker; the others stay.
+    assert client.store.children(f"{base}/ledgers") == ["0000"]
+    assert client.store.children(f"{base}/ledgers/0000") == ["0100"]
+
+    # The election: the lowest vote is the auditor; a withdrawn vote hands it on.
+    first = await manager.vote("bookie-1:3181")
+    second = await manager.vote("bookie-2:3181")
+    assert first < second and await manager.auditor() == "bookie-1:3181"
+    await manager.withdraw(first)
+    assert await manager.auditor() == "bookie-2:3181"
+
+    assert await manager.is_enabled()
+    assert await manager.lost_bookie_recovery_delay() == (0, -1)
+    await manager.set_enabled(False)
+    await manager.set_lost_bookie_recovery_delay(30)
+    again = await UnderReplication(port).ensure_layout()
+    assert not await again.is_enabled()
+    delay, version = await again.lost_bookie_recovery_delay()
+    assert delay == 30
+    await again.trigger_audit()  # the same value again, a new version: the auditor's cue
+    assert await again.lost_bookie_recovery_delay() == (30, version + 1)
+    assert client.store.get(f"{base}/lostBookieRecoveryDelay")[0] == b"30"
+    await again.set_enabled(True)
+    assert await manager.is_enabled()
+
+
+async def _acquire(port: MetadataPort, ledger_id: int, holder: str) -> bool:
+    return await (await UnderReplication(port).ensure_layout()).acquire(ledger_id, holder)
+
+
+def run_blocking_in_thread(client: MetadataClient, work):  # type: ignore[no-untyped-def]
+    """``run_blocking`` from inside a running loop (the test's): on a thread of its own."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(run_blocking, client, work).result(60)
 
 
 def test_an_incompatible_layout_is_refused(uri: str) -> None:
@@ -69,16 +101,13 @@ def test_an_incompatible_layout_is_refused(uri: str) -> None:
             f"{client.root}/underreplication/LAYOUT", b'type: "BASIC"\nversion: 2\n'
         )
         with pytest.raises(MetadataStoreError, match="BASIC version 2"):
-            UnderReplicationManager(client)
+            run_blocking(client, lambda port: UnderReplication(port).ensure_layout())
 
 
 def test_autorecovery_shell_commands(capsys: pytest.CaptureFixture[str], uri: str) -> None:
     shell(capsys, uri, "initnewcluster")
     with MetadataClient.connect(uri) as client:
-        manager = UnderReplicationManager(client)
-        manager.mark_underreplicated(3, ["a:1"])
-        manager.mark_underreplicated(4, ["b:2", "c:3"])
-        manager.acquire(4, "worker:3181")
+        run_blocking(client, _three_and_four)
         assert shell(capsys, uri, "listunderreplicated").split() == ["3", "4"]
         assert shell(capsys, uri, "listunderreplicated", "-mr", "b:2").split() == ["4"]
         assert shell(capsys, uri, "listunderreplicated", "-emr", "b:2").split() == ["3"]
@@ -95,3 +124,10 @@ def test_autorecovery_shell_commands(capsys: pytest.CaptureFixture[str], uri: st
     assert "set to 45 s" in shell(capsys, uri, "lostbookierecoverydelay", "-s", "45")
     assert "45 s" in shell(capsys, uri, "lostbookierecoverydelay")
     assert "0 or more" in refused(capsys, uri, "lostbookierecoverydelay", "-s", "-1")
+
+
+async def _three_and_four(port: MetadataPort) -> None:
+    manager = await UnderReplication(port).ensure_layout()
+    await manager.mark(3, ["a:1"])
+    await manager.mark(4, ["b:2", "c:3"])
+    await manager.acquire(4, "worker:3181")

@@ -13,7 +13,8 @@ from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.errors import NoSuchLedgerError
 from bookkeeper_py.metadata.driver import NodeExistsError, NoNodeError
 from bookkeeper_py.metadata.manager import MetadataClient
-from bookkeeper_py.metadata.underreplication import UnderReplicationManager
+from bookkeeper_py.metadata.port import MetadataPort, run_blocking
+from bookkeeper_py.metadata.underreplication import UnderReplication
 from bookkeeper_py.storage.cookie import Cookie
 
 
@@ -28,6 +29,7 @@ class UnderReplicatedLedger:
     ledger_id: int
     missing_replicas: tuple[str, ...]
     replication_worker: str | None  # who holds its replication lock, if anyone
+    marked_ms: int = 0  # when it was marked, ms since the epoch
 
 
 class ClusterAdmin:
@@ -166,35 +168,64 @@ class ClusterAdmin:
     ) -> list[UnderReplicatedLedger]:
         """Ledgers marked under-replicated (those missing replica ``missing``, and not
         ``excluding``, when given)."""
-        manager = UnderReplicationManager(self.metadata)
-        found = []
-        for ledger_id in manager.underreplicated_ledgers():
-            replicas = manager.missing_replicas(ledger_id)
-            if replicas is None:
-                continue  # re-replicated while we listed
-            if missing and missing not in replicas:
-                continue
-            if excluding and excluding in replicas:
-                continue
-            found.append(
-                UnderReplicatedLedger(ledger_id, tuple(replicas), manager.lock_holder(ledger_id))
-            )
-        return found
+
+        async def work(port: MetadataPort) -> list[UnderReplicatedLedger]:
+            markers = await UnderReplication(port).ensure_layout()
+            found = []
+            for ledger_id in await markers.marked():
+                marker = await markers.marker(ledger_id)
+                if marker is None:
+                    continue  # re-replicated while we listed
+                replicas, ctime = marker
+                if missing and missing not in replicas:
+                    continue
+                if excluding and excluding in replicas:
+                    continue
+                found.append(
+                    UnderReplicatedLedger(
+                        ledger_id, tuple(replicas), await markers.lock_holder(ledger_id), ctime
+                    )
+                )
+            return found
+
+        return run_blocking(self.metadata, work)
 
     def autorecovery(self, enable: bool | None = None) -> bool:
         """Switches AutoRecovery on or off (None: leaves it); whether it is on."""
-        manager = UnderReplicationManager(self.metadata)
-        if enable is True:
-            manager.enable()
-        elif enable is False:
-            manager.disable()
-        return manager.is_enabled()
+
+        async def work(port: MetadataPort) -> bool:
+            markers = await UnderReplication(port).ensure_layout()
+            if enable is not None:
+                await markers.set_enabled(enable)
+            return await markers.is_enabled()
+
+        return run_blocking(self.metadata, work)
 
     def lost_bookie_recovery_delay(self, seconds: int | None = None) -> int:
         """Sets lostBookieRecoveryDelay (None: leaves it); the value in force, in seconds."""
-        manager = UnderReplicationManager(self.metadata)
-        if seconds is not None:
-            if seconds < 0:
-                raise CommandError(f"-set takes seconds, 0 or more, got {seconds}")
-            manager.set_lost_bookie_recovery_delay(seconds)
-        return manager.lost_bookie_recovery_delay()
+        if seconds is not None and seconds < 0:
+            raise CommandError(f"-set takes seconds, 0 or more, got {seconds}")
+
+        async def work(port: MetadataPort) -> int:
+            markers = await UnderReplication(port).ensure_layout()
+            if seconds is not None:
+                await markers.set_lost_bookie_recovery_delay(seconds)
+            return (await markers.lost_bookie_recovery_delay())[0]
+
+        return run_blocking(self.metadata, work)
+
+    def auditor(self) -> str | None:
+        """The elected auditor (None when no AutoRecovery process runs)."""
+
+        async def work(port: MetadataPort) -> str | None:
+            return await (await UnderReplication(port).ensure_layout()).auditor()
+
+        return run_blocking(self.metadata, work)
+
+    def trigger_audit(self) -> None:
+        """Makes the auditor check every bookie's ledgers now (``triggeraudit``)."""
+
+        async def work(port: MetadataPort) -> None:
+            await (await UnderReplication(port).ensure_layout()).trigger_audit()
+
+        run_blocking(self.metadata, work)

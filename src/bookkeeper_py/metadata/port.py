@@ -62,6 +62,12 @@ class MetadataPort(Protocol):
 
     async def readonly_bookies(self) -> list[str]: ...
 
+    async def bookies_now(self) -> tuple[list[str], list[str]]:
+        """(writable, read-only) bookies as the store holds them at this moment, not from a
+        cache: what the auditor polls (a registration whose session expired is gone here even
+        when no watch fired)."""
+        ...
+
     async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
         """Where a bookie listens (its registration, else its id as host:port)."""
         ...
@@ -110,6 +116,12 @@ class MetadataPort(Protocol):
         ...
 
     async def delete_node(self, path: str, version: int = ANY_VERSION) -> None: ...
+
+    async def create_ephemeral(self, path: str, data: bytes, sequential: bool = False) -> str:
+        """Creates ``path`` (missing parents too) as a node of this client's session: it
+        vanishes when the session ends (the process died, or its ZooKeeper session or SQLite
+        lease expired). With ``sequential``, a counter suffix is appended. The real path."""
+        ...
 
     async def node_children(
         self, path: str, after: str | None = None, limit: int = 1000
@@ -216,6 +228,10 @@ class ThreadedMetadata:
     async def readonly_bookies(self) -> list[str]:
         return await self.call(self.bookies.readonly)
 
+    async def bookies_now(self) -> tuple[list[str], list[str]]:
+        client = self.client
+        return await self.call(lambda: (client.writable_bookies(), client.readonly_bookies()))
+
     async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
         return await self.call(self.client.bookie_endpoint, bookie_id)
 
@@ -266,6 +282,14 @@ class ThreadedMetadata:
     async def delete_node(self, path: str, version: int = ANY_VERSION) -> None:
         await self.call(self.client.store.delete, path, version)
 
+    async def create_ephemeral(self, path: str, data: bytes, sequential: bool = False) -> str:
+        store = self.client.store
+        return await self.call(
+            lambda: store.create(
+                path, data, make_parents=True, ephemeral=True, sequential=sequential
+            )
+        )
+
     async def node_children(
         self, path: str, after: str | None = None, limit: int = 1000
     ) -> list[str]:
@@ -286,6 +310,23 @@ class ThreadedMetadata:
             await self.call(self.client.close)
         finally:
             self._thread.shutdown(wait=False)
+
+
+def run_blocking(client: MetadataClient, work: Callable[[MetadataPort], Awaitable[T]]) -> T:
+    """``await work(port)`` from blocking code (the admin commands), over a port that borrows
+    ``client``: the client stays open afterwards."""
+    port = ThreadedMetadata(client)
+
+    async def run() -> T:
+        try:
+            return await work(port)
+        finally:
+            await port.call(port.bookies.close)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        port._thread.shutdown(wait=False)
 
 
 class KnownBookies:
@@ -337,6 +378,9 @@ class KnownBookies:
     async def readonly_bookies(self) -> list[str]:
         raise self._refuse("the read-only bookies")
 
+    async def bookies_now(self) -> tuple[list[str], list[str]]:
+        raise self._refuse("the registered bookies")
+
     async def register_bookie(
         self,
         bookie_id: str,
@@ -372,6 +416,9 @@ class KnownBookies:
 
     async def delete_node(self, path: str, version: int = ANY_VERSION) -> None:
         raise self._refuse(f"deleting {path}")
+
+    async def create_ephemeral(self, path: str, data: bytes, sequential: bool = False) -> str:
+        raise self._refuse(f"creating {path}")
 
     async def node_children(
         self, path: str, after: str | None = None, limit: int = 1000

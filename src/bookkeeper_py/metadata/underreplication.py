@@ -1,22 +1,24 @@
 """The ``underreplication/`` tree that AutoRecovery works from (reference sections 1.9 and 1.14),
-laid out as BookKeeper's ZkLedgerUnderreplicationManager lays it out, on any driver::
+laid out as BookKeeper's ZkLedgerUnderreplicationManager lays it out, on any metadata port::
 
     <root>/underreplication/LAYOUT                 text LedgerRereplicationLayoutFormat "BASIC" 1
     <root>/underreplication/ledgers/<hex4>/<hex4>/<hex4>/<hex4>/urL%010d
                                                    text UnderreplicatedLedgerFormat{replica, ctime}
     <root>/underreplication/locks/urL%010d         ephemeral, text LockDataFormat{bookieId}
+    <root>/underreplication/auditorelection/V_%010d  ephemeral sequential, text AuditorVoteFormat
     <root>/underreplication/disable                present: AutoRecovery paused
-    <root>/underreplication/lostBookieRecoveryDelay  seconds, decimal text
+    <root>/underreplication/lostBookieRecoveryDelay  seconds, decimal text; rewriting it (even
+                                                   with the same value) makes the auditor audit
 
 Every change of a marker is a compare-and-swap, so auditors and workers on several machines
-can share it.
+share it. It is written once, over the asyncio ``MetadataPort``: the auditor and replication
+workers, the simulator and (through ``ThreadedMetadata``) the blocking admin commands use it.
 """
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TypeVar
 
 from google.protobuf import text_format
@@ -30,11 +32,13 @@ from bookkeeper_py.metadata.driver import (
     NoNodeError,
     NotEmptyError,
 )
-from bookkeeper_py.metadata.manager import MAX_UPDATE_ATTEMPTS, MetadataClient
+from bookkeeper_py.metadata.manager import MAX_UPDATE_ATTEMPTS
+from bookkeeper_py.metadata.port import MetadataPort
 from bookkeeper_py.wire.proto import data_formats_pb2 as formats
 
 LAYOUT_TYPE = "BASIC"
 LAYOUT_VERSION = 1
+VOTE_PREFIX = "V_"
 
 
 def marker_name(ledger_id: int) -> str:
@@ -64,33 +68,34 @@ def _parse(message: M, data: bytes, what: str, remedy: str) -> M:
     return message
 
 
-class UnderReplicationManager:
-    """Marks, lists, locks and clears under-replicated ledgers; pauses and resumes AutoRecovery.
+class UnderReplication:
+    """Marks, lists, locks and clears under-replicated ledgers; pauses and resumes AutoRecovery;
+    holds the auditor election's votes and the lost-bookie delay.
 
-    Creating one checks (and on a new cluster writes) the tree's layout, as BookKeeper does:
-    an incompatible layout raises ``MetadataStoreError``."""
+    ``await ensure_layout()`` checks (and on a new cluster writes) the tree's layout, as
+    BookKeeper does: an incompatible layout raises ``MetadataStoreError``."""
 
-    def __init__(self, metadata: MetadataClient) -> None:
-        self.metadata = metadata
-        self.store = metadata.store
-        self.base = f"{metadata.root}/underreplication"
+    def __init__(self, port: MetadataPort) -> None:
+        self.port = port
+        self.base = f"{port.ledgers_root}/underreplication"
         self.ledgers = f"{self.base}/ledgers"
         self.locks = f"{self.base}/locks"
-        self._check_layout()
+        self.election = f"{self.base}/auditorelection"
+        self.delay_path = f"{self.base}/lostBookieRecoveryDelay"
 
-    def _check_layout(self) -> None:
-        for path in (self.base, self.ledgers, self.locks):
+    async def ensure_layout(self) -> UnderReplication:
+        for path in (self.base, self.ledgers, self.locks, self.election):
             try:
-                self.store.create(path)
+                await self.port.create_node(path, b"")
             except NodeExistsError:
                 pass
         wanted = formats.LedgerRereplicationLayoutFormat(type=LAYOUT_TYPE, version=LAYOUT_VERSION)
         try:
-            self.store.create(f"{self.base}/LAYOUT", _text(wanted))
-            return
+            await self.port.create_node(f"{self.base}/LAYOUT", _text(wanted))
+            return self
         except NodeExistsError:
             pass
-        data, _ = self.store.get(f"{self.base}/LAYOUT")
+        data, _ = await self.port.get_node(f"{self.base}/LAYOUT")
         found = _parse(
             formats.LedgerRereplicationLayoutFormat(),
             data,
@@ -102,37 +107,52 @@ class UnderReplicationManager:
                 f"{self.base}/LAYOUT is {found.type} version {found.version}; this version "
                 f"reads {LAYOUT_TYPE} version {LAYOUT_VERSION} only"
             )
+        return self
+
+    async def _children(self, path: str) -> list[str]:
+        """Every child name of ``path`` (read a page at a time); [] when it does not exist."""
+        names: list[str] = []
+        after: str | None = None
+        while True:
+            try:
+                page = await self.port.node_children(path, after, 1000)
+            except NoNodeError:
+                return names
+            names += page
+            if len(page) < 1000:
+                return names
+            after = page[-1]
 
     # -- markers ---------------------------------------------------------------------------------
 
     def _marker(self, ledger_id: int) -> str:
         return f"{marker_parent(self.ledgers, ledger_id)}/{marker_name(ledger_id)}"
 
-    def mark_underreplicated(self, ledger_id: int, missing_replicas: Iterable[str]) -> None:
+    async def mark(self, ledger_id: int, missing_replicas: Iterable[str]) -> bool:
         """Records that ``ledger_id`` lost its copies on ``missing_replicas`` (bookie ids),
-        adding to any replicas already recorded."""
+        adding to any replicas already recorded. True when the marker changed."""
         missing = list(dict.fromkeys(missing_replicas))
         path = self._marker(ledger_id)
         for _ in range(MAX_UPDATE_ATTEMPTS):
             try:
-                data, version = self.store.get(path)
+                data, version = await self.port.get_node(path)
             except NoNodeError:
                 marker = formats.UnderreplicatedLedgerFormat(
                     replica=missing, ctime=int(time.time() * 1000)
                 )
                 try:
-                    self.store.create(path, _text(marker), make_parents=True)
-                    return
+                    await self.port.create_node(path, _text(marker))
+                    return True
                 except NodeExistsError:
                     continue  # another auditor marked it meanwhile: merge into theirs
             marker = self._parse_marker(ledger_id, data)
             new = [replica for replica in missing if replica not in marker.replica]
             if not new:
-                return
+                return False
             marker.replica.extend(new)
             try:
-                self.store.set(path, _text(marker), version)
-                return
+                await self.port.set_node(path, _text(marker), version)
+                return True
             except (BadVersionError, NoNodeError):
                 continue
         raise MetadataStoreError(f"{path} keeps changing; could not mark ledger {ledger_id}")
@@ -145,68 +165,74 @@ class UnderReplicationManager:
             "delete it and let the auditor mark the ledger again",
         )
 
-    def missing_replicas(self, ledger_id: int) -> list[str] | None:
-        """The bookies recorded as missing for ``ledger_id``, or None when it is not marked."""
+    async def marker(self, ledger_id: int) -> tuple[list[str], int] | None:
+        """(missing bookies, when it was marked in ms since the epoch), or None when the ledger
+        is not marked."""
         try:
-            data, _ = self.store.get(self._marker(ledger_id))
+            data, _ = await self.port.get_node(self._marker(ledger_id))
         except NoNodeError:
             return None
-        return list(self._parse_marker(ledger_id, data).replica)
+        found = self._parse_marker(ledger_id, data)
+        return list(found.replica), found.ctime
 
-    def underreplicated_ledgers(self) -> Iterator[int]:
-        """Every marked ledger id, in increasing order, a directory at a time."""
-        yield from self._walk(self.ledgers, 4)
+    async def missing_replicas(self, ledger_id: int) -> list[str] | None:
+        """The bookies recorded as missing for ``ledger_id``, or None when it is not marked."""
+        found = await self.marker(ledger_id)
+        return None if found is None else found[0]
 
-    def _walk(self, path: str, levels_left: int) -> Iterator[int]:
-        try:
-            for name in self.store.iter_children(path):
-                if levels_left == 0:
-                    if name.startswith("urL") and name[3:].isdigit():
-                        yield int(name[3:])
-                elif len(name) == 4:
-                    yield from self._walk(f"{path}/{name}", levels_left - 1)
-        except NoNodeError:
-            return  # cleared meanwhile
+    async def marked(self) -> list[int]:
+        """Every marked ledger id, in increasing order."""
+        found: list[int] = []
+        await self._walk(self.ledgers, 4, found)
+        return found
 
-    def mark_replicated(self, ledger_id: int) -> None:
+    async def _walk(self, path: str, levels_left: int, found: list[int]) -> None:
+        for name in await self._children(path):
+            if levels_left == 0:
+                if name.startswith("urL") and name[3:].isdigit():
+                    found.append(int(name[3:]))
+            elif len(name) == 4:
+                await self._walk(f"{path}/{name}", levels_left - 1, found)
+
+    async def unmark(self, ledger_id: int) -> None:
         """Clears the marker of a ledger whose copies are whole again (and its lock), and the
         directories it leaves empty."""
         try:
-            self.store.delete(self._marker(ledger_id), ANY_VERSION)
+            await self.port.delete_node(self._marker(ledger_id), ANY_VERSION)
         except NoNodeError:
             pass
         parent = marker_parent(self.ledgers, ledger_id)
         while parent != self.ledgers:
             try:
-                self.store.delete(parent)
+                await self.port.delete_node(parent)
             except (NoNodeError, NotEmptyError):
                 break  # other markers live there (or another worker tidied it)
             parent = parent.rsplit("/", 1)[0]
-        self.release(ledger_id)
+        await self.release(ledger_id)
 
     # -- locks held by replication workers --------------------------------------------------------
 
-    def acquire(self, ledger_id: int, holder: str | None = None) -> bool:
+    async def acquire(self, ledger_id: int, holder: str) -> bool:
         """Takes the ephemeral lock of a marked ledger; False when another worker holds it or the
         ledger is not marked. The lock ends with this client's session."""
-        if self.missing_replicas(ledger_id) is None:
+        if await self.marker(ledger_id) is None:
             return False
-        data = _text(formats.LockDataFormat(bookieId=holder or socket.gethostname()))
+        data = _text(formats.LockDataFormat(bookieId=holder))
         try:
-            self.store.create(f"{self.locks}/{marker_name(ledger_id)}", data, ephemeral=True)
+            await self.port.create_ephemeral(f"{self.locks}/{marker_name(ledger_id)}", data)
         except NodeExistsError:
             return False
         return True
 
-    def release(self, ledger_id: int) -> None:
+    async def release(self, ledger_id: int) -> None:
         try:
-            self.store.delete(f"{self.locks}/{marker_name(ledger_id)}")
+            await self.port.delete_node(f"{self.locks}/{marker_name(ledger_id)}")
         except NoNodeError:
             pass
 
-    def lock_holder(self, ledger_id: int) -> str | None:
+    async def lock_holder(self, ledger_id: int) -> str | None:
         try:
-            data, _ = self.store.get(f"{self.locks}/{marker_name(ledger_id)}")
+            data, _ = await self.port.get_node(f"{self.locks}/{marker_name(ledger_id)}")
         except NoNodeError:
             return None
         try:
@@ -215,45 +241,90 @@ class UnderReplicationManager:
             return ""  # held, by a holder that wrote something else
         return lock.bookieId
 
+    # -- the auditor election --------------------------------------------------------------------
+
+    async def vote(self, candidate: str) -> str:
+        """Enters ``candidate`` (a bookie id or host name) in the auditor election: the name of
+        its ephemeral vote. The lowest vote is the auditor."""
+        data = _text(formats.AuditorVoteFormat(bookieId=candidate))
+        path = await self.port.create_ephemeral(
+            f"{self.election}/{VOTE_PREFIX}", data, sequential=True
+        )
+        return path.rsplit("/", 1)[1]
+
+    async def votes(self) -> list[tuple[str, str]]:
+        """(vote name, candidate) of every vote, lowest (the auditor) first."""
+        names = [name for name in await self._children(self.election) if name[:2] == VOTE_PREFIX]
+        names.sort(key=lambda name: int(name[2:]) if name[2:].lstrip("-").isdigit() else 2**63)
+        found = []
+        for name in names:
+            try:
+                data, _ = await self.port.get_node(f"{self.election}/{name}")
+            except NoNodeError:
+                continue  # its session ended while we listed
+            try:
+                vote = _parse(formats.AuditorVoteFormat(), data, "vote", "")
+                found.append((name, vote.bookieId))
+            except MetadataStoreError:
+                found.append((name, ""))
+        return found
+
+    async def auditor(self) -> str | None:
+        """The elected auditor (its candidate name), or None when nobody stands."""
+        votes = await self.votes()
+        return votes[0][1] if votes else None
+
+    async def withdraw(self, vote: str) -> None:
+        try:
+            await self.port.delete_node(f"{self.election}/{vote}")
+        except NoNodeError:
+            pass
+
     # -- switches ----------------------------------------------------------------------------------
 
-    def is_enabled(self) -> bool:
-        return self.store.exists(f"{self.base}/disable") is None
-
-    def disable(self) -> None:
-        """Pauses AutoRecovery cluster-wide (shell ``autorecovery -disable``)."""
+    async def is_enabled(self) -> bool:
         try:
-            self.store.create(f"{self.base}/disable")
-        except NodeExistsError:
+            await self.port.get_node(f"{self.base}/disable")
+        except NoNodeError:
+            return True
+        return False
+
+    async def set_enabled(self, enabled: bool) -> None:
+        """Resumes or pauses AutoRecovery cluster-wide (shell ``autorecovery -enable/-disable``)."""
+        try:
+            if enabled:
+                await self.port.delete_node(f"{self.base}/disable")
+            else:
+                await self.port.create_node(f"{self.base}/disable", b"")
+        except (NoNodeError, NodeExistsError):
             pass
 
-    def enable(self) -> None:
+    async def lost_bookie_recovery_delay(self) -> tuple[int, int]:
+        """(seconds the auditor waits after losing a bookie before it marks its ledgers, the
+        node's version: -1 when never set, and the delay is BookKeeper's default 0)."""
         try:
-            self.store.delete(f"{self.base}/disable")
+            data, version = await self.port.get_node(self.delay_path)
         except NoNodeError:
-            pass
-
-    def lost_bookie_recovery_delay(self) -> int:
-        """Seconds the auditor waits after losing a bookie before it marks its ledgers (0 when
-        never set, BookKeeper's default)."""
-        try:
-            data, _ = self.store.get(f"{self.base}/lostBookieRecoveryDelay")
-        except NoNodeError:
-            return 0
+            return 0, -1
         text = data.decode("utf-8", errors="replace").strip()
         if not text.lstrip("-").isdigit():
             raise MetadataStoreError(
-                f"{self.base}/lostBookieRecoveryDelay holds {text!r}, not a number of seconds; "
+                f"{self.delay_path} holds {text!r}, not a number of seconds; "
                 "set it again with 'bookkeeper shell lostbookierecoverydelay -set N'"
             )
-        return int(text)
+        return int(text), version
 
-    def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
+    async def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
+        """Sets the delay; every write (the same value too) makes the auditor audit at once
+        (``triggeraudit`` rewrites the value in force, as BookKeeper's does)."""
         if seconds < 0:
             raise ValueError(f"the lost bookie recovery delay is not negative: {seconds}")
-        path = f"{self.base}/lostBookieRecoveryDelay"
         data = str(seconds).encode()
         try:
-            self.store.create(path, data)
+            await self.port.create_node(self.delay_path, data)
         except NodeExistsError:
-            self.store.set(path, data, ANY_VERSION)
+            await self.port.set_node(self.delay_path, data, ANY_VERSION)
+
+    async def trigger_audit(self) -> None:
+        seconds, _ = await self.lost_bookie_recovery_delay()
+        await self.set_lost_bookie_recovery_delay(seconds)

@@ -23,6 +23,7 @@ from bookkeeper_py.metadata.driver import (
     NoNodeError,
     NotEmptyError,
     parent_of,
+    sequence_suffix,
 )
 from bookkeeper_py.metadata.manager import BookieEndpoint, parse_bookie_id
 
@@ -74,6 +75,8 @@ class SimStore:
     readonly: dict[str, BookieEndpoint] = field(default_factory=dict)
     next_id: int = 1
     nodes: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # plain versioned nodes
+    ephemeral: dict[str, str] = field(default_factory=dict)  # path -> the node whose session
+    counters: dict[str, int] = field(default_factory=dict)  # parent -> next sequential suffix
     # called with (path, old data or None, new data) before a node is written: raises
     # ``InvariantViolation`` for a write the run's invariants forbid
     on_node_write: Callable[[str, bytes | None, bytes], None] | None = None
@@ -175,6 +178,10 @@ class SimMetadata:
         await self._round_trip("bookies")
         return sorted(self.store.readonly)
 
+    async def bookies_now(self) -> tuple[list[str], list[str]]:
+        await self._round_trip("bookies")
+        return sorted(self.store.writable), sorted(self.store.readonly)
+
     async def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
         await self._round_trip("endpoint")
         store = self.store
@@ -219,8 +226,31 @@ class SimMetadata:
         except KeyError:
             raise NoNodeError(f"{path} does not exist") from None
 
+    async def create_ephemeral(self, path: str, data: bytes, sequential: bool = False) -> str:
+        await self._round_trip("create")
+        if sequential:
+            parent = parent_of(path)
+            counter = self.store.counters.get(parent, 0)
+            self.store.counters[parent] = counter + 1
+            path = f"{path}{sequence_suffix(counter)}"
+        self._create(path, data)
+        self.store.ephemeral[path] = self.node
+        return path
+
+    def end_session(self) -> None:
+        """This node's session ended (it crashed, or its session expired): its ephemeral nodes
+        vanish, as ZooKeeper removes them."""
+        for path, owner in list(self.store.ephemeral.items()):
+            if owner == self.node:
+                del self.store.ephemeral[path]
+                self.store.nodes.pop(path, None)
+
     async def create_node(self, path: str, data: bytes) -> int:
         await self._round_trip("create")
+        self._create(path, data)
+        return 0
+
+    def _create(self, path: str, data: bytes) -> None:
         nodes = self.store.nodes
         if path in nodes:
             raise NodeExistsError(f"{path} exists")
@@ -232,7 +262,6 @@ class SimMetadata:
             self.store.on_node_write(path, None, bytes(data))
         nodes[path] = (bytes(data), 0)
         self.store.writes += 1
-        return 0
 
     async def set_node(self, path: str, data: bytes, version: int) -> int:
         await self._round_trip("set")
@@ -267,6 +296,7 @@ class SimMetadata:
         if self._children(path):
             raise NotEmptyError(f"{path} has children")
         del nodes[path]
+        self.store.ephemeral.pop(path, None)
         self.store.writes += 1
 
     async def node_children(
