@@ -98,6 +98,11 @@ class LedgerRecoveryError(BKError):
     """Recovery of an unclosed ledger failed; the ledger stays IN_RECOVERY and may be retried."""
 
 
+class ReplicationError(BKError):
+    """A ledger's missing copies could not be made again now (no replica of an entry answered,
+    no bookie to copy to, the target refused); the ledger stays marked under-replicated."""
+
+
 class BookieIdInUseError(BKError):
     """Another live process is registered under this bookie id."""
 

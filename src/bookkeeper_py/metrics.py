@@ -11,6 +11,7 @@ BookKeeper's, with its scope prefixes (``bookkeeper_server_``, ``bookie_``, ``bo
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 LATENCY_BUCKETS_S = (
@@ -77,3 +78,15 @@ class NullMetrics:
 
     def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         pass
+
+
+def attribute_gauges(
+    metrics: Metrics, owner: object, gauges: tuple[tuple[str, str, str], ...]
+) -> None:
+    """Gauges that read numeric attributes of ``owner``: (name, help text, attribute) each."""
+    for name, help_text, attribute in gauges:
+        metrics.gauge_function(name, help_text, partial(_read_number, owner, attribute))
+
+
+def _read_number(owner: object, attribute: str) -> float:
+    return float(getattr(owner, attribute))

@@ -103,6 +103,26 @@ class LedgerMetadata:
         kept = self.ensembles[:-1] if first_entry == last_start else self.ensembles
         return replace(self, ensembles=(*kept, (first_entry, bookies)))
 
+    def with_members(self, first_entry: int, replacements: Mapping[int, str]) -> LedgerMetadata:
+        """This metadata with the bookies at ``replacements``' ensemble indices of the fragment
+        starting at ``first_entry`` replaced: re-replication, the one change of an earlier
+        fragment (its entries were copied to the new bookies first). ``ValueError`` when there
+        is no such fragment or a bookie would appear twice in it."""
+        ensembles = list(self.ensembles)
+        for position, (first, members) in enumerate(ensembles):
+            if first == first_entry:
+                changed = list(members)
+                for index, bookie in replacements.items():
+                    changed[index] = bookie
+                if len(set(changed)) != len(changed):
+                    raise ValueError(
+                        f"ledger {self.ledger_id}: replacing {dict(replacements)} in the fragment "
+                        f"at {first_entry} ({list(members)}) would name a bookie twice"
+                    )
+                ensembles[position] = (first, tuple(changed))
+                return replace(self, ensembles=tuple(ensembles))
+        raise ValueError(f"ledger {self.ledger_id} has no fragment starting at {first_entry}")
+
     def closed_at(self, last_entry_id: int, length: int) -> LedgerMetadata:
         """This metadata, closed with the given last entry and length."""
         return replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
