@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.server.bookie import BookieConfig
@@ -26,6 +26,9 @@ from bookkeeper_py.storage.disk import DiskThresholds
 from bookkeeper_py.storage.engine import StorageConfig
 from bookkeeper_py.storage.gc import GcConfig
 from bookkeeper_py.tls import TlsConfig
+
+if TYPE_CHECKING:
+    from bookkeeper_py.autorecovery.service import AutoRecoveryOptions
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -302,6 +305,68 @@ SETTINGS: tuple[Setting, ...] = (
         "close connections idle this long, 0 never (not a BookKeeper key)",
     ),
 )
+AUTORECOVERY_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "autoRecoveryDaemonEnabled",
+        "--autorecovery",
+        _bool,
+        False,
+        "autoRecoveryDaemonEnabled: stand for auditor and run a replication worker here",
+    ),
+    Setting(
+        "lostBookieRecoveryDelay",
+        "--lost-bookie-recovery-delay",
+        int,
+        0,
+        "lostBookieRecoveryDelay: seconds a lost bookie may stay away before its ledgers are "
+        "marked (used until the shell sets one in the metadata store)",
+    ),
+    Setting(
+        "auditorPeriodicCheckInterval",
+        "--auditor-check-interval-s",
+        int,
+        604800,
+        "auditorPeriodicCheckInterval: seconds between checks of every ledger against the "
+        "bookies' contents, 0 never",
+    ),
+    Setting(
+        "auditorPeriodicBookieCheckInterval",
+        "--auditor-bookie-check-interval-s",
+        int,
+        86400,
+        "auditorPeriodicBookieCheckInterval: seconds between audits of every lost bookie",
+    ),
+    Setting(
+        "auditorPeriodicPlacementPolicyCheckInterval",
+        "--auditor-placement-check-interval-s",
+        int,
+        0,
+        "auditorPeriodicPlacementPolicyCheckInterval: seconds between placement checks, 0 never",
+    ),
+    Setting(
+        "rereplicationEntryBatchSize",
+        "--rereplication-entries-in-flight",
+        int,
+        10,
+        "rereplicationEntryBatchSize: entries a replication worker copies at once",
+    ),
+    Setting(
+        "replicationRateByBytes",
+        "--replication-rate-bytes",
+        int,
+        -1,
+        "replicationRateByBytes: bytes per second a replication worker copies, -1 no limit",
+    ),
+    Setting(
+        "openLedgerRereplicationGracePeriod",
+        "--open-ledger-grace-ms",
+        int,
+        30000,
+        "openLedgerRereplicationGracePeriod: ms an open ledger's writer has to replace a lost "
+        "bookie before the worker fences the ledger",
+    ),
+)
+SETTINGS += AUTORECOVERY_SETTINGS
 _BY_KEY = {setting.key: setting for setting in SETTINGS}
 _ALIASES = {"journalDirectory": "journalDirectories"}  # the single-directory form
 
@@ -326,7 +391,6 @@ IGNORED_KEYS = frozenset(
         "journalMaxBackups",
         "journalQueueSize",
         "readOnlyModeEnabled",
-        "autoRecoveryDaemonEnabled",
         "allowLoopback",
         "useHostNameAsBookieID",
         "entryLogFilePreallocationEnabled",
@@ -543,4 +607,44 @@ def build(values: dict[str, Any]) -> BookieConfig:
         tls=tls,
         auth_provider=values["bookieAuthProviderFactoryClass"],
         auth_settings={key: value for key, value in values.items() if value is not None},
+    )
+
+
+def autorecovery_options(values: dict[str, Any]) -> AutoRecoveryOptions:
+    """AutoRecovery's options from resolved ``values``; ``ConfigError`` naming a bad key."""
+    # Imported here: a bookie without AutoRecovery loads no client code.
+    from bookkeeper_py.autorecovery.auditor import AuditorOptions
+    from bookkeeper_py.autorecovery.replication import ReplicationOptions
+    from bookkeeper_py.autorecovery.service import AutoRecoveryOptions
+    from bookkeeper_py.autorecovery.worker import WorkerOptions
+
+    for key in (
+        "lostBookieRecoveryDelay",
+        "auditorPeriodicCheckInterval",
+        "auditorPeriodicBookieCheckInterval",
+        "auditorPeriodicPlacementPolicyCheckInterval",
+        "openLedgerRereplicationGracePeriod",
+    ):
+        if values[key] < 0:
+            raise ConfigError(f"{key} must be 0 or more, got {values[key]}")
+    if values["rereplicationEntryBatchSize"] < 1:
+        raise ConfigError(
+            f"rereplicationEntryBatchSize must be 1 or more, got "
+            f"{values['rereplicationEntryBatchSize']}"
+        )
+    bookie_check = values["auditorPeriodicBookieCheckInterval"]
+    return AutoRecoveryOptions(
+        auditor=AuditorOptions(
+            bookie_check_interval_s=float(bookie_check) if bookie_check else float("inf"),
+            ledger_check_interval_s=float(values["auditorPeriodicCheckInterval"]),
+            placement_check_interval_s=float(values["auditorPeriodicPlacementPolicyCheckInterval"]),
+            initial_delay_s=values["lostBookieRecoveryDelay"],
+        ),
+        worker=WorkerOptions(
+            replication=ReplicationOptions(
+                entries_in_flight=values["rereplicationEntryBatchSize"],
+                bytes_per_second=float(values["replicationRateByBytes"]),
+            ),
+            open_ledger_grace_s=values["openLedgerRereplicationGracePeriod"] / 1000,
+        ),
     )

@@ -11,6 +11,7 @@ import logging
 import signal
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -32,15 +33,25 @@ from bookkeeper_py.storage.files import write_atomically
 from bookkeeper_py.storage.gc import LedgerExists, ListLedgers
 from bookkeeper_py.storage.journal import Callback as DurableCallback
 
+if TYPE_CHECKING:
+    from bookkeeper_py.autorecovery.service import AutoRecovery, AutoRecoveryOptions
+
 log = logging.getLogger(__name__)
 
 
 class BookieServer:
     """A bookie listening on TCP and registered in the metadata store."""
 
-    def __init__(self, config: BookieConfig, metadata_uri: str | None) -> None:
+    def __init__(
+        self,
+        config: BookieConfig,
+        metadata_uri: str | None,
+        autorecovery: AutoRecoveryOptions | None = None,
+    ) -> None:
         self.config = config
         self.metadata_uri = metadata_uri
+        self.autorecovery_options = autorecovery  # None: no AutoRecovery in this process
+        self.autorecovery: AutoRecovery | None = None
         self.metadata: ThreadedMetadata | None = None
         self.bookie: Bookie | None = None
         self._engine: StorageEngine | None = None
@@ -109,6 +120,13 @@ class BookieServer:
                 gc_metadata_view, self.metadata.client
             )
             self.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
+        if self.autorecovery_options is not None and self.metadata_uri:
+            self.autorecovery = await start_autorecovery(
+                self.metadata_uri,
+                self.config.effective_bookie_id,
+                self.autorecovery_options,
+                self.metrics,
+            )
         if self.bookie.limbo.active and self.metadata_uri:
             self._limbo_task = asyncio.ensure_future(self._repair_limbo())
         elif self.bookie.limbo.active:
@@ -237,6 +255,8 @@ class BookieServer:
         for task in (self._disk_task, self._idle_task, self._reregistration, self._limbo_task):
             if task is not None:
                 task.cancel()
+        if self.autorecovery is not None:
+            await stop_autorecovery(self.autorecovery)
         if self._http is not None:
             await self._http.cleanup()
         if self._server is not None:
@@ -375,8 +395,39 @@ def gc_metadata_view(metadata: MetadataClient) -> tuple[ListLedgers, LedgerExist
     return list_ledgers, ledger_exists
 
 
-async def serve(config: BookieConfig, metadata_uri: str | None, ready_file: str | None) -> None:
-    server = BookieServer(config, metadata_uri)
+async def start_autorecovery(
+    metadata_uri: str, name: str, options: AutoRecoveryOptions, metrics: Metrics
+) -> AutoRecovery:
+    """AutoRecovery on a client (and metadata session) of its own: its locks and vote end with
+    it."""
+    from bookkeeper_py.autorecovery.service import AutoRecovery  # client code only when used
+    from bookkeeper_py.client.client import BookKeeper
+
+    client = await BookKeeper.connect(metadata_uri)
+    try:
+        service = AutoRecovery(client, name, options, metrics)
+        await service.start()
+    except BaseException:
+        await client.close()
+        raise
+    log.info("autorecovery %s: running", name)
+    return service
+
+
+async def stop_autorecovery(service: AutoRecovery) -> None:
+    try:
+        await service.stop()
+    finally:
+        await service.client.close()
+
+
+async def serve(
+    config: BookieConfig,
+    metadata_uri: str | None,
+    ready_file: str | None,
+    autorecovery: AutoRecoveryOptions | None = None,
+) -> None:
+    server = BookieServer(config, metadata_uri, autorecovery)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -427,4 +478,12 @@ def main(args: argparse.Namespace) -> None:
         raise config.ConfigError(
             "--standalone and a metadata service URI exclude each other; drop one of them"
         )
-    run_event_loop(serve(bookie_config, metadata_uri, args.ready_file))
+    autorecovery = (
+        config.autorecovery_options(values) if values["autoRecoveryDaemonEnabled"] else None
+    )
+    if autorecovery is not None and not metadata_uri:
+        raise config.ConfigError(
+            "autoRecoveryDaemonEnabled needs the metadata store it audits; pass --metadata-uri "
+            "or set autoRecoveryDaemonEnabled=false"
+        )
+    run_event_loop(serve(bookie_config, metadata_uri, args.ready_file, autorecovery))
