@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, NoReturn
 
-from bookkeeper_py.admin import CommandError, log_commands, spark_commands
+from bookkeeper_py.admin import CommandError, autorecovery_commands, log_commands, spark_commands
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper_py.errors import BKError
@@ -370,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--master", default="local[*]", help="the Spark master of --pipeline")
     local.set_defaults(run=_cmd_localbookie)
 
+    autorecovery_commands.add_process_command(commands)
+
     bench = commands.add_parser(
         "bench",
         help="throughput and latency of writes or reads (see bookkeeper_py.admin.bench)",
@@ -433,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-f", "--force", action="store_true", help="delete without asking (needed off a terminal)"
     )
     add_cluster_commands(shell_command, _metadata_uri)
+    autorecovery_commands.add_shell_commands(shell_command, _metadata_uri)
 
     def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         sub = shell_commands.add_parser(name, help=help_text)

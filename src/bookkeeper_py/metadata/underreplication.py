@@ -6,6 +6,9 @@ laid out as BookKeeper's ZkLedgerUnderreplicationManager lays it out, on any met
                                                    text UnderreplicatedLedgerFormat{replica, ctime}
     <root>/underreplication/locks/urL%010d         ephemeral, text LockDataFormat{bookieId}
     <root>/underreplication/auditorelection/V_%010d  ephemeral sequential, text AuditorVoteFormat
+    <root>/underreplication/decommission/<bookieId>  "draining" or "done": a live bookie being
+                                                   decommissioned (ours; BookKeeper decommissions
+                                                   stopped bookies only)
     <root>/underreplication/disable                present: AutoRecovery paused
     <root>/underreplication/lostBookieRecoveryDelay  seconds, decimal text; rewriting it (even
                                                    with the same value) makes the auditor audit
@@ -82,6 +85,7 @@ class UnderReplication:
         self.locks = f"{self.base}/locks"
         self.election = f"{self.base}/auditorelection"
         self.delay_path = f"{self.base}/lostBookieRecoveryDelay"
+        self.decommissions = f"{self.base}/decommission"
 
     async def ensure_layout(self) -> UnderReplication:
         for path in (self.base, self.ledgers, self.locks, self.election):
@@ -279,6 +283,30 @@ class UnderReplication:
             await self.port.delete_node(f"{self.election}/{vote}")
         except NoNodeError:
             pass
+
+    # -- decommissioning a live bookie -------------------------------------------------------------
+
+    async def decommission_state(self, bookie_id: str) -> str | None:
+        """ "draining" (the bookie turns read-only and its data is being moved), "done" (it is to
+        stop) or None."""
+        try:
+            data, _ = await self.port.get_node(f"{self.decommissions}/{bookie_id}")
+        except NoNodeError:
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    async def set_decommission_state(self, bookie_id: str, state: str | None) -> None:
+        path = f"{self.decommissions}/{bookie_id}"
+        if state is None:
+            try:
+                await self.port.delete_node(path)
+            except NoNodeError:
+                pass
+            return
+        try:
+            await self.port.create_node(path, state.encode())
+        except NodeExistsError:
+            await self.port.set_node(path, state.encode(), ANY_VERSION)
 
     # -- switches ----------------------------------------------------------------------------------
 

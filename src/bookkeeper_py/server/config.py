@@ -434,9 +434,18 @@ def read_properties(path: str) -> dict[str, str]:
     return values
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    settings: tuple[Setting, ...] | None = None,
+    metadata: bool = False,
+) -> None:
+    """The options of ``settings`` (default: every setting, and the bookie's own options); with
+    ``metadata``, the metadata service URI's too."""
     parser.add_argument("--conf", help="a bk_server.conf-style file (BookKeeper's keys)")
-    for setting in SETTINGS:
+    chosen = SETTINGS if settings is None else settings
+    if metadata and settings is not None:
+        chosen = (_BY_KEY["metadataServiceUri"], *chosen)
+    for setting in chosen:
         kind = setting.cli_type or setting.parse
         if setting.parse is _bool:
             parser.add_argument(
@@ -452,6 +461,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 setting.option, type=kind, default=None, help=f"{setting.help} [{setting.default}]"
             )
+    if settings is not None:
+        parser.set_defaults(no_journal_sync=False)
+        return
     parser.add_argument(
         "--no-journal-sync", action="store_true", help="same as --journal-sync-data false (unsafe)"
     )

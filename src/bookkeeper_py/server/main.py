@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from bookkeeper_py.autorecovery.service import AutoRecovery, AutoRecoveryOptions
 
 log = logging.getLogger(__name__)
+DECOMMISSION_POLL_S = 1.0
 
 
 class BookieServer:
@@ -64,6 +65,8 @@ class BookieServer:
         self._idle_task: asyncio.Task[None] | None = None
         self._reregistration: asyncio.Future[None] | None = None
         self._limbo_task: asyncio.Task[None] | None = None
+        self._decommission_task: asyncio.Task[None] | None = None
+        self.stop_requested = asyncio.Event()  # decommissioned: the process is to end
         self._locks = DirectoryLocks(
             {"bookie_id": config.effective_bookie_id, "address": f"{config.host}:{config.port}"}
         )
@@ -132,6 +135,8 @@ class BookieServer:
         elif self.bookie.limbo.active:
             log.warning("limbo: no metadata store to repair from (--standalone); staying in it")
         self._disk_task = asyncio.ensure_future(self._watch_disks())
+        if self.metadata is not None:
+            self._decommission_task = asyncio.ensure_future(self._watch_decommission())
         if self.config.idle_connection_timeout_s > 0:
             self._idle_task = asyncio.ensure_future(self._close_idle_connections())
         if self.config.http_port is not None:
@@ -236,6 +241,30 @@ class BookieServer:
             except Exception:
                 log.exception("disk check or re-registration failed; retrying at the next check")
 
+    async def _watch_decommission(self) -> None:
+        """Follows ``bookkeeper shell decommissionbookie`` of this bookie: while it drains, the
+        bookie is read-only (writers move their ledgers away, placement skips it, its data can
+        still be read); once done, the process stops."""
+        from bookkeeper_py.metadata.underreplication import UnderReplication
+
+        assert self.metadata is not None and self.bookie is not None
+        markers = UnderReplication(self.metadata)
+        bookie_id = self.config.effective_bookie_id
+        while True:
+            try:
+                state = await markers.decommission_state(bookie_id)
+                if state == "draining" and not self.bookie.read_only:
+                    log.warning("bookie %s is being decommissioned: read-only", bookie_id)
+                    self.bookie.set_forced_read_only(True)
+                    await self._state_changed()
+                elif state == "done":
+                    log.warning("bookie %s is decommissioned: stopping", bookie_id)
+                    self.stop_requested.set()
+                    return
+            except Exception:
+                log.exception("reading this bookie's decommission state failed; retrying")
+            await asyncio.sleep(DECOMMISSION_POLL_S)
+
     async def _close_idle_connections(self) -> None:
         """Closes connections with nothing in flight that sent nothing for the idle timeout."""
         timeout = self.config.idle_connection_timeout_s
@@ -252,7 +281,13 @@ class BookieServer:
         answer parked long polls, let requests in flight finish (adds wait for their journal
         sync) for up to ``drain_timeout_s``, checkpoint, then close the connections (what is
         still unanswered fails on the client's side as a closed connection)."""
-        for task in (self._disk_task, self._idle_task, self._reregistration, self._limbo_task):
+        for task in (
+            self._disk_task,
+            self._idle_task,
+            self._reregistration,
+            self._limbo_task,
+            self._decommission_task,
+        ):
             if task is not None:
                 task.cancel()
         if self.autorecovery is not None:
@@ -445,7 +480,10 @@ async def serve(
             (config.effective_bookie_id + "\n").encode(),
             durable=False,
         )
-    await stop.wait()
+    await asyncio.wait(
+        [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.stop_requested.wait())],
+        return_when=asyncio.FIRST_COMPLETED,
+    )
     log.info("bookie %s stopping", config.effective_bookie_id)
     await server.stop()
 

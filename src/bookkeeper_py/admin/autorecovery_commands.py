@@ -1,0 +1,225 @@
+"""AutoRecovery from the command line: the ``bookkeeper autorecovery`` process, and the shell's
+``recover``, ``decommissionbookie``, ``whoisauditor`` and ``triggeraudit`` (BookKeeper's names
+and option letters). ``listunderreplicated``, ``autorecovery`` (the switch) and
+``lostbookierecoverydelay`` are in ``cluster_commands``.
+
+Long operations print a progress line (ledgers, entries, MB copied, rate, ETA) to stderr every
+second when it is a terminal; the result goes to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+from bookkeeper_py.admin import CommandError
+from bookkeeper_py.autorecovery import admin
+from bookkeeper_py.autorecovery.replication import Progress
+from bookkeeper_py.client.client import BookKeeper
+
+Register = Callable[[str, str, Callable[[argparse.Namespace], None]], argparse.ArgumentParser]
+UriOf = Callable[[argparse.Namespace], str]
+
+
+def progress_printer(what: str) -> Callable[[Progress], None] | None:
+    """A progress line writer for a terminal's stderr; None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(progress: Progress) -> None:
+        print(f"\r{what}: {progress.line()}\033[K", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
+    def recover(args: argparse.Namespace) -> None:
+        bookies = [bookie for part in args.bookies for bookie in part.split(",") if bookie]
+        if not bookies:
+            raise CommandError("name the bookie(s) to recover: recover HOST:PORT[,HOST:PORT]")
+
+        async def run() -> None:
+            async with BookKeeper(uri_of(args)) as client:
+                if args.dryrun:
+                    for planned in await admin.plan(client, bookies, args.ledger):
+                        print(_describe(planned))
+                    return
+                report = await admin.recover(
+                    client,
+                    bookies,
+                    skip_open=args.skipOpenLedgers,
+                    ledger_id=args.ledger,
+                    on_progress=progress_printer("recover"),
+                )
+                if sys.stderr.isatty():
+                    print(file=sys.stderr)
+                if args.deleteCookie and not report.failed and not report.left_open:
+                    for bookie in bookies:
+                        await _delete_cookie(client, bookie)
+                print(
+                    f"recovered {len(report.whole)} of {len(report.planned)} ledgers "
+                    f"({report.progress.line()})"
+                )
+                for ledger_id in report.left_open:
+                    print(f"ledger {ledger_id}: open, its writer's fragment skipped (-sk)")
+                if report.failed:
+                    details = "; ".join(
+                        f"ledger {lid}: {why}" for lid, why in report.failed.items()
+                    )
+                    raise CommandError(
+                        f"{len(report.failed)} ledgers could not be recovered ({details}); "
+                        "run recover again once the cause is fixed"
+                    )
+
+        asyncio.run(run())
+
+    def decommissionbookie(args: argparse.Namespace) -> None:
+        async def run() -> None:
+            async with BookKeeper(uri_of(args)) as client:
+                report = await admin.decommission(
+                    client,
+                    args.bookieid,
+                    open_ledger_grace_s=args.open_ledger_grace_s,
+                    timeout_s=args.timeout_s,
+                    on_progress=progress_printer("decommission"),
+                )
+                if sys.stderr.isatty():
+                    print(file=sys.stderr)
+                stopped = " and stopped" if report.was_live else ""
+                print(
+                    f"bookie {args.bookieid} decommissioned{stopped}: its data is on other "
+                    f"bookies ({report.recovery.progress.line()}), its cookie deleted"
+                )
+
+        asyncio.run(run())
+
+    def whoisauditor(args: argparse.Namespace) -> None:
+        from bookkeeper_py.admin.service import ClusterAdmin
+        from bookkeeper_py.metadata.manager import MetadataClient
+
+        with MetadataClient.connect(uri_of(args)) as metadata:
+            auditor = ClusterAdmin(metadata).auditor()
+        if auditor is None:
+            raise CommandError(
+                "no auditor: no AutoRecovery process runs (start bookies with "
+                "autoRecoveryDaemonEnabled=true, or 'bookkeeper autorecovery')"
+            )
+        print(f"Auditor: {auditor}")
+
+    def triggeraudit(args: argparse.Namespace) -> None:
+        from bookkeeper_py.admin.service import ClusterAdmin
+        from bookkeeper_py.metadata.manager import MetadataClient
+
+        with MetadataClient.connect(uri_of(args)) as metadata:
+            ClusterAdmin(metadata).trigger_audit()
+        print("audit triggered: the auditor checks every lost bookie's ledgers now")
+
+    command = shell_command(
+        "recover", "copy the data of lost bookies to other bookies now", recover
+    )
+    command.add_argument("bookies", nargs="+", help="bookie ids, comma or space separated")
+    command.add_argument(
+        "-dr",
+        "--dryrun",
+        action="store_true",
+        help="list the ledgers and fragments; change nothing",
+    )
+    command.add_argument(
+        "-sk",
+        "--skipOpenLedgers",
+        action="store_true",
+        help="leave open ledgers' last fragments to their writers (no fencing)",
+    )
+    command.add_argument("-l", "--ledger", type=int, help="only this ledger")
+    command.add_argument(
+        "-d", "--deleteCookie", action="store_true", help="then delete the bookies' cookies"
+    )
+    command = shell_command(
+        "decommissionbookie",
+        "move a bookie's data to others, then remove it (a live one is stopped)",
+        decommissionbookie,
+    )
+    command.add_argument("-bookieid", "--bookieid", required=True, help="the bookie's id")
+    command.add_argument(
+        "--open-ledger-grace-s",
+        type=float,
+        default=30.0,
+        help="seconds open ledgers' writers get to move away before they are fenced [30]",
+    )
+    command.add_argument(
+        "--timeout-s", type=float, default=3600.0, help="give up after this long [3600]"
+    )
+    shell_command("whoisauditor", "print the elected auditor", whoisauditor)
+    shell_command(
+        "triggeraudit", "make the auditor check every lost bookie's ledgers now", triggeraudit
+    )
+
+
+def _describe(planned: admin.PlannedLedger) -> str:
+    state = "closed" if planned.closed else "open"
+    lines = [f"ledger {planned.ledger_id} ({state}): {planned.entries} entries to copy"]
+    for fragment in planned.fragments:
+        lines.append(
+            f"\tfragment {fragment.first_entry}..{fragment.last_entry} on "
+            f"{', '.join(fragment.ensemble)}: copies of {', '.join(fragment.missing.values())}"
+        )
+    if planned.open_short:
+        lines.append("\tits writer's fragment is on them too (fenced unless -sk)")
+    return "\n".join(lines)
+
+
+async def _delete_cookie(client: BookKeeper, bookie_id: str) -> None:
+    from bookkeeper_py.metadata.driver import NoNodeError
+
+    port = client.metadata_port
+    try:
+        await port.delete_node(f"{port.ledgers_root}/cookies/{bookie_id}")
+    except NoNodeError:
+        pass
+
+
+def add_process_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from bookkeeper_py.server import config
+
+    process = commands.add_parser(
+        "autorecovery",
+        help="run AutoRecovery (auditor candidate and replication worker) on its own",
+    )
+    # Every AutoRecovery key but the switch: this process is AutoRecovery.
+    config.add_arguments(process, config.AUTORECOVERY_SETTINGS[1:], metadata=True)
+    process.add_argument("--name", help="this process's name in locks and votes [host:pid]")
+    process.set_defaults(run=run_process)
+
+
+def run_process(args: argparse.Namespace) -> None:
+    from bookkeeper_py.server import config
+    from bookkeeper_py.server.main import run_event_loop, start_autorecovery, stop_autorecovery
+
+    values = config.resolve(args)
+    uri = values["metadataServiceUri"] or os.environ.get("BOOKKEEPER_METADATA_URI")
+    if not uri:
+        raise CommandError(
+            "no metadata service URI; pass --metadata-uri URI, metadataServiceUri in --conf, or "
+            "set BOOKKEEPER_METADATA_URI"
+        )
+    options = config.autorecovery_options(values)
+    name = args.name or f"{socket.gethostname()}:{os.getpid()}"
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        from bookkeeper_py.prometheus import PrometheusMetrics
+
+        service = await start_autorecovery(uri, name, options, PrometheusMetrics())
+        try:
+            await stop.wait()
+        finally:
+            await stop_autorecovery(service)
+
+    run_event_loop(serve())
