@@ -1,0 +1,307 @@
+"""Issue 20 over real processes: AutoRecovery in the bookies brings a killed bookie's data back to
+full replication by itself (checked replica by replica), a bookie restarted within
+lostBookieRecoveryDelay causes nothing, the auditor is re-elected when its bookie dies, and the
+operator's recover (dry run, then for real) and decommissionbookie of a live bookie."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from bookkeeper_py import BookKeeper, DigestType
+from bookkeeper_py.client.client import BookKeeper as AsyncBookKeeper
+from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.core.quorum import write_set
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.port import run_blocking
+from bookkeeper_py.metadata.underreplication import UnderReplication
+from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.waiting import wait_for
+from bookkeeper_py.wire.digest import DigestManager
+from bookkeeper_py.wire.status import StatusCode
+
+from .workloads import payload
+
+PASSWORD = b"ar"
+FAST = [
+    "--autorecovery",
+    "true",
+    "--open-ledger-grace-ms",
+    "60000",  # longer than the tests: a live writer is never fenced by a worker
+]
+
+
+def write_closed_ledgers(uri: str, count: int, entries: int) -> dict[int, list[bytes]]:
+    """``count`` closed ledgers at 3/2/2: ledger id -> the payloads written."""
+    written: dict[int, list[bytes]] = {}
+    with BookKeeper(uri) as client:
+        for number in range(count):
+            handle = client.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
+            data = [
+                payload(entry, 100 + (number * 7 + entry) % 900, number) for entry in range(entries)
+            ]
+            futures = [handle.add_entry_async(one) for one in data]
+            for future in futures:
+                future.result(60)
+            handle.close()
+            written[handle.ledger_id] = data
+    return written
+
+
+class Writer:
+    """A live writer adding to an open 3/2/2 ledger in a thread until stopped; every add's
+    outcome is kept."""
+
+    def __init__(self, uri: str) -> None:
+        self.client = BookKeeper(uri)
+        self.handle = self.client.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
+        self.acked: list[bytes] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        entry = 0
+        while not self._stop.is_set() and entry < 100_000:
+            data = payload(entry, 200, 999)
+            try:
+                self.handle.add_entry_async(data).result(60)
+                self.acked.append(data)
+            except Exception as error:  # the test asserts there is none
+                self.failures.append(f"entry {entry}: {error}")
+                return
+            entry += 1
+            time.sleep(0.005)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(60)
+        self.handle.close()
+        ledger_id = self.handle.ledger_id
+        self.client.close()
+        return ledger_id
+
+
+async def _replicas_identical(
+    uri: str, expected: dict[int, list[bytes]], live: set[str]
+) -> list[str]:
+    """Problems found reading every entry from every replica the metadata names (each bookie
+    asked directly, no failover): [] when every copy is there, byte-identical, with the
+    payload written."""
+    problems: list[str] = []
+    async with AsyncBookKeeper(uri) as client:
+        for ledger_id, payloads in expected.items():
+            metadata: LedgerMetadata = await client.get_ledger_metadata(ledger_id)
+            named = metadata.bookies() - live
+            if named:
+                problems.append(f"ledger {ledger_id} names {sorted(named)}, not live")
+                continue
+            digest = DigestManager(ledger_id, metadata.digest_type, PASSWORD)
+            for entry_id, data in enumerate(payloads):
+                ensemble = metadata.ensemble_at(entry_id)
+                copies = set()
+                for index in write_set(
+                    entry_id, metadata.ensemble_size, metadata.write_quorum_size
+                ):
+                    status, body = await client.bookie_client.read_entry(
+                        ensemble[index], ledger_id, entry_id
+                    )
+                    if status != StatusCode.EOK:
+                        problems.append(
+                            f"ledger {ledger_id} entry {entry_id} on {ensemble[index]}: {status.name}"
+                        )
+                        continue
+                    if digest.verify(body, entry_id).payload != data:
+                        problems.append(
+                            f"ledger {ledger_id} entry {entry_id} on {ensemble[index]}: wrong payload"
+                        )
+                    copies.add(bytes(body))
+                if len(copies) > 1:
+                    problems.append(f"ledger {ledger_id} entry {entry_id}: replicas differ")
+    return problems
+
+
+def markers_of(uri: str) -> list[int]:
+    async def marked(port) -> list[int]:  # type: ignore[no-untyped-def]
+        return await (await UnderReplication(port).ensure_layout()).marked()
+
+    with MetadataClient.connect(uri) as metadata:
+        return run_blocking(metadata, marked)
+
+
+def names_only(uri: str, ledgers: list[int], live: set[str]) -> bool:
+    with MetadataClient.connect(uri) as metadata:
+        return all(metadata.read_ledger_metadata(one)[0].bookies() <= live for one in ledgers)
+
+
+def shell(uri: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bookkeeper_py", "shell", *args, "--metadata-uri", uri],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_autorecovery_brings_a_killed_bookie_s_ledgers_back_to_full_replication() -> None:
+    with LocalCluster(4, bookie_args=FAST) as cluster:
+        uri = cluster.metadata_uri
+        written = write_closed_ledgers(uri, 200, 12)
+        writer = Writer(uri)
+        wait_for(lambda: len(writer.acked) > 50, 60, "the live writer's first adds")
+        victim = cluster.bookie_ids[1]
+        cluster.kill_bookie(1)
+        live = set(cluster.bookie_ids) - {victim}
+        wait_for(
+            lambda: names_only(uri, list(written), live) and not markers_of(uri),
+            240,
+            "every closed ledger re-replicated off the killed bookie and no marker left",
+            interval_s=0.5,
+        )
+        time.sleep(0.5)
+        open_ledger = writer.stop()
+        assert writer.failures == []
+        written[open_ledger] = writer.acked
+        # The open ledger was closed by its writer; the auditor and workers finish it too.
+        wait_for(
+            lambda: names_only(uri, list(written), live) and not markers_of(uri),
+            240,
+            "the writer's ledger re-replicated too",
+            interval_s=0.5,
+        )
+        assert asyncio.run(_replicas_identical(uri, written, live)) == []
+        # The auditor is one of the live bookies, and the shell says which.
+        result = shell(uri, "whoisauditor")
+        assert result.returncode == 0 and result.stdout.split(": ")[1].strip() in live
+
+
+def test_a_bookie_restarted_within_the_delay_causes_no_replication() -> None:
+    with LocalCluster(4, bookie_args=FAST) as cluster:
+        uri = cluster.metadata_uri
+        written = write_closed_ledgers(uri, 20, 5)
+        assert shell(uri, "lostbookierecoverydelay", "-s", "30").returncode == 0
+        wait_for(lambda: shell(uri, "whoisauditor").returncode == 0, 60, "an auditor elected")
+        auditor = shell(uri, "whoisauditor").stdout.split(": ")[1].strip()
+        index = next(i for i, b in enumerate(cluster.bookie_ids) if b != auditor)
+        restarted = cluster.bookie_ids[index]
+        killed_at = time.monotonic()
+        cluster.kill_bookie(index)
+        # Gone from the registry (its lease expired): the auditor sees it lost.
+        with MetadataClient.connect(uri) as metadata:
+            wait_for(
+                lambda: restarted not in metadata.writable_bookies(), 60, "the registration gone"
+            )
+        cluster.start_bookie(index)
+        # Watched until well past the moment it went away: never a marker.
+        while time.monotonic() - killed_at < 20:
+            assert markers_of(uri) == []
+            time.sleep(0.5)
+        assert names_only(uri, list(written), set(cluster.bookie_ids))
+        # Told to audit now, the auditor finds nothing lost.
+        assert shell(uri, "triggeraudit").returncode == 0
+        time.sleep(2)
+        assert markers_of(uri) == []
+
+
+def test_the_auditor_is_elected_again_when_its_bookie_dies() -> None:
+    with LocalCluster(3, bookie_args=FAST) as cluster:
+        uri = cluster.metadata_uri
+        wait_for(lambda: shell(uri, "whoisauditor").returncode == 0, 60, "an auditor elected")
+        first = shell(uri, "whoisauditor").stdout.split(": ")[1].strip()
+        cluster.kill_bookie(cluster.bookie_ids.index(first))
+
+        def another() -> bool:
+            result = shell(uri, "whoisauditor")
+            return result.returncode == 0 and result.stdout.split(": ")[1].strip() != first
+
+        wait_for(another, 60, "another auditor elected", interval_s=0.5)
+
+
+def test_recover_dry_run_changes_nothing_then_recover_copies_everything() -> None:
+    with LocalCluster(4) as cluster:  # no AutoRecovery: the operator recovers
+        uri = cluster.metadata_uri
+        written = write_closed_ledgers(uri, 30, 10)
+        victim = cluster.bookie_ids[2]
+        cluster.kill_bookie(2)
+        live = set(cluster.bookie_ids) - {victim}
+        with MetadataClient.connect(uri) as metadata:
+            before = {one: metadata.read_ledger_metadata(one) for one in written}
+        dry = shell(uri, "recover", victim, "-dr")
+        assert dry.returncode == 0, dry.stderr
+        on_victim = [one for one, (md, _) in before.items() if victim in md.bookies()]
+        assert on_victim and all(f"ledger {one} (closed)" in dry.stdout for one in on_victim)
+        with MetadataClient.connect(uri) as metadata:
+            assert {one: metadata.read_ledger_metadata(one) for one in written} == before
+        done = shell(uri, "recover", victim)
+        assert done.returncode == 0, done.stderr
+        assert f"recovered {len(on_victim)} of {len(on_victim)} ledgers" in done.stdout
+        assert asyncio.run(_replicas_identical(uri, written, live)) == []
+
+
+def test_decommissioning_a_live_bookie_moves_its_data_and_stops_it() -> None:
+    with LocalCluster(4) as cluster:
+        uri = cluster.metadata_uri
+        written = write_closed_ledgers(uri, 30, 10)
+        leaving = cluster.bookie_ids[0]
+        process = cluster.bookies[0].process
+        assert process is not None
+        result = shell(uri, "decommissionbookie", "-bookieid", leaving, timeout=600)
+        assert result.returncode == 0, result.stderr
+        assert f"bookie {leaving} decommissioned and stopped" in result.stdout
+        process.wait(60)  # the bookie's process ended by itself
+        live = set(cluster.bookie_ids) - {leaving}
+        assert asyncio.run(_replicas_identical(uri, written, live)) == []
+        with MetadataClient.connect(uri) as metadata:
+            assert metadata.read_cookie(leaving) is None
+            assert leaving not in metadata.writable_bookies() + metadata.readonly_bookies()
+        # A bookie id the cluster never knew is refused in one line.
+        unknown = shell(uri, "decommissionbookie", "-bookieid", "127.0.0.1:1")
+        assert unknown.returncode == 1 and "no bookie 127.0.0.1:1" in unknown.stderr
+
+
+def test_autorecovery_runs_as_a_process_of_its_own() -> None:
+    with LocalCluster(4) as cluster:
+        uri = cluster.metadata_uri
+        written = write_closed_ledgers(uri, 20, 8)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bookkeeper_py",
+                "autorecovery",
+                "--metadata-uri",
+                uri,
+                "--name",
+                "ar-1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ},
+        )
+        try:
+            wait_for(
+                lambda: shell(uri, "whoisauditor").stdout.strip() == "Auditor: ar-1",
+                60,
+                "ar-1 elected",
+            )
+            victim = cluster.bookie_ids[3]
+            cluster.kill_bookie(3)
+            live = set(cluster.bookie_ids) - {victim}
+            wait_for(
+                lambda: names_only(uri, list(written), live) and not markers_of(uri),
+                180,
+                "re-replicated by the autorecovery process",
+                interval_s=0.5,
+            )
+            assert asyncio.run(_replicas_identical(uri, written, live)) == []
+        finally:
+            process.terminate()
+            _, errors = process.communicate(timeout=30)
+        assert process.returncode == 0, errors
