@@ -155,13 +155,18 @@ def test_autorecovery_brings_a_killed_bookie_s_ledgers_back_to_full_replication(
         written = write_closed_ledgers(uri, 200, 12)
         writer = Writer(uri)
         wait_for(lambda: len(writer.acked) > 50, 60, "the live writer's first adds")
-        victim = cluster.bookie_ids[1]
-        cluster.kill_bookie(1)
+        # The victim is in the writer's ensemble: the writer replaces it while workers copy
+        # the ledger's earlier fragment (both change its metadata).
+        ((_, ensemble),) = writer.handle.metadata.ensembles
+        victim = ensemble[1]
+        cluster.kill_bookie(cluster.bookie_ids.index(victim))
         live = set(cluster.bookie_ids) - {victim}
         wait_for(
-            lambda: names_only(uri, list(written), live) and not markers_of(uri),
+            lambda: (
+                names_only(uri, [*written, writer.handle.ledger_id], live) and not markers_of(uri)
+            ),
             240,
-            "every closed ledger re-replicated off the killed bookie and no marker left",
+            "every ledger re-replicated off the killed bookie and no marker left",
             interval_s=0.5,
         )
         time.sleep(0.5)
