@@ -310,3 +310,83 @@ def test_autorecovery_runs_as_a_process_of_its_own() -> None:
             process.terminate()
             _, errors = process.communicate(timeout=30)
         assert process.returncode == 0, errors
+
+
+def http(cluster: LocalCluster, method: str, path: str, body: object = None) -> tuple[int, str]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{cluster.bookies[0].http_port}{path}", data=data, method=method
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_the_autorecovery_rest_endpoints() -> None:
+    import json
+
+    with LocalCluster(4) as cluster:
+        uri = cluster.metadata_uri
+        api = "/api/v1/autorecovery"
+        assert http(cluster, "GET", f"{api}/status") == (200, '{"enabled": true}')
+        assert http(cluster, "PUT", f"{api}/status?enabled=false") == (200, '{"enabled": false}')
+        assert http(cluster, "GET", f"{api}/status")[1] == '{"enabled": false}'
+        assert http(cluster, "PUT", f"{api}/status?enabled=maybe")[0] == 400
+        http(cluster, "PUT", f"{api}/status?enabled=true")
+        assert http(cluster, "PUT", f"{api}/lost_bookie_recovery_delay", {"delay_seconds": 7}) == (
+            200,
+            "Success set lostBookieRecoveryDelay to 7",
+        )
+        assert http(cluster, "GET", f"{api}/lost_bookie_recovery_delay") == (
+            200,
+            "lostBookieRecoveryDelay value: 7",
+        )
+        assert http(cluster, "PUT", f"{api}/lost_bookie_recovery_delay", {"delay": 7})[0] == 400
+        assert http(cluster, "GET", f"{api}/who_is_auditor") == (404, "No auditor elected")
+        assert http(cluster, "PUT", f"{api}/trigger_audit") == (200, "Success trigger audit.")
+        assert http(cluster, "GET", f"{api}/list_under_replicated_ledger") == (
+            404,
+            "No under replicated ledgers found",
+        )
+
+        async def mark(port) -> None:  # type: ignore[no-untyped-def]
+            markers = await UnderReplication(port).ensure_layout()
+            await markers.mark(7, ["a:1"])
+            await markers.mark(9, ["b:2", "a:1"])
+
+        with MetadataClient.connect(uri) as metadata:
+            run_blocking(metadata, mark)
+        assert http(cluster, "GET", f"{api}/list_under_replicated_ledger") == (200, "[7, 9]")
+        status, text = http(
+            cluster,
+            "GET",
+            f"{api}/list_under_replicated_ledger?missingreplica=b:2&printmissingreplica",
+        )
+        assert status == 200 and json.loads(text) == {"9": ["b:2", "a:1"]}
+        # Recovery in the background, followed through the progress endpoint.
+        written = write_closed_ledgers(uri, 10, 10)
+        victim = cluster.bookie_ids[3]
+        cluster.kill_bookie(3)
+        assert http(cluster, "PUT", f"{api}/bookie", {"bookie": victim})[0] == 400
+        status, text = http(cluster, "PUT", f"{api}/bookie", {"bookie_src": [victim]})
+        assert (
+            status == 200
+            and json.loads(text)["message"] == "Success send recovery request command."
+        )
+
+        def finished() -> bool:
+            (operation,) = json.loads(http(cluster, "GET", f"{api}/progress")[1])
+            return operation["state"] == "done"
+
+        wait_for(finished, 120, "the recovery started over REST done")
+        (operation,) = json.loads(http(cluster, "GET", f"{api}/progress")[1])
+        assert operation["operation"] == "recover" and operation["bookies"] == [victim]
+        live = set(cluster.bookie_ids) - {victim}
+        assert asyncio.run(_replicas_identical(uri, written, live)) == []
+        assert http(cluster, "PUT", f"{api}/decommission", {"bookie_src": 3})[0] == 400

@@ -144,6 +144,10 @@ class BookieServer:
                 self.bookie, self.engine, self.config.effective_bookie_id, self._state_changed
             )
             app = make_app(service, self.metrics)
+            if self.metadata is not None and self.metadata_uri:
+                from bookkeeper_py.server.autorecovery_http import add_routes
+
+                add_routes(app, self.metadata, self.metadata_uri)
             self._http = await start_http(app, self.config.host, self.config.http_port)
         log.info(
             "bookie %s serving on %s:%d (journal %s, ledgers %s)",
