@@ -1,0 +1,98 @@
+"""The pure parts of re-replication: which fragments are short and which of their entries a
+missing bookie held, the metadata swap, the auditor's first and last held entry, the pacing and
+the progress arithmetic."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bookkeeper_py.autorecovery import replication
+from bookkeeper_py.autorecovery.auditor import _held
+from bookkeeper_py.autorecovery.replication import Fragment, Progress, Throttle, short_fragments
+from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
+from bookkeeper_py.wire.digest import DigestType
+
+
+def ledger(state: LedgerState = LedgerState.CLOSED, last: int = 19) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=5,
+        ensemble_size=3,
+        write_quorum_size=2,
+        ack_quorum_size=2,
+        digest_type=DigestType.CRC32C,
+        password=b"p",
+        ensembles=((0, ("a", "b", "c")), (10, ("a", "d", "c"))),
+        state=state,
+        last_entry_id=last if state == LedgerState.CLOSED else -1,
+    )
+
+
+def test_fragments_end_where_the_next_begins_and_the_open_one_is_unknown() -> None:
+    assert replication.fragments(ledger()) == [(0, 9, ("a", "b", "c")), (10, 19, ("a", "d", "c"))]
+    assert replication.fragments(ledger(LedgerState.OPEN))[-1] == (10, None, ("a", "d", "c"))
+
+
+def test_short_fragments_name_the_gone_bookies_and_flag_the_writer_s() -> None:
+    short, open_short = short_fragments(ledger(), lambda bookie: bookie in {"a", "b"})
+    assert [(f.first_entry, f.last_entry, dict(f.missing)) for f in short] == [
+        (0, 9, {0: "a", 1: "b"}),
+        (10, 19, {0: "a"}),
+    ]
+    assert not open_short
+    short, open_short = short_fragments(ledger(LedgerState.OPEN), lambda bookie: bookie == "a")
+    assert [f.first_entry for f in short] == [0] and open_short
+    assert short_fragments(ledger(), lambda bookie: bookie == "z") == ([], False)
+
+
+def test_a_missing_index_held_the_entries_of_its_write_sets() -> None:
+    fragment = Fragment(5, 0, 9, ("a", "b", "c"), {1: "b"})
+    # (1 - e) mod 3 < 2: entries 0, 1, 3, 4, 6, 7, 9
+    assert fragment.entries(2) == [0, 1, 3, 4, 6, 7, 9]
+    assert Fragment(5, 0, 9, ("a", "b", "c"), {1: "b", 2: "c"}).entries(2) == list(range(10))
+    assert Fragment(5, 4, 3, ("a", "b", "c"), {1: "b"}).entries(2) == []  # an empty fragment
+    assert _held(2, 0, 9, ledger()) == [1, 8]
+    assert _held(0, 4, 4, ledger()) == [] and _held(1, 4, 4, ledger()) == [4, 4]
+
+
+def test_members_are_swapped_in_one_fragment_only_and_never_twice() -> None:
+    swapped = ledger().with_members(0, {1: "e"})
+    assert swapped.ensembles == ((0, ("a", "e", "c")), (10, ("a", "d", "c")))
+    with pytest.raises(ValueError, match="twice"):
+        ledger().with_members(0, {1: "c"})
+    with pytest.raises(ValueError, match="no fragment starting at 3"):
+        ledger().with_members(3, {1: "e"})
+
+
+def test_the_throttle_paces_copies_to_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    clock = [100.0]
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(replication.asyncio, "sleep", sleep)
+    monkeypatch.setattr(replication.time, "monotonic", lambda: clock[0])
+    throttle = Throttle(1000)
+
+    async def take() -> None:
+        for _ in range(4):
+            await throttle.take(500)
+
+    asyncio.run(take())
+    assert slept == [0.5, 1.0, 1.5]  # 2,000 bytes at 1,000 bytes/s: the last starts at 1.5 s
+    slept.clear()
+    asyncio.run(Throttle(0).take(10**9))
+    assert slept == []
+
+
+def test_progress_rate_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [10.0]
+    monkeypatch.setattr(replication.time, "monotonic", lambda: clock[0])
+    progress = Progress(ledgers_total=4, entries_total=100, started=10.0)
+    assert progress.eta_s() is None and "ETA -" in progress.line()
+    clock[0] = 12.0
+    progress.entries_done, progress.bytes_done, progress.ledgers_done = 25, 2_000_000, 1
+    assert progress.rate() == 1_000_000 and progress.eta_s() == 6.0
+    assert progress.line() == ("1/4 ledgers, 25/100 entries, 2.0 MB copied, 1.0 MB/s, ETA 6 s")
