@@ -390,3 +390,43 @@ def test_the_autorecovery_rest_endpoints() -> None:
         live = set(cluster.bookie_ids) - {victim}
         assert asyncio.run(_replicas_identical(uri, written, live)) == []
         assert http(cluster, "PUT", f"{api}/decommission", {"bookie_src": 3})[0] == 400
+
+
+def test_the_ledger_check_finds_entries_a_live_bookie_lost_and_a_worker_copies_them() -> None:
+    """A ledger whose metadata names a live bookie that never got its entries (as after a
+    replaced disk): the auditor's periodic check marks it, naming that bookie, and a worker
+    copies the entries to another bookie."""
+    from bookkeeper_py.autorecovery.auditor import Auditor
+    from bookkeeper_py.autorecovery.worker import ReplicationWorker
+    from bookkeeper_py.metadata.port import update_ledger_metadata
+
+    with LocalCluster(5) as cluster:
+        uri = cluster.metadata_uri
+        written = write_closed_ledgers(uri, 1, 20)
+        ((ledger_id, _),) = written.items()
+
+        async def scenario() -> tuple[set[str], list[int], list[int]]:
+            async with AsyncBookKeeper(uri) as client:
+                port = client.metadata_port
+                metadata, _ = await port.read_ledger_metadata(ledger_id)
+                ((_, ensemble),) = metadata.ensembles
+                empty = next(b for b in cluster.bookie_ids if b not in ensemble)
+                await update_ledger_metadata(
+                    port, ledger_id, lambda _: True, lambda md: md.with_members(0, {2: empty})
+                )
+                markers = await UnderReplication(port).ensure_layout()
+                auditor = Auditor(client, markers)
+                assert await auditor.check_ledgers() == 1
+                marked = await markers.marked()
+                missing = await markers.missing_replicas(ledger_id)
+                worker = ReplicationWorker(client, markers, "test-worker")
+                assert await markers.acquire(ledger_id, "test-worker")
+                assert await worker.replicate(ledger_id)
+                return {empty, *(missing or [])}, marked, await markers.marked()
+
+        named, marked, left = asyncio.run(scenario())
+        assert marked == [ledger_id] and len(named) == 1 and left == []
+        with MetadataClient.connect(uri) as metadata:
+            after, _ = metadata.read_ledger_metadata(ledger_id)
+        assert not after.bookies() & named
+        assert asyncio.run(_replicas_identical(uri, written, set(cluster.bookie_ids))) == []

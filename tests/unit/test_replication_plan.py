@@ -9,8 +9,13 @@ import asyncio
 import pytest
 
 from bookkeeper_py.autorecovery import replication
-from bookkeeper_py.autorecovery.auditor import _held
-from bookkeeper_py.autorecovery.replication import Fragment, Progress, Throttle, short_fragments
+from bookkeeper_py.autorecovery.replication import (
+    Fragment,
+    Progress,
+    Throttle,
+    _held,
+    short_fragments,
+)
 from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper_py.wire.digest import DigestType
 

@@ -26,12 +26,16 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from bookkeeper_py import errors
-from bookkeeper_py.autorecovery.replication import Fragment, fragments, short_fragments
+from bookkeeper_py.autorecovery.replication import (
+    Fragment,
+    fragments,
+    missing_on,
+    short_fragments,
+)
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.metadata.underreplication import UnderReplication
 from bookkeeper_py.metrics import Metrics, NullMetrics, attribute_gauges
-from bookkeeper_py.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
 
@@ -207,26 +211,11 @@ class Auditor:
         last entry it should hold; marks the ledgers where one says it has no such entry (lost
         data on a live bookie: a replaced disk). The number marked."""
         live = await self._live()
-        client = self.client.bookie_client
         marked = 0
         for ledger_id, metadata in await self._ledgers():
             if not metadata.is_closed:
                 continue
-            missing: set[str] = set()
-            for first, last, members in fragments(metadata):
-                if last is None or last < first:
-                    continue
-                for index, bookie in enumerate(members):
-                    if bookie not in live or bookie in missing:
-                        continue
-                    held = _held(index, first, last, metadata)
-                    for entry_id in {held[0], held[-1]} if held else set():
-                        try:
-                            status, _ = await client.read_entry(bookie, ledger_id, entry_id)
-                        except errors.BKError:
-                            continue  # unreachable now: the lost-bookie audit covers it
-                        if status in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
-                            missing.add(bookie)
+            missing = await missing_on(self.client, metadata, live)
             if missing:
                 log.warning(
                     "auditor: ledger %d has entries missing on %s", ledger_id, sorted(missing)
@@ -251,21 +240,6 @@ class Auditor:
                 log.warning("auditor: ledger %d breaks the placement policy", ledger_id)
         self.placement_violations = violations
         return violations
-
-
-def _held(index: int, first: int, last: int, metadata: LedgerMetadata) -> list[int]:
-    """The first and the last entry of ``first``..``last`` that ensemble index ``index`` stores
-    (one or two ids; [] when it stores none)."""
-    size, quorum = metadata.ensemble_size, metadata.write_quorum_size
-
-    def stores(entry: int) -> bool:
-        return (index - entry) % size < quorum
-
-    lowest = next((e for e in range(first, min(last, first + size - 1) + 1) if stores(e)), None)
-    if lowest is None:
-        return []
-    highest = next(e for e in range(last, max(first, last - size + 1) - 1, -1) if stores(e))
-    return [lowest, highest]
 
 
 def _estimated_bytes(metadata: LedgerMetadata, short: list[Fragment]) -> int:

@@ -103,6 +103,47 @@ def names_gone_bookie(metadata: LedgerMetadata, gone: Callable[[str], bool]) -> 
     return any(gone(bookie) for bookie in metadata.bookies())
 
 
+def _held(index: int, first: int, last: int, metadata: LedgerMetadata) -> list[int]:
+    """The first and the last entry of ``first``..``last`` that ensemble index ``index`` stores
+    (one or two ids; [] when it stores none)."""
+    size, quorum = metadata.ensemble_size, metadata.write_quorum_size
+
+    def stores(entry: int) -> bool:
+        return (index - entry) % size < quorum
+
+    lowest = next((e for e in range(first, min(last, first + size - 1) + 1) if stores(e)), None)
+    if lowest is None:
+        return []
+    highest = next(e for e in range(last, max(first, last - size + 1) - 1, -1) if stores(e))
+    return [lowest, highest]
+
+
+async def missing_on(
+    client: BookKeeper, metadata: LedgerMetadata, bookies: Collection[str]
+) -> set[str]:
+    """Those of ``bookies`` (live ones) that answer "no such entry" or "no such ledger" for the
+    first or last entry they should hold of a fragment with a known end (BookKeeper's
+    LedgerChecker): lost data on a live bookie, a replaced disk. A bookie that cannot be reached
+    is not counted (the lost-bookie audit covers it)."""
+    missing: set[str] = set()
+    for first, last, members in fragments(metadata):
+        if last is None or last < first:
+            continue
+        for index, bookie in enumerate(members):
+            if bookie not in bookies or bookie in missing:
+                continue
+            for entry_id in set(_held(index, first, last, metadata)):
+                try:
+                    status, _ = await client.bookie_client.read_entry(
+                        bookie, metadata.ledger_id, entry_id
+                    )
+                except errors.BKError:
+                    continue
+                if status in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
+                    missing.add(bookie)
+    return missing
+
+
 # -- pacing and progress -------------------------------------------------------------------------
 
 

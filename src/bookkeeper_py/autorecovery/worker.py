@@ -20,7 +20,12 @@ import random
 from dataclasses import dataclass, field
 
 from bookkeeper_py import errors
-from bookkeeper_py.autorecovery.replication import Progress, ReplicationOptions, Replicator
+from bookkeeper_py.autorecovery.replication import (
+    Progress,
+    ReplicationOptions,
+    Replicator,
+    missing_on,
+)
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.metadata.underreplication import UnderReplication
 from bookkeeper_py.metrics import Metrics, NullMetrics, attribute_gauges
@@ -117,6 +122,23 @@ class ReplicationWorker:
                 except TimeoutError:
                     pass
 
+    async def _lost_data(self, ledger_id: int) -> set[str]:
+        """The live bookies the ledger's marker names that really lost its entries (the
+        periodic check marks those); a bookie marked lost that came back holding them is left
+        alone."""
+        marker = await self.markers.marker(ledger_id)
+        if marker is None:
+            return set()
+        live, _ = await self.replicator.registered()
+        suspects = set(marker[0]) & live
+        if not suspects:
+            return set()
+        try:
+            metadata, _ = await self.client.metadata_port.read_ledger_metadata(ledger_id)
+        except errors.NoSuchLedgerError:
+            return set()
+        return await missing_on(self.client, metadata, suspects)
+
     async def replicate(self, ledger_id: int) -> bool:
         """Replicates one ledger whose lock this worker holds; releases or clears it. True when
         the ledger is whole again (its marker cleared)."""
@@ -125,8 +147,9 @@ class ReplicationWorker:
         open_since = self._open_since.get(ledger_id)
         fence = open_since is not None and started - open_since >= self.options.open_ledger_grace_s
         try:
+            leaving = await self._lost_data(ledger_id)
             outcome = await self.replicator.replicate(
-                ledger_id, fence_open=fence, progress=self.progress
+                ledger_id, leaving, fence_open=fence, progress=self.progress
             )
         except (errors.BKError, OSError) as error:
             self.failures += 1
