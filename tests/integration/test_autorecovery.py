@@ -11,6 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from bookkeeper_py import BookKeeper, DigestType
 from bookkeeper_py.client.client import BookKeeper as AsyncBookKeeper
@@ -21,6 +24,7 @@ from bookkeeper_py.metadata.port import run_blocking
 from bookkeeper_py.metadata.underreplication import UnderReplication
 from bookkeeper_py.testing import LocalCluster
 from bookkeeper_py.testing.waiting import wait_for
+from bookkeeper_py.testing.zookeeper import ZooKeeperServer
 from bookkeeper_py.wire.digest import DigestManager
 from bookkeeper_py.wire.status import StatusCode
 
@@ -149,8 +153,19 @@ def shell(uri: str, *args: str, timeout: float = 300) -> subprocess.CompletedPro
     )
 
 
-def test_autorecovery_brings_a_killed_bookie_s_ledgers_back_to_full_replication() -> None:
-    with LocalCluster(4, bookie_args=FAST) as cluster:
+@pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    """None (the embedded SQLite store) or a root on the session's real ZooKeeper."""
+    if request.param == "zookeeper":
+        server: ZooKeeperServer = request.getfixturevalue("zookeeper")
+        return server.metadata_uri(f"/autorecovery-{tmp_path.name}")
+    return None
+
+
+def test_autorecovery_brings_a_killed_bookie_s_ledgers_back_to_full_replication(
+    store_uri: str | None,
+) -> None:
+    with LocalCluster(4, metadata_uri=store_uri, bookie_args=FAST) as cluster:
         uri = cluster.metadata_uri
         written = write_closed_ledgers(uri, 200, 12)
         writer = Writer(uri)
