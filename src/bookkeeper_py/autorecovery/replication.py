@@ -9,9 +9,9 @@ each short fragment the ``Replicator``:
 1. picks a replacement for each such bookie with the client's placement policy (a writable
    bookie not in the fragment, rack-aware when the client is configured so);
 2. copies every entry of the fragment whose write set includes a replaced index: read from a
-   surviving member of the write set (a read-only bookie will do; the digest is checked, and
-   the bytes are copied exactly as stored), written to the new bookie with RECOVERY_ADD, a
-   window of entries in flight, paced by a bytes-per-second limit;
+   surviving member of the write set (``ReadHandle.read_stored_entry``: a read-only bookie will
+   do; the digest is checked, and the bytes are copied exactly as stored), written to the new
+   bookie with RECOVERY_ADD, a window of entries in flight, paced by a bytes-per-second limit;
 3. swaps the bookies in the metadata with a compare-and-swap (``LedgerMetadata.with_members``),
    only once every copy was acknowledged.
 
@@ -36,7 +36,6 @@ from bookkeeper_py.client.recovery import recover
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import write_set
 from bookkeeper_py.metadata.port import update_ledger_metadata
-from bookkeeper_py.wire.digest import DigestManager, master_key
 from bookkeeper_py.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
@@ -330,35 +329,30 @@ class Replicator:
                 f"{fragment.first_entry} to ({error}); add bookies or wait for one to return"
             ) from error
         replacements = {index: new[index] for index in fragment.missing}
-        digest = DigestManager(ledger_id, metadata.digest_type, metadata.password)
-        key = master_key(metadata.password)
+        handle = ReadHandle(self.client, metadata, metadata.password)
         entries = fragment.entries(metadata.write_quorum_size)
         copied = 0
         window = max(1, self.options.entries_in_flight)
         running: set[asyncio.Task[int]] = set()
-        try:
-            for entry_id in entries:
-                if len(running) >= window:
-                    done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        copied += task.result()
-                        if progress is not None:
-                            progress.entries_done += 1
-                            progress.bytes_done += task.result()
-                running.add(
-                    asyncio.ensure_future(
-                        self._entry(
-                            metadata, fragment, replacements, entry_id, digest, key, leaving, live
-                        )
-                    )
-                )
-            while running:
+
+        async def settle(until: int) -> None:
+            """Waits until at most ``until`` copies run, counting those that ended."""
+            nonlocal running, copied
+            while len(running) > until:
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    copied += task.result()
+                    size = task.result()  # raises the copy's error
+                    copied += size
                     if progress is not None:
                         progress.entries_done += 1
-                        progress.bytes_done += task.result()
+                        progress.bytes_done += size
+
+        try:
+            for entry_id in entries:
+                await settle(window - 1)
+                copy = self._entry(handle, fragment, replacements, entry_id, leaving, live)
+                running.add(asyncio.ensure_future(copy))
+            await settle(0)
         finally:
             for task in running:
                 task.cancel()
@@ -376,62 +370,34 @@ class Replicator:
 
     async def _entry(
         self,
-        metadata: LedgerMetadata,
+        handle: ReadHandle,
         fragment: Fragment,
         replacements: Mapping[int, str],
         entry_id: int,
-        digest: DigestManager,
-        key: bytes,
         leaving: set[str],
         live: Collection[str],
     ) -> int:
         """Copies one entry from a surviving replica to the new bookies of its write set; the
         bytes written."""
-        ledger_id = metadata.ledger_id
+        metadata = handle.metadata
+        ledger_id = handle.ledger_id
         members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
-        sources = [
-            fragment.ensemble[index]
-            for index in members
-            if index not in fragment.missing and fragment.ensemble[index] in live
-        ]
         # A leaving bookie that still runs is a good source, but the others are asked first.
-        sources += [
-            fragment.ensemble[index]
-            for index in members
-            if index in fragment.missing
-            and fragment.ensemble[index] in leaving
-            and fragment.ensemble[index] in live
-        ]
-        client = self.client.bookie_client
-        problems = []
-        data: bytes | None = None
-        for source in sources:
-            try:
-                status, body = await client.read_entry(source, ledger_id, entry_id)
-            except errors.BKError as error:
-                problems.append(f"{source}: {error}")
-                continue
-            if status != StatusCode.EOK:
-                problems.append(f"{source}: {status.name}")
-                continue
-            try:
-                digest.verify(body, entry_id)
-            except errors.DigestMismatchError as error:
-                problems.append(f"{source}: {error}")
-                continue
-            data = body
-            break
-        if data is None:
+        dead = [bookie for bookie in fragment.missing.values() if bookie not in live]
+        try:
+            data = await handle.read_stored_entry(entry_id, exclude=dead, last=leaving)
+        except errors.ReadError as error:
             raise errors.ReplicationError(
-                f"ledger {ledger_id} entry {entry_id}: no replica could be read "
-                f"({'; '.join(problems) or 'no surviving bookie in its write set'}); "
-                "the ledger stays under-replicated until one returns"
-            )
+                f"{error}; the ledger stays under-replicated until a replica returns"
+            ) from error
+        client = self.client.bookie_client
         targets = [replacements[index] for index in members if index in replacements]
         await self.throttle.take(len(data) * len(targets))
         for target in targets:
             try:
-                status = await client.recovery_add(target, ledger_id, entry_id, key, data)
+                status = await client.recovery_add(
+                    target, ledger_id, entry_id, handle.master_key, data
+                )
             except errors.BKError as error:
                 raise errors.ReplicationError(
                     f"ledger {ledger_id} entry {entry_id}: copying it to {target} failed ({error})"

@@ -136,13 +136,19 @@ class ReadHandle:
             bookie_id, self.ledger_id, entry_id, fence=fence, master_key=self._master_key
         )
 
-    async def read_stored_entry(self, entry_id: int, exclude: Collection[str] = ()) -> bytes:
+    async def read_stored_entry(
+        self, entry_id: int, exclude: Collection[str] = (), last: Collection[str] = ()
+    ) -> bytes:
         """Entry ``entry_id`` exactly as bookies store it (ids, LAC, length, digest, payload),
         from the first replica of its write set outside ``exclude`` that serves it with a good
-        digest: what a bookie copies to repair or re-replicate its own copy. Each request ends
-        by the request timeout; ``ReadError`` names every replica's failure."""
+        digest (those in ``last`` asked after the others): what a bookie copies to repair or
+        re-replicate its own copy. Each request ends by the request timeout; ``ReadError``
+        names every replica's failure."""
         problems: list[str] = []
-        for _, bookie in self._replicas(entry_id):
+        replicas = self._replicas(entry_id)
+        if last:
+            replicas = sorted(replicas, key=lambda replica: replica[1] in last)
+        for _, bookie in replicas:
             if bookie in exclude:
                 continue
             try:
