@@ -101,3 +101,40 @@ def test_progress_rate_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
     progress.entries_done, progress.bytes_done, progress.ledgers_done = 25, 2_000_000, 1
     assert progress.rate() == 1_000_000 and progress.eta_s() == 6.0
     assert progress.line() == ("1/4 ledgers, 25/100 entries, 2.0 MB copied, 1.0 MB/s, ETA 6 s")
+
+
+def test_the_placement_check_counts_ledgers_whose_quorums_share_a_rack() -> None:
+    """Over a memory store: a ledger whose write quorums all span two racks adheres, one with a
+    quorum in one rack does not; the gauge reads the count."""
+    from types import SimpleNamespace
+
+    from bookkeeper_py.autorecovery.auditor import Auditor
+    from bookkeeper_py.core.placement import NetworkTopology, TopologyAwarePlacement
+    from bookkeeper_py.metadata.manager import MetadataClient
+    from bookkeeper_py.metadata.port import run_blocking
+    from bookkeeper_py.metadata.underreplication import UnderReplication
+
+    racks = {"a": "/r1", "b": "/r2", "c": "/r3", "d": "/r1"}
+    placement = TopologyAwarePlacement(NetworkTopology(racks))
+    gauges: dict[str, object] = {}
+    metrics = SimpleNamespace(gauge_function=lambda name, _help, read: gauges.update({name: read}))
+    with MetadataClient.connect("memory://placement-check", create=True) as client:
+        client.init_cluster()
+        broken = ledger()  # (a, b, c) then (a, d, c), whose quorum (a, d) is in /r1 only
+        client.create_ledger_metadata(broken)
+        good = LedgerMetadata(
+            **{**_fields(broken), "ledger_id": 6, "ensembles": ((0, ("a", "b", "c")),)}
+        )
+        client.create_ledger_metadata(good)
+
+        async def check(port) -> int:  # type: ignore[no-untyped-def]
+            bk = SimpleNamespace(metadata_port=port, placement=placement)
+            auditor = Auditor(bk, UnderReplication(port), metrics=metrics)  # type: ignore[arg-type]
+            return await auditor.check_placement()
+
+        assert run_blocking(client, check) == 1
+        assert gauges["auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"]() == 1.0  # type: ignore[operator]
+
+
+def _fields(metadata: LedgerMetadata) -> dict[str, object]:
+    return {name: getattr(metadata, name) for name in LedgerMetadata.__dataclass_fields__}
