@@ -85,6 +85,8 @@ class UnderReplication:
         self.locks = f"{self.base}/locks"
         self.election = f"{self.base}/auditorelection"
         self.delay_path = f"{self.base}/lostBookieRecoveryDelay"
+        # ledger -> the version of its marker when this process took its lock
+        self._held: dict[int, int] = {}
         self.decommissions = f"{self.base}/decommission"
 
     async def ensure_layout(self) -> UnderReplication:
@@ -200,11 +202,18 @@ class UnderReplication:
 
     async def unmark(self, ledger_id: int) -> None:
         """Clears the marker of a ledger whose copies are whole again (and its lock), and the
-        directories it leaves empty."""
+        directories it leaves empty. Under this process's lock, only the marker as it was when
+        the lock was taken: one rewritten since (the auditor added a bookie lost while the copies
+        were made) stays for the next worker, as BookKeeper's markLedgerReplicated leaves it."""
         try:
-            await self.port.delete_node(self._marker(ledger_id), ANY_VERSION)
+            await self.port.delete_node(
+                self._marker(ledger_id), self._held.get(ledger_id, ANY_VERSION)
+            )
         except NoNodeError:
             pass
+        except BadVersionError:
+            await self.release(ledger_id)
+            return
         parent = marker_parent(self.ledgers, ledger_id)
         while parent != self.ledgers:
             try:
@@ -219,13 +228,17 @@ class UnderReplication:
     async def acquire(self, ledger_id: int, holder: str) -> bool:
         """Takes the ephemeral lock of a marked ledger; False when another worker holds it or the
         ledger is not marked. The lock ends with this client's session."""
-        if await self.marker(ledger_id) is None:
+        try:
+            marker, version = await self.port.get_node(self._marker(ledger_id))
+        except NoNodeError:
             return False
+        self._parse_marker(ledger_id, marker)
         data = _text(formats.LockDataFormat(bookieId=holder))
         try:
             await self.port.create_ephemeral(f"{self.locks}/{marker_name(ledger_id)}", data)
         except NodeExistsError:
             return False
+        self._held[ledger_id] = version
         return True
 
     async def release(self, ledger_id: int) -> None:
@@ -233,6 +246,7 @@ class UnderReplication:
             await self.port.delete_node(f"{self.locks}/{marker_name(ledger_id)}")
         except NoNodeError:
             pass
+        self._held.pop(ledger_id, None)
 
     async def lock_holder(self, ledger_id: int) -> str | None:
         try:
