@@ -64,6 +64,7 @@ class ReplicationWorker:
         self.failures = 0
         self._not_before: dict[int, float] = {}  # ledger -> loop time to look at it again
         self._open_since: dict[int, float] = {}  # ledger -> loop time its writer's part was short
+        self._unreleased: set[int] = set()  # ledgers whose lock a failed release may have kept
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         metrics = metrics or NullMetrics()
@@ -103,6 +104,9 @@ class ReplicationWorker:
         while True:
             worked = False
             try:
+                for ledger_id in sorted(self._unreleased):
+                    await self.markers.release(ledger_id)
+                    self._unreleased.discard(ledger_id)
                 if await self.markers.is_enabled():
                     marked = await self.markers.marked()
                     self._rng.shuffle(marked)  # workers of several bookies spread out
@@ -112,7 +116,13 @@ class ReplicationWorker:
                         if not await self.markers.acquire(ledger_id, self.name):
                             continue
                         worked = True
-                        await self.replicate(ledger_id)
+                        try:
+                            await self.replicate(ledger_id)
+                        except errors.BKError:
+                            # Its release (or unmark) failed: the lock may be held still, and a
+                            # lock of this live session would keep every worker off the ledger.
+                            self._unreleased.add(ledger_id)
+                            raise
             except errors.BKError as error:
                 log.warning("replication worker %s: %s; trying again", self.name, error)
             if not worked:
