@@ -67,6 +67,8 @@ class Auditor:
         self.lost_since: dict[str, float] = {}  # bookie -> loop time it was first seen gone
         self.audited: set[str] = set()  # lost bookies whose ledgers were marked
         self.seen: set[str] = set()  # bookies seen registered while this auditor ran
+        # lost bookie -> the ledgers this auditor marked for it (see ``mark_cleared_again``)
+        self.marked_for: dict[str, set[int]] = {}
         self.marked_ledgers = 0
         self.short_fragments = 0
         self.short_bytes = 0
@@ -129,6 +131,7 @@ class Auditor:
                     log.info("auditor: bookie %s is back", bookie)
                     del self.lost_since[bookie]
                     self.audited.discard(bookie)
+                    self.marked_for.pop(bookie, None)
             self.seen |= live
             delay, version = await self.markers.lost_bookie_recovery_delay()
             triggered = version != delay_version
@@ -144,9 +147,11 @@ class Auditor:
                     for bookie, since in self.lost_since.items()
                     if now - since >= delay and bookie not in self.audited
                 }
-            if due and await self.markers.is_enabled():
-                await self.audit_bookies(due)
-                self.audited |= due
+            if (due or self.marked_for) and await self.markers.is_enabled():
+                if due:
+                    await self.audit_bookies(due)
+                    self.audited |= due
+                await self.mark_cleared_again()
             if next_ledger_check is not None and now >= next_ledger_check:
                 await self.check_ledgers()
                 next_ledger_check = now + options.ledger_check_interval_s
@@ -193,6 +198,8 @@ class Auditor:
             if not named:
                 continue
             await self.markers.mark(ledger_id, sorted(named))
+            for bookie in named:
+                self.marked_for.setdefault(bookie, set()).add(ledger_id)
             if self.first_mark_at is None:
                 self.first_mark_at = loop.time()
             marked += 1
@@ -205,6 +212,30 @@ class Auditor:
         self.short_bytes = short_bytes
         log.warning("auditor: %d ledgers marked under-replicated", marked)
         return marked
+
+    async def mark_cleared_again(self) -> int:
+        """Marks again the ledgers marked for a lost bookie whose marker a worker cleared while
+        they still name it: the bookie came back and left again between two polls (to this
+        auditor it never came back, so it would not audit it again), and the worker found the
+        ledger whole while it was back. The number marked again."""
+        still_marked = set(await self.markers.marked())
+        port = self.client.metadata_port
+        again = 0
+        for bookie, ledgers in list(self.marked_for.items()):
+            for ledger_id in sorted(ledgers - still_marked):
+                try:
+                    metadata, _ = await port.read_ledger_metadata(ledger_id)
+                except errors.NoSuchLedgerError:
+                    metadata = None
+                if metadata is None or bookie not in metadata.bookies():
+                    ledgers.discard(ledger_id)  # copied elsewhere (or deleted)
+                    continue
+                log.warning("auditor: ledger %d still names lost bookie %s", ledger_id, bookie)
+                await self.markers.mark(ledger_id, [bookie])
+                again += 1
+            if not ledgers:
+                del self.marked_for[bookie]  # every copy on it made again: nothing to watch
+        return again
 
     async def check_ledgers(self) -> int:
         """Reads, from each live bookie of each fragment of every closed ledger, the first and
