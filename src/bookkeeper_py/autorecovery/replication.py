@@ -341,6 +341,8 @@ class Replicator:
             while len(running) > until:
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
+                    task.exception()  # every failed copy's error retrieved, not only the first
+                for task in done:
                     size = task.result()  # raises the copy's error
                     copied += size
                     if progress is not None:
