@@ -20,7 +20,7 @@ from bookkeeper_py.testing.sim.logs import LogRun, random_log_scenario, run_log_
 
 
 def test_log_runs_violate_no_invariant() -> None:
-    results = sweep(0, 300, jobs=2, logs=True)
+    results = sweep(0, 300, jobs=2, kind="logs")
     assert [f"seed {r.seed}: {r.violation}" for r in results if not r.ok] == []
     # what the runs went through: takeovers, crashes in the middle, rolls, reads
     assert sum(1 for r in results if r.opens >= 3) > 50

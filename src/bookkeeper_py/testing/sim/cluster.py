@@ -10,11 +10,14 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import replace
 from typing import Any
 
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.client.clock import LoopClock
 from bookkeeper_py.client.config import ClientConfig
+from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.core.quorum import write_set
 from bookkeeper_py.metadata.manager import BookieEndpoint
 from bookkeeper_py.testing.sim.bookie import BOOKIE_PORT, BookieFaults, SimBookie
 from bookkeeper_py.testing.sim.disk import Disk, DiskFaults
@@ -53,6 +56,8 @@ class SimCluster:
             random.Random(rng.random()),
             MetadataFaults(failure_probability=metadata_failure_probability),
         )
+        # A violation a store check finds is the run's, whatever the caller does with the error.
+        self.store.on_violation = self._violated
         self.bookies: dict[str, SimBookie] = {}
         for index in range(bookies):
             name = f"bookie-{index}"
@@ -64,7 +69,7 @@ class SimCluster:
                 name, self.loop, random.Random(rng.random()), self.network, disk, faults
             )
             self.bookies[bookie.bookie_id] = bookie
-            self.store.writable[bookie.bookie_id] = _endpoint(bookie)
+            self.register(bookie)
         self.ports: dict[str, SimMetadata] = {}
         self.clients: dict[str, BookKeeper] = {}
         for name in clients:
@@ -113,6 +118,15 @@ class SimCluster:
                 callback()
 
         self.loop.call_at(at_ms / 1000, fire)
+
+    def register(self, bookie: SimBookie) -> None:
+        """``bookie`` is in the registry (writable), as a bookie that started registers itself."""
+        self.store.writable[bookie.bookie_id] = _endpoint(bookie)
+
+    def unregister(self, bookie: SimBookie) -> None:
+        """``bookie`` leaves the registry, as its registration ends with its session when it
+        dies (the auditor sees it gone)."""
+        self.store.writable.pop(bookie.bookie_id, None)
 
     def _crash_client(self, name: str) -> None:
         """A client process dies: its connections drop, its metadata calls never return."""
@@ -195,6 +209,28 @@ class SimCluster:
                     break
         finally:
             loop.close()
+
+
+def write_set_of(metadata: LedgerMetadata, entry_id: int) -> list[str]:
+    """The bookies that store ``entry_id`` by ``metadata``: its write set in its fragment."""
+    ensemble = metadata.ensemble_at(entry_id)
+    members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
+    return [ensemble[i] for i in members]
+
+
+def sim_client_config(**overrides: Any) -> ClientConfig:
+    """The clients' settings on the simulation's time scale (ms): short timeouts, speculative
+    reads and a short memory of failed bookies; ``overrides`` are ``ClientConfig`` fields."""
+    config = ClientConfig(
+        connect_timeout_s=0.05,
+        request_timeout_s=0.1,  # the add timeout
+        speculative_read_timeout_ms=20,
+        max_speculative_read_timeout_ms=40,
+        speculative_read_lac_timeout_ms=20,
+        max_speculative_read_lac_timeout_ms=40,
+        bookie_failure_history_ms=1000,
+    )
+    return replace(config, **overrides)
 
 
 def _endpoint(bookie: SimBookie) -> BookieEndpoint:

@@ -43,7 +43,7 @@ from bookkeeper_py.log.format import (
 from bookkeeper_py.log.namespace import LogNamespace
 from bookkeeper_py.log.reader import LogReader
 from bookkeeper_py.log.writer import LogWriter
-from bookkeeper_py.testing.sim.cluster import SimCluster
+from bookkeeper_py.testing.sim.cluster import SimCluster, sim_client_config
 from bookkeeper_py.testing.sim.metadata import InvariantViolation
 from bookkeeper_py.testing.sim.network import NetworkFaults
 
@@ -118,16 +118,7 @@ class LogRunResult:
 
 
 def log_client_config() -> ClientConfig:
-    return ClientConfig(
-        connect_timeout_s=0.05,
-        request_timeout_s=0.1,
-        throttle=50,
-        speculative_read_timeout_ms=20,
-        max_speculative_read_timeout_ms=40,
-        speculative_read_lac_timeout_ms=20,
-        max_speculative_read_lac_timeout_ms=40,
-        bookie_failure_history_ms=1000,
-    )
+    return sim_client_config(throttle=50)
 
 
 class LogRun(SimCluster):
@@ -145,7 +136,7 @@ class LogRun(SimCluster):
         self.namespaces = {
             name: LogNamespace(client, "sim") for name, client in self.clients.items()
         }
-        self.store.on_node_write = self._check_list
+        self.store.on_node_write = self._check_segments
         self.store.faults.lost_answer_probability = scenario.lost_answer_probability
         self.log_ended = False  # a writer found the log ended
         # (writer, index) -> position acknowledged; and when each writer's opens finished
@@ -159,13 +150,6 @@ class LogRun(SimCluster):
         self.final: list[LogRecord] = []
 
     # -- invariants on every write of the log's value ------------------------------------------
-
-    def _check_list(self, path: str, old: bytes | None, new: bytes) -> None:
-        try:
-            self._check_segments(path, old, new)
-        except InvariantViolation as error:
-            self._violated(str(error))  # whatever the writer does with the error
-            raise
 
     def _check_segments(self, path: str, old: bytes | None, new: bytes) -> None:
         if not path.endswith(f"/sim/{LOG}"):

@@ -4,7 +4,10 @@ One ``SimStore`` holds the cluster's ledgers (versioned, compare-and-swap), the 
 and the bookie registry; each simulated client reaches it through its own ``SimMetadata``, whose
 every call takes a random virtual delay (a round trip), may fail (``MetadataUnavailableError``,
 as a store that is away) and fails for good once its node crashed. Every write is checked:
-metadata only moves forward.
+metadata only moves forward, and no ensemble names a bookie twice. A run adds its own checks
+through the store's hooks (``on_ledger_write``, ``on_node_write``, ``on_node_delete``); a check
+that fails raises ``InvariantViolation`` to the caller and reports it (``on_violation``), so a
+violation found in a task nobody awaits (an AutoRecovery service's) still ends the run.
 """
 
 from __future__ import annotations
@@ -36,19 +39,54 @@ STATE_RANK = {LedgerState.OPEN: 0, LedgerState.IN_RECOVERY: 1, LedgerState.CLOSE
 
 
 def check_forward(old: LedgerMetadata, new: LedgerMetadata) -> None:
-    """Metadata state only moves forward, a close is final and fragment starts only grow."""
+    """Metadata state only moves forward, a close is final, and fragments keep their place:
+    every fragment but the last keeps its start (and, by ``LedgerMetadata``'s own rule, its
+    size) and changes members only by replacing them (re-replication): each changed member
+    becomes a bookie that was not in the fragment, never one moved from another index. The last
+    fragment's start never decreases; its members are its writer's (or a recovery's) to change,
+    several replacements at once among them."""
     if STATE_RANK[new.state] < STATE_RANK[old.state]:
         raise InvariantViolation(f"metadata state went back from {old.state} to {new.state}")
     if old.is_closed and (new.last_entry_id, new.length) != (old.last_entry_id, old.length):
         raise InvariantViolation(
             f"a closed ledger changed its end from {old.last_entry_id} to {new.last_entry_id}"
         )
-    if new.ensembles[: len(old.ensembles) - 1] != old.ensembles[:-1]:
-        raise InvariantViolation(f"earlier fragments changed: {old.ensembles} -> {new.ensembles}")
+    check_ensembles(new)
+    earlier = old.ensembles[:-1]
+    if [first for first, _ in new.ensembles[: len(earlier)]] != [first for first, _ in earlier]:
+        raise InvariantViolation(
+            f"ledger {old.ledger_id}: earlier fragments moved or went: {old.ensembles} -> "
+            f"{new.ensembles}"
+        )
     if new.last_ensemble[0] < old.last_ensemble[0]:
         raise InvariantViolation(
             f"the last fragment start went back: {old.ensembles} -> {new.ensembles}"
         )
+    for (first, members), (_, changed) in zip(earlier, new.ensembles, strict=False):
+        _check_replaced(old.ledger_id, first, members, changed)
+
+
+def _check_replaced(
+    ledger_id: int, first: int, before: tuple[str, ...], after: tuple[str, ...]
+) -> None:
+    for index, (was, now) in enumerate(zip(before, after, strict=True)):
+        if was != now and now in before:
+            raise InvariantViolation(
+                f"ledger {ledger_id}: the fragment at entry {first} changed {list(before)} -> "
+                f"{list(after)}: {now} moved to index {index}; a member may only be replaced by "
+                "a bookie that was not in the fragment"
+            )
+
+
+def check_ensembles(metadata: LedgerMetadata) -> None:
+    """No ensemble names a bookie twice (a write set would hold one copy where it counts two)."""
+    for first, members in metadata.ensembles:
+        if len(set(members)) != len(members):
+            twice = sorted({bookie for bookie in members if members.count(bookie) > 1})
+            raise InvariantViolation(
+                f"ledger {metadata.ledger_id}: the fragment at entry {first} names {twice} "
+                f"twice: {list(members)}"
+            )
 
 
 @dataclass
@@ -77,9 +115,15 @@ class SimStore:
     nodes: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # plain versioned nodes
     ephemeral: dict[str, str] = field(default_factory=dict)  # path -> the node whose session
     counters: dict[str, int] = field(default_factory=dict)  # parent -> next sequential suffix
-    # called with (path, old data or None, new data) before a node is written: raises
-    # ``InvariantViolation`` for a write the run's invariants forbid
+    # Checks of a run, each raising ``InvariantViolation`` for a change its invariants forbid:
+    # called with (path, old data or None, new data) before a node is written;
     on_node_write: Callable[[str, bytes | None, bytes], None] | None = None
+    # with (path, its data) before a client deletes a node (not when a session ends);
+    on_node_delete: Callable[[str, bytes], None] | None = None
+    # with (old metadata or None when created, new metadata) before a ledger's metadata is written
+    on_ledger_write: Callable[[LedgerMetadata | None, LedgerMetadata], None] | None = None
+    # told of every violation a check found, before it is raised to the caller
+    on_violation: Callable[[str], None] | None = None
     writes: int = 0  # successful writes, of any kind
     failures: int = 0  # calls failed by the fault model
 
@@ -94,6 +138,26 @@ class SimStore:
 
     def metadata(self, ledger_id: int) -> LedgerMetadata:
         return self.ledgers[ledger_id][0]
+
+    def checked(self, check: Callable[[], None]) -> None:
+        """Runs ``check``; a violation it raises is reported (``on_violation``) and raised."""
+        try:
+            check()
+        except InvariantViolation as error:
+            if self.on_violation is not None:
+                self.on_violation(str(error))
+            raise
+
+    def check_ledger_write(self, old: LedgerMetadata | None, new: LedgerMetadata) -> None:
+        def check() -> None:
+            if old is None:
+                check_ensembles(new)
+            else:
+                check_forward(old, new)
+            if self.on_ledger_write is not None:
+                self.on_ledger_write(old, new)
+
+        self.checked(check)
 
 
 class SimMetadata:
@@ -130,6 +194,7 @@ class SimMetadata:
         await self._round_trip("create")
         if metadata.ledger_id in self.store.ledgers:
             raise errors.LedgerExistsError(f"ledger {metadata.ledger_id} exists")
+        self.store.check_ledger_write(None, metadata)
         self.store.put(metadata)
         self.store.writes += 1
         return 0
@@ -150,7 +215,7 @@ class SimMetadata:
         old, current = stored
         if version != current:
             raise BadVersionError(f"version {version} is stale: {current}")
-        check_forward(old, metadata)
+        store.check_ledger_write(old, metadata)
         store.ledgers[metadata.ledger_id] = (metadata, current + 1)
         store.history[metadata.ledger_id].append(metadata)
         store.writes += 1
@@ -258,8 +323,7 @@ class SimMetadata:
         while parent != "/" and parent not in nodes:
             nodes[parent] = (b"", 0)
             parent = parent_of(parent)
-        if self.store.on_node_write is not None:
-            self.store.on_node_write(path, None, bytes(data))
+        self._check_node_write(path, None, data)
         nodes[path] = (bytes(data), 0)
         self.store.writes += 1
 
@@ -270,12 +334,16 @@ class SimMetadata:
             raise NoNodeError(f"{path} does not exist")
         if version not in (ANY_VERSION, stored[1]):
             raise BadVersionError(f"{path}: version {version} is stale: {stored[1]}")
-        if self.store.on_node_write is not None:
-            self.store.on_node_write(path, stored[0], bytes(data))
+        self._check_node_write(path, stored[0], data)
         self.store.nodes[path] = (bytes(data), stored[1] + 1)
         self.store.writes += 1
         self._answer_lost("set")
         return stored[1] + 1
+
+    def _check_node_write(self, path: str, old: bytes | None, data: bytes) -> None:
+        hook = self.store.on_node_write
+        if hook is not None:
+            self.store.checked(lambda: hook(path, old, bytes(data)))
 
     def _answer_lost(self, what: str) -> None:
         store = self.store
@@ -295,6 +363,9 @@ class SimMetadata:
             raise BadVersionError(f"{path}: version {version} is stale: {stored[1]}")
         if self._children(path):
             raise NotEmptyError(f"{path} has children")
+        hook = self.store.on_node_delete
+        if hook is not None:
+            self.store.checked(lambda: hook(path, stored[0]))
         del nodes[path]
         self.store.ephemeral.pop(path, None)
         self.store.writes += 1

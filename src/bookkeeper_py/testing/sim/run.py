@@ -41,9 +41,8 @@ from bookkeeper_py import errors
 from bookkeeper_py.client.config import ClientConfig
 from bookkeeper_py.client.ledger import LedgerHandle, ReadHandle
 from bookkeeper_py.core.metadata import LedgerMetadata
-from bookkeeper_py.core.quorum import write_set
 from bookkeeper_py.testing.sim.bookie import BookieFaults, SimBookie
-from bookkeeper_py.testing.sim.cluster import SimCluster
+from bookkeeper_py.testing.sim.cluster import SimCluster, sim_client_config, write_set_of
 from bookkeeper_py.testing.sim.metadata import (
     InvariantViolation,
 )
@@ -159,17 +158,10 @@ class RunResult:
 
 def client_config(scenario: Scenario) -> ClientConfig:
     """The clients' settings, on the simulation's time scale (ms)."""
-    return ClientConfig(
-        connect_timeout_s=0.05,
-        request_timeout_s=0.1,  # the add timeout
+    return sim_client_config(
         throttle=scenario.max_in_flight,
         delay_ensemble_change=scenario.delay_ensemble_change,
         explicit_lac_interval_s=0.05,
-        speculative_read_timeout_ms=20,
-        max_speculative_read_timeout_ms=40,
-        speculative_read_lac_timeout_ms=20,
-        max_speculative_read_lac_timeout_ms=40,
-        bookie_failure_history_ms=1000,
         reorder_read_sequence=scenario.reorder_read_sequence,
     )
 
@@ -519,9 +511,7 @@ class Run(SimCluster):
         return [entry_id for entry_id in acked if entry_id <= self.forced]
 
     def _write_set_of(self, metadata: LedgerMetadata, entry_id: int) -> list[str]:
-        ensemble = metadata.ensemble_at(entry_id)
-        members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
-        return [ensemble[i] for i in members]
+        return write_set_of(metadata, entry_id)
 
     def _lost_by_disks(self, metadata: LedgerMetadata, entry_id: int) -> bool:
         """No bookie of the entry's write set holds it, and one of them lost its disk."""
