@@ -80,6 +80,7 @@ from log_bench import (
     kill,
     measured_runs,
     medians,
+    new_parser,
     percentiles_ms,
     read_receipts,
     run_loop,
@@ -765,12 +766,7 @@ def numbers(text: str) -> list[int]:
 
 
 def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("mode", nargs="?", choices=(*MODES, "all"), default="all")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
+    parser = new_parser(__doc__, MODES)
     parser.add_argument(
         "--scale",
         type=float,

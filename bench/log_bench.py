@@ -821,6 +821,17 @@ def run_mode(mode: str, args: argparse.Namespace) -> None:
         print(json.dumps({**line, **result}), flush=True)
 
 
+def new_parser(description: str | None, modes: tuple[str, ...]) -> argparse.ArgumentParser:
+    """A benchmark's parser with what every one takes first: the mode (or all), --runs, --json."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("mode", nargs="?", choices=(*modes, "all"), default="all")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, roles: tuple[str, ...]) -> None:
     """The options every benchmark of logs takes (this one's and spark_bench.py's)."""
     parser.add_argument(
@@ -842,12 +853,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, roles: tuple[str, ...]
 
 
 def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("mode", nargs="?", choices=(*MODES, "all"), default="all")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
+    parser = new_parser(__doc__, MODES)
     parser.add_argument("--seconds", type=float, default=5.0, help="append: per run")
     parser.add_argument(
         "--sizes",

@@ -90,6 +90,7 @@ from log_bench import (
     machine_cpu_s,
     medians,
     new_log,
+    new_parser,
     percentiles_ms,
     produce,
     run_loop,
@@ -787,12 +788,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> None:
 
 
 def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("mode", nargs="?", choices=(*MODES, "all"), default="all")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
+    parser = new_parser(__doc__, MODES)
     parser.add_argument("--records", type=int, default=10_000_000, help="read, write: per run")
     parser.add_argument("--record-size", type=int, default=100, help="bytes (at least 16)")
     parser.add_argument(
