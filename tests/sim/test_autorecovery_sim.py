@@ -163,6 +163,87 @@ def test_an_auditor_that_marks_nothing_is_caught(monkeypatch: pytest.MonkeyPatch
     assert "not whole" in found and "not registered" in found, found
 
 
+def lost_with_a_lingering_registration(rng: random.Random) -> AutoRecoveryScenario:
+    """A bookie dies for good; its registration outlives it by 5 s (the SQLite lease; a
+    ZooKeeper session timeout), while it refuses connections."""
+    return AutoRecoveryScenario(
+        closed_ledgers=3,
+        entries=20,
+        losses=[(0.0, rng.randrange(BOOKIES))],
+        registration_lag_ms=5000.0,
+    )
+
+
+def registered_at_marker_changes(seed: int) -> tuple[Any, list[bool], list[bool]]:
+    """The run of ``lost_with_a_lingering_registration``, and whether the dead bookie was still
+    registered at each marker write and at each marker deletion."""
+    run = AutoRecoveryRun(seed, lost_with_a_lingering_registration(random.Random(seed)))
+    (_, victim), *_ = run.scenario.losses
+    dead = f"bookie-{victim}:3181"
+    note_write, note_delete = run.store.on_node_write, run.store.on_node_delete
+    assert note_write is not None and note_delete is not None
+    marked: list[bool] = []
+    unmarked: list[bool] = []
+
+    def on_write(path: str, old: bytes | None, new: bytes) -> None:
+        if run._is_marker(path):
+            marked.append(dead in run.store.writable)
+        note_write(path, old, new)
+
+    def on_delete(path: str, data: bytes) -> None:
+        if run._is_marker(path):
+            unmarked.append(dead in run.store.writable)
+        note_delete(path, data)
+
+    run.store.on_node_write, run.store.on_node_delete = on_write, on_delete
+    return run.run(), marked, unmarked
+
+
+def test_a_dead_bookie_is_replaced_before_its_registration_ends() -> None:
+    """The auditor takes a bookie that refuses connections for lost, and the workers for gone,
+    without waiting for its registration to end: every ledger it held is marked and whole again
+    while it is still registered (in the runs where it held any)."""
+    held = 0
+    for seed in range(4):
+        result, marked, unmarked = registered_at_marker_changes(seed)
+        assert result.ok, result.violation
+        if result.unmarks == 0:
+            continue  # no ledger had a copy on it
+        held += 1
+        assert marked and all(marked) and unmarked and all(unmarked), (marked, unmarked)
+    assert held >= 2
+
+
+def test_a_worker_that_trusts_the_registry_alone_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation: the workers take every registered bookie for live, a dead one whose
+    registration lingers too: they find its ledgers whole and clear their markers."""
+
+    async def registry_only(self: Replicator) -> tuple[set[str], list[str]]:
+        writable, readonly = await self.client.metadata_port.bookies_now()
+        return set(writable) | set(readonly), list(writable)
+
+    monkeypatch.setattr(Replicator, "registered", registry_only)
+    found = first_violation(3, lost_with_a_lingering_registration)
+    assert "died or left the registry before the marker was last written" in found, found
+
+
+def test_a_lost_bookie_is_audited_again_when_its_registration_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bookie audited while it refused connections but stayed registered is audited again
+    when its registration goes: meanwhile a writer may have given it a place in an ensemble
+    (seed 23: the open ledger's ensemble change chose it, the ledger was closed naming it). The
+    auditor that audits it once is caught."""
+    assert run_autorecovery_seed(23).ok
+
+    def never(_self: Auditor, _registered: Any) -> set[str]:
+        return set()
+
+    monkeypatch.setattr(Auditor, "deregistered_since_audit", never)
+    found = run_autorecovery_seed(23).violation or ""
+    assert "not whole" in found and "not registered" in found, found
+
+
 # -- the bugs the simulator found --------------------------------------------------------------
 
 
@@ -184,7 +265,7 @@ def test_a_mark_made_during_the_copies_is_not_cleared(monkeypatch: pytest.Monkey
     """The worker clears the marker as it was when it took the lock (BookKeeper deletes it at
     that version): it used to delete whatever was there, and the auditor's mark of the bookie
     that left during the copies went with it, the ledger left short for good."""
-    assert list(violations(range(3), bookie_leaves_mid_copy)) == []
+    assert list(violations(range(6), bookie_leaves_mid_copy)) == []
     unmark = UnderReplication.unmark
 
     async def any_version(self: UnderReplication, ledger_id: int) -> None:
@@ -192,8 +273,8 @@ def test_a_mark_made_during_the_copies_is_not_cleared(monkeypatch: pytest.Monkey
         await unmark(self, ledger_id)
 
     monkeypatch.setattr(UnderReplication, "unmark", any_version)
-    found = first_violation(3, bookie_leaves_mid_copy)
-    assert "left the registry before the marker was last written" in found, found
+    found = first_violation(6, bookie_leaves_mid_copy)
+    assert "died or left the registry before the marker was last written" in found, found
 
 
 def marker_after_a_bounce(mark_again: bool) -> list[str] | None:
@@ -213,6 +294,11 @@ def marker_after_a_bounce(mark_again: bool) -> list[str] | None:
 
     async def bounce() -> list[str] | None:
         client = BookKeeper(port, sim_client_config(), clock=LoopClock(loop))
+
+        async def listening(*_args: Any) -> set[str]:
+            return set()  # no network here: every bookie is up unless the registry says not
+
+        client.bookie_client.refusing = listening  # type: ignore[method-assign]
         auditor = Auditor(client, await markers.ensure_layout(), AuditorOptions(poll_s=10.0))
         if not mark_again:  # the auditor as it was
 

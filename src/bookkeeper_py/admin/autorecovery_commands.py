@@ -207,6 +207,7 @@ def run_process(args: argparse.Namespace) -> None:
             "set BOOKKEEPER_METADATA_URI"
         )
     options = config.autorecovery_options(values)
+    session_timeout_s = config.session_timeout_s(values)
     name = args.name or f"{socket.gethostname()}:{os.getpid()}"
 
     async def serve() -> None:
@@ -216,7 +217,9 @@ def run_process(args: argparse.Namespace) -> None:
             loop.add_signal_handler(signum, stop.set)
         from bookkeeper_py.prometheus import PrometheusMetrics
 
-        service = await start_autorecovery(uri, name, options, PrometheusMetrics())
+        service = await start_autorecovery(
+            uri, name, options, PrometheusMetrics(), session_timeout_s
+        )
         try:
             await stop.wait()
         finally:

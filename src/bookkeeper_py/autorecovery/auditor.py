@@ -1,12 +1,14 @@
 """The auditor: the one process of a cluster (elected, see ``service``) that notices lost bookies
 and marks the ledgers that had copies on them (reference section 1.14).
 
-* It polls the registered bookies. A bookie that was registered and is gone is *lost* from that
-  moment; once it stays away ``lostBookieRecoveryDelay`` seconds (a value in the metadata store,
-  changed at run time by the shell), every ledger with a fragment on it is marked
-  under-replicated, naming it. A bookie that comes back within the delay causes nothing (a
-  restart). A bookie named by ledgers that was never seen registered counts as lost from the
-  auditor's start.
+* It polls the registered bookies, and probes them (``cluster_bookies``). A bookie that was
+  registered and is gone, or that refuses connections (its process died: its registration
+  lasts until its metadata session expires; it is audited again when the registration goes,
+  for the ensembles writers gave it meanwhile), is *lost* from that moment; once it stays away
+  ``lostBookieRecoveryDelay`` seconds (a value in the metadata store, changed at run time by
+  the shell), every ledger with a fragment on it is marked under-replicated, naming it. A
+  bookie that comes back within the delay causes nothing (a restart). A bookie named by
+  ledgers that was never seen registered counts as lost from the auditor's start.
 * Rewriting the delay (``triggeraudit`` rewrites the value in force) makes it audit every lost
   bookie at once, delay or not.
 * Periodic checks: every ``auditorPeriodicBookieCheckInterval`` the lost-bookie audit again (for
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from bookkeeper_py import errors
 from bookkeeper_py.autorecovery.replication import (
     Fragment,
+    cluster_bookies,
     fragments,
     missing_on,
     short_fragments,
@@ -66,6 +69,7 @@ class Auditor:
         self.options = options or AuditorOptions()
         self.lost_since: dict[str, float] = {}  # bookie -> loop time it was first seen gone
         self.audited: set[str] = set()  # lost bookies whose ledgers were marked
+        self.audited_registered: set[str] = set()  # of those, audited while still registered
         self.seen: set[str] = set()  # bookies seen registered while this auditor ran
         # lost bookie -> the ledgers this auditor marked for it (see ``mark_cleared_again``)
         self.marked_for: dict[str, set[int]] = {}
@@ -104,11 +108,11 @@ class Auditor:
         if delay_version == -1 and options.initial_delay_s:
             await self.markers.set_lost_bookie_recovery_delay(options.initial_delay_s)
             _, delay_version = await self.markers.lost_bookie_recovery_delay()
-        live = await self._live()
-        self.seen |= live
-        # Bookies that ledgers name and that are not registered: lost since now.
+        bookies = await cluster_bookies(self.client)
+        self.seen |= bookies.registered
+        # Bookies that ledgers name and that are not live: lost since now.
         for bookie in await self._named_bookies():
-            if bookie not in live:
+            if bookie not in bookies.live:
                 self.lost_since.setdefault(bookie, started)
         next_bookie_check = started + options.bookie_check_interval_s
         next_ledger_check = (
@@ -121,7 +125,8 @@ class Auditor:
         )
         while True:
             now = loop.time()
-            live = await self._live()
+            bookies = await cluster_bookies(self.client)
+            live = bookies.live
             for bookie in self.seen - live:
                 if bookie not in self.lost_since:
                     log.warning("auditor: bookie %s is gone", bookie)
@@ -131,8 +136,11 @@ class Auditor:
                     log.info("auditor: bookie %s is back", bookie)
                     del self.lost_since[bookie]
                     self.audited.discard(bookie)
+                    self.audited_registered.discard(bookie)
                     self.marked_for.pop(bookie, None)
-            self.seen |= live
+            # Registered ones too: one that refuses connections is lost now, and audited again
+            # when its registration goes (writers may give it a place in ensembles meanwhile).
+            self.seen |= bookies.registered
             delay, version = await self.markers.lost_bookie_recovery_delay()
             triggered = version != delay_version
             delay_version = version
@@ -147,10 +155,12 @@ class Auditor:
                     for bookie, since in self.lost_since.items()
                     if now - since >= delay and bookie not in self.audited
                 }
+            due |= self.deregistered_since_audit(bookies.registered)
             if (due or self.marked_for) and await self.markers.is_enabled():
                 if due:
                     await self.audit_bookies(due)
                     self.audited |= due
+                    self.audited_registered |= due & bookies.registered
                 await self.mark_cleared_again()
             if next_ledger_check is not None and now >= next_ledger_check:
                 await self.check_ledgers()
@@ -160,9 +170,16 @@ class Auditor:
                 next_placement_check = now + options.placement_check_interval_s
             await asyncio.sleep(options.poll_s)
 
+    def deregistered_since_audit(self, registered: Collection[str]) -> set[str]:
+        """The lost bookies audited while their registration stayed (their processes refused
+        connections) whose registration is gone now: they are audited again, since writers
+        could still choose them for ensembles until then."""
+        gone = {bookie for bookie in self.audited_registered if bookie not in registered}
+        self.audited_registered -= gone
+        return gone & set(self.lost_since)
+
     async def _live(self) -> set[str]:
-        writable, readonly = await self.client.metadata_port.bookies_now()
-        return set(writable) | set(readonly)
+        return (await cluster_bookies(self.client)).live
 
     async def _ledgers(self) -> list[tuple[int, LedgerMetadata]]:
         found = []

@@ -3,8 +3,8 @@ LedgerFragmentReplicator, reference section 1.14).
 
 A *fragment* is the run of entries one ensemble holds (from its first entry to the next
 ensemble's first entry - 1, or the closed ledger's last entry). A fragment is short when its
-ensemble names a bookie that is gone (not registered) or leaving (being decommissioned). For
-each short fragment the ``Replicator``:
+ensemble names a bookie that is gone (not registered, or refusing connections: ``ClusterBookies``)
+or leaving (being decommissioned). For each short fragment the ``Replicator``:
 
 1. picks a replacement for each such bookie with the client's placement policy (a writable
    bookie not in the fragment, rack-aware when the client is configured so);
@@ -143,6 +143,36 @@ async def missing_on(
     return missing
 
 
+@dataclass(frozen=True)
+class ClusterBookies:
+    """The bookies as AutoRecovery sees them at a moment: registered, and of those the ones
+    that refuse connections. A killed bookie refuses them at once, while its registration stays
+    until its metadata session expires (the ZooKeeper session timeout, the SQLite lease): the
+    auditor counts it lost from the refusal, and the workers treat it as gone as soon as its
+    ledgers are marked. A bookie that cannot be reached otherwise (no answer) counts as live
+    until its registration goes."""
+
+    registered: frozenset[str]
+    registered_writable: tuple[str, ...]
+    refusing: frozenset[str]
+
+    @property
+    def live(self) -> set[str]:
+        return set(self.registered - self.refusing)
+
+    @property
+    def writable(self) -> list[str]:
+        return [bookie for bookie in self.registered_writable if bookie not in self.refusing]
+
+
+async def cluster_bookies(client: BookKeeper) -> ClusterBookies:
+    """The registered bookies (read from the store now), each probed (``refusing``)."""
+    writable, readonly = await client.metadata_port.bookies_now()
+    registered = frozenset(writable) | frozenset(readonly)
+    refusing = await client.bookie_client.refusing(registered)
+    return ClusterBookies(registered, tuple(writable), frozenset(refusing))
+
+
 # -- pacing and progress -------------------------------------------------------------------------
 
 
@@ -233,9 +263,9 @@ class Replicator:
         self.throttle = throttle or Throttle(self.options.bytes_per_second)
 
     async def registered(self) -> tuple[set[str], list[str]]:
-        """(every registered bookie, the writable ones), read from the store now."""
-        writable, readonly = await self.client.metadata_port.bookies_now()
-        return set(writable) | set(readonly), writable
+        """(every live bookie, the writable ones): ``cluster_bookies``."""
+        bookies = await cluster_bookies(self.client)
+        return bookies.live, bookies.writable
 
     async def plan(
         self, ledger_id: int, leaving: Collection[str], live: Collection[str]
@@ -261,7 +291,7 @@ class Replicator:
         fence_open: bool = False,
         progress: Progress | None = None,
     ) -> LedgerOutcome:
-        """Makes again every copy of ``ledger_id`` that is on a bookie not registered or in
+        """Makes again every copy of ``ledger_id`` that is on a bookie not live or in
         ``leaving``. An open ledger whose last fragment names such a bookie is fenced and
         recovered first when ``fence_open``, else that fragment is left to its writer. Raises
         ``ReplicationError`` (or the client's errors) when a copy cannot be made now; what was

@@ -5,7 +5,10 @@ replication worker. It runs in a bookie process (``autoRecoveryDaemonEnabled=tru
 The election: each candidate holds an ephemeral sequential vote under
 ``underreplication/auditorelection``; the lowest vote audits. A candidate whose vote vanished
 (its session expired) votes again; when the auditor's process dies its vote goes with its
-session and the next candidate takes over within a poll.
+session and the next candidate takes over within a poll. A candidate that runs in a bookie
+whose address refuses connections is dead although its session lingers (until the ZooKeeper
+session timeout or the SQLite lease runs out): the candidates behind it withdraw its vote, and
+the next one audits at once.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 
 from bookkeeper_py import errors
 from bookkeeper_py.autorecovery.auditor import Auditor, AuditorOptions
+from bookkeeper_py.autorecovery.replication import cluster_bookies
 from bookkeeper_py.autorecovery.worker import ReplicationWorker, WorkerOptions
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.metadata.underreplication import UnderReplication
@@ -87,12 +91,16 @@ class AutoRecovery:
         if self._vote is None:
             self._vote = await self.markers.vote(self.name)
             log.info("autorecovery %s: stands for auditor (vote %s)", self.name, self._vote)
-        votes = [vote for vote, _ in await self.markers.votes()]
-        if self._vote not in votes:  # the session that held it ended
+        votes = await self.markers.votes()
+        names = [vote for vote, _ in votes]
+        if self._vote not in names:  # the session that held it ended
             await self._stop_auditing()
             self._vote = None
             return
-        leading = votes[0] == self._vote
+        ahead = votes[: names.index(self._vote)]
+        if ahead and await self._withdraw_dead(ahead):
+            names = [vote for vote, _ in await self.markers.votes()]
+        leading = names[0] == self._vote
         task = self._auditor_task
         if task is not None and task.done():
             if not task.cancelled() and task.exception() is not None:
@@ -104,6 +112,24 @@ class AutoRecovery:
             self._auditor_task = asyncio.ensure_future(self.auditor.run())
         elif not leading and self._auditor_task is not None:
             await self._stop_auditing()
+
+    async def _withdraw_dead(self, votes: list[tuple[str, str]]) -> bool:
+        """Withdraws those of ``votes`` whose candidate is a bookie that refuses connections
+        (its process died; its session, and with it the vote, would last until it expires):
+        whether any was withdrawn. A candidate that is no bookie (a ``bookkeeper autorecovery``
+        process) keeps its vote until its session ends."""
+        refusing = (await cluster_bookies(self.client)).refusing
+        dead = [(vote, candidate) for vote, candidate in votes if candidate in refusing]
+        for vote, candidate in dead:
+            log.warning(
+                "autorecovery %s: candidate %s refuses connections (its process is gone); "
+                "its vote %s is withdrawn",
+                self.name,
+                candidate,
+                vote,
+            )
+            await self.markers.withdraw(vote)
+        return bool(dead)
 
     async def _stop_auditing(self) -> None:
         task, self._auditor_task = self._auditor_task, None

@@ -16,7 +16,7 @@ when the connection is open); the coroutines (``request``, ``read_entry``, ``fen
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any
 
 from bookkeeper_py import errors
@@ -78,6 +78,14 @@ class BookieClient:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def refusing(self, bookies: Collection[str], timeout_s: float = 1.0) -> set[str]:
+        """Those of ``bookies`` whose address refuses connections (``BookiePool.refuses``): dead
+        processes, known at once, where their registrations vanish only when their metadata
+        sessions expire. Probed at once; an open connection costs no probe."""
+        probed = sorted(bookies)
+        refused = await asyncio.gather(*(self.pool.refuses(b, timeout_s) for b in probed))
+        return {bookie for bookie, no in zip(probed, refused, strict=True) if no}
 
     # -- one request, one answer ---------------------------------------------------------------
 

@@ -158,6 +158,7 @@ class BookKeeper:
             self._uri,
             connect_timeout_s=self.config.metadata_timeout_s,
             operation_timeout_s=self.config.metadata_timeout_s,
+            session_timeout_s=self.config.metadata_session_timeout_s,
         )
         if self._closed:  # closed while connecting
             await port.close()

@@ -23,6 +23,8 @@ class ClientConfig:
     # Connections
     use_v3: bool = False  # protocol v3 for adds and reads (long polls always use v3)
     metadata_timeout_s: float = 10.0  # connecting, and each request (ZooKeeper may be away)
+    # the metadata session's timeout (the SQLite lease); None: the store's default [zkTimeout]
+    metadata_session_timeout_s: float | None = None
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 5.0  # [readTimeout / addEntryTimeout]
     tls: TlsConfig | None = None
@@ -67,6 +69,11 @@ class ClientConfig:
         ):
             if getattr(self, name) < 0:
                 raise errors.IncorrectParameterError(f"{name} must not be negative")
+        if self.metadata_session_timeout_s is not None and self.metadata_session_timeout_s < 1:
+            raise errors.IncorrectParameterError(
+                f"metadata_session_timeout_s must be at least 1 s, not "
+                f"{self.metadata_session_timeout_s}"
+            )
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> ClientConfig:

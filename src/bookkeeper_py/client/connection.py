@@ -674,6 +674,25 @@ class BookiePool:
             self._connecting[key] = pending
         return await asyncio.shield(pending)
 
+    async def refuses(self, bookie_id: str, timeout_s: float) -> bool:
+        """Whether ``bookie_id``'s address refuses connections (ECONNREFUSED: nothing listens
+        there, its process is gone, although its registration may outlive it until its metadata
+        session expires). An open connection, one made now, or an attempt that failed otherwise
+        or took longer than ``timeout_s`` (a host that does not answer tells nothing) say no.
+        ``MetadataStoreError`` when the bookie's address could not be looked up: the caller
+        cannot tell, and must not guess."""
+        if self.ready(bookie_id) is not None:
+            return False
+        try:
+            await asyncio.wait_for(self.get(bookie_id), timeout_s)
+        except errors.BookieHandleNotAvailableError as error:
+            return isinstance(error.__cause__, ConnectionRefusedError)
+        except errors.MetadataStoreError:
+            raise
+        except (errors.BKError, TimeoutError):
+            return False  # connected, then TLS or authentication failed; or no answer
+        return False
+
     async def _connect(self, bookie_id: str, use_v3: bool) -> BookieConnection:
         try:
             host, port = await self._resolve(bookie_id)

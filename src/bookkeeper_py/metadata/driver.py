@@ -227,17 +227,27 @@ def parse_uri(uri: str) -> StoreAddress:
     return StoreAddress("memory", layout, name, "/ledgers")
 
 
+# How long a dead process's ephemeral nodes (a bookie's registration, AutoRecovery's vote and
+# locks) outlive it unless ``session_timeout_s`` (zkTimeout) says otherwise: ZooKeeper's session
+# timeout, BookKeeper's default; the SQLite lease, shorter (one machine, no network between the
+# processes and the file).
+ZOOKEEPER_SESSION_TIMEOUT_S = 10.0
+SQLITE_LEASE_S = 5.0
+
+
 def open_store(
     uri: str,
     *,
     create: bool = False,
     connect_timeout_s: float = 10.0,
-    session_timeout_s: float = 10.0,
+    session_timeout_s: float | None = None,
     operation_timeout_s: float = 30.0,
 ) -> tuple[MetadataStore, StoreAddress]:
     """Connects to the store named by ``uri``.
 
-    ``create`` allows a new SQLite file; otherwise a missing store is an error. Raises
+    ``create`` allows a new SQLite file; otherwise a missing store is an error.
+    ``session_timeout_s`` (zkTimeout): the ZooKeeper session timeout, or the SQLite lease
+    (None: ``ZOOKEEPER_SESSION_TIMEOUT_S``, ``SQLITE_LEASE_S``). Raises
     ``MetadataUnavailableError`` when the store cannot be reached within ``connect_timeout_s``,
     and (ZooKeeper) when a request is not answered within ``operation_timeout_s``.
     """
@@ -249,15 +259,14 @@ def open_store(
     if address.scheme == "sqlite":
         from bookkeeper_py.metadata.sqlite import SqliteStore
 
-        return SqliteStore(
-            address.location, create=create, lease_s=min(session_timeout_s, 5.0)
-        ), address
+        lease_s = SQLITE_LEASE_S if session_timeout_s is None else session_timeout_s
+        return SqliteStore(address.location, create=create, lease_s=lease_s), address
     from bookkeeper_py.metadata.zookeeper import ZooKeeperStore
 
     return ZooKeeperStore(
         address.location,
         connect_timeout_s,
-        session_timeout_s,
+        ZOOKEEPER_SESSION_TIMEOUT_S if session_timeout_s is None else session_timeout_s,
         address.digest_auth_file,
         operation_timeout_s,
     ), address

@@ -87,12 +87,14 @@ class MetadataClient:
         create: bool = False,
         connect_timeout_s: float = 10.0,
         operation_timeout_s: float = 30.0,
+        session_timeout_s: float | None = None,
     ) -> MetadataClient:
         store, address = open_store(
             uri,
             create=create,
             connect_timeout_s=connect_timeout_s,
             operation_timeout_s=operation_timeout_s,
+            session_timeout_s=session_timeout_s,
         )
         return cls(store, address)
 

@@ -190,7 +190,7 @@ class ThreadedMetadata:
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="metadata")
 
     @classmethod
-    async def connect(cls, uri: str, **options: float | bool) -> ThreadedMetadata:
+    async def connect(cls, uri: str, **options: float | bool | None) -> ThreadedMetadata:
         """Connects to the store of ``uri`` (``MetadataClient.connect``'s options) without
         blocking the loop."""
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="metadata") as once:

@@ -88,6 +88,9 @@ class BookieConfig:
     tls: TlsConfig | None = None  # tlsCertificatePath and friends; None: plain connections only
     auth_provider: str | None = None  # bookieAuthProviderFactoryClass; None: no authentication
     auth_settings: dict[str, Any] = field(default_factory=dict)  # for the provider's factory
+    # zkTimeout: the metadata session's timeout (the SQLite lease), how long the registration of
+    # a bookie that died outlives it; None: the store's default (10 s ZooKeeper, 5 s SQLite)
+    metadata_session_timeout_s: float | None = None
 
     @property
     def effective_bookie_id(self) -> str:

@@ -80,6 +80,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bookiePort", "--port", int, 3181, "bookiePort"),
     Setting("bookieId", "--bookie-id", str, None, "bookieId (default host:port)"),
     Setting(
+        "zkTimeout",
+        "--zk-timeout-ms",
+        int,
+        None,
+        "zkTimeout: ms the metadata session outlives a dead bookie (its registration, its "
+        "AutoRecovery vote and locks); the ZooKeeper session timeout, or the SQLite lease "
+        "(default 10000 on ZooKeeper, 5000 on SQLite)",
+    ),
+    Setting(
         "journalDirectories",
         "--journal-dir",
         _dirs,
@@ -374,7 +383,6 @@ _ALIASES = {"journalDirectory": "journalDirectories"}  # the single-directory fo
 IGNORED_KEYS = frozenset(
     {
         "ledgerStorageClass",
-        "zkTimeout",
         "httpServerHost",
         "statsProviderClass",
         "prometheusStatsHttpPort",
@@ -440,11 +448,11 @@ def add_arguments(
     metadata: bool = False,
 ) -> None:
     """The options of ``settings`` (default: every setting, and the bookie's own options); with
-    ``metadata``, the metadata service URI's too."""
+    ``metadata``, the metadata service URI's and zkTimeout too."""
     parser.add_argument("--conf", help="a bk_server.conf-style file (BookKeeper's keys)")
     chosen = SETTINGS if settings is None else settings
     if metadata and settings is not None:
-        chosen = (_BY_KEY["metadataServiceUri"], *chosen)
+        chosen = (_BY_KEY["metadataServiceUri"], _BY_KEY["zkTimeout"], *chosen)
     for setting in chosen:
         kind = setting.cli_type or setting.parse
         if setting.parse is _bool:
@@ -511,6 +519,16 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "http_port", None) is not None and getattr(args, "http_enabled", None) is None:
         values["httpServerEnabled"] = True
     return values
+
+
+def session_timeout_s(values: dict[str, Any]) -> float | None:
+    """zkTimeout in seconds (None: the metadata store's default); ``ConfigError`` below 1 s."""
+    timeout_ms = values["zkTimeout"]
+    if timeout_ms is None:
+        return None
+    if timeout_ms < 1000:
+        raise ConfigError(f"zkTimeout must be at least 1000 ms, got {timeout_ms}")
+    return float(timeout_ms) / 1000.0
 
 
 def build(values: dict[str, Any]) -> BookieConfig:
@@ -609,6 +627,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         host=values["advertisedAddress"],
         port=port,
         bookie_id=values["bookieId"],
+        metadata_session_timeout_s=session_timeout_s(values),
         max_frame_size=positive("nettyMaxFrameSizeBytes"),
         http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),

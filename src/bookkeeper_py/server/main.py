@@ -81,7 +81,9 @@ class BookieServer:
             # a live bookie's directories would replay, trim and delete its journal.
             self._locks.acquire_all(lock_directories(self.config))
             if self.metadata_uri:
-                self.metadata = metadata = await ThreadedMetadata.connect(self.metadata_uri)
+                self.metadata = metadata = await ThreadedMetadata.connect(
+                    self.metadata_uri, session_timeout_s=self.config.metadata_session_timeout_s
+                )
                 await metadata.call(metadata.client.init_cluster)
                 # No other live process may serve under this id (a copy of these directories
                 # elsewhere): asked before the journal is replayed.
@@ -129,6 +131,7 @@ class BookieServer:
                 self.config.effective_bookie_id,
                 self.autorecovery_options,
                 self.metrics,
+                self.config.metadata_session_timeout_s,
             )
         if self.bookie.limbo.active and self.metadata_uri:
             self._limbo_task = asyncio.ensure_future(self._repair_limbo())
@@ -435,14 +438,20 @@ def gc_metadata_view(metadata: MetadataClient) -> tuple[ListLedgers, LedgerExist
 
 
 async def start_autorecovery(
-    metadata_uri: str, name: str, options: AutoRecoveryOptions, metrics: Metrics
+    metadata_uri: str,
+    name: str,
+    options: AutoRecoveryOptions,
+    metrics: Metrics,
+    session_timeout_s: float | None = None,
 ) -> AutoRecovery:
-    """AutoRecovery on a client (and metadata session) of its own: its locks and vote end with
-    it."""
+    """AutoRecovery on a client (and metadata session, of ``session_timeout_s``: zkTimeout) of its
+    own: its locks and vote end with it."""
     from bookkeeper_py.autorecovery.service import AutoRecovery  # client code only when used
     from bookkeeper_py.client.client import BookKeeper
+    from bookkeeper_py.client.config import ClientConfig
 
-    client = await BookKeeper.connect(metadata_uri)
+    config = ClientConfig(metadata_session_timeout_s=session_timeout_s)
+    client = await BookKeeper.connect(metadata_uri, config)
     try:
         service = AutoRecovery(client, name, options, metrics)
         await service.start()

@@ -13,6 +13,9 @@ and polls of 50 ms, race for the auditor's election and for the ledgers' locks. 
   one bookie at a time);
 * bookies that **leave and come back**: crashed, gone from the registry, started again on their
   disk and registered, at random or as soon as a worker begins copying one of their ledgers;
+* in some runs a dead bookie's **registration outlives it** by 100 or 400 ms (its metadata
+  session's timeout), while it refuses connections: the auditor and the workers must take the
+  refusal for its death;
 * the **auditor's node dies mid-mark**, after its n-th marker write: its vote and locks go with
   its session, another service takes over the election and finishes the audit;
 * **sessions that expire** under a live service: its lock vanishes in the middle of a copy and
@@ -32,8 +35,9 @@ inside the services' tasks):
   hold it; at the end each of those copies is what the writer wrote; a closed ledger ends at or
   after every acknowledged entry.
 * **Unmarked only when whole**: when a ledger's under-replication marker is deleted, its
-  metadata names no bookie that had left the registry before the marker was last written (one
-  that left since is the auditor's next mark, not this one's).
+  metadata names no bookie that had died (or left the registry) before the marker was last
+  written and is not serving again (one that died since is the auditor's next mark, not this
+  one's).
 * **No bookie twice in an ensemble**, and earlier fragments change only by replacing members
   (the store's ``check_forward`` on every write).
 * **Liveness once healed**: within the run's bound of virtual time every ledger names only
@@ -104,6 +108,9 @@ class AutoRecoveryScenario:
     # lock vanishes while it copies and another worker may take the ledger
     expire_mid_copy: float | None = None
     lost_bookie_delay_s: int = 0  # lostBookieRecoveryDelay
+    # how long a dead bookie's registration outlives it (its session's timeout); meanwhile it
+    # refuses connections
+    registration_lag_ms: float = 0.0
     open_ledger_grace_s: float = 0.3  # openLedgerRereplicationGracePeriod
     network: NetworkFaults = field(default_factory=NetworkFaults)
     metadata_failure_probability: float = 0.0
@@ -146,6 +153,7 @@ def random_autorecovery_scenario(rng: random.Random) -> AutoRecoveryScenario:
         scenario.expire_mid_copy = rng.uniform(0, 20)
     for _ in range(rng.randint(0, 2)):
         scenario.session_expiries.append((rng.uniform(0, 900), rng.randrange(services)))
+    scenario.registration_lag_ms = rng.choice((0.0, 0.0, 100.0, 400.0))
     return scenario
 
 
@@ -211,7 +219,7 @@ class AutoRecoveryRun(SimCluster):
         self.unmarks = 0
         self.marks_by: dict[str, int] = {}  # node -> marker writes
         # Events in the order they happened: when each marker was last written, when each
-        # bookie last left the registry.
+        # bookie last died.
         self._events = 0
         self._marker_written: dict[str, int] = {}
         self._left: dict[str, int] = {}
@@ -322,9 +330,22 @@ class AutoRecoveryRun(SimCluster):
 
     # -- bookies -------------------------------------------------------------------------------
 
-    def _unregister(self, bookie: SimBookie) -> None:
-        self.unregister(bookie)
+    def _die(self, bookie: SimBookie) -> None:
+        """``bookie``'s process dies: it refuses connections at once, and its registration
+        goes ``registration_lag_ms`` later (its metadata session's timeout), unless it is up
+        again by then."""
+        bookie.crash()
         self._left[bookie.bookie_id] = self._tick()
+        lag = self.scenario.registration_lag_ms
+        if lag <= 0:
+            self.unregister(bookie)
+            return
+
+        def session_expired() -> None:
+            if not bookie.up:
+                self.unregister(bookie)
+
+        self.loop.call_later(lag / 1000, session_expired)
 
     def _lost_still_named(self) -> bool:
         return any(metadata.bookies() & self._lost for metadata, _ in self.store.ledgers.values())
@@ -337,13 +358,11 @@ class AutoRecoveryRun(SimCluster):
             self.loop.call_later(POLL_S, self._lose, bookie)
             return
         self._lost.add(bookie.bookie_id)
-        bookie.crash()
-        self._unregister(bookie)
+        self._die(bookie)
 
     def _leave(self, bookie: SimBookie) -> None:
         if bookie.up and bookie.bookie_id not in self._lost and not self.healed:
-            bookie.crash()
-            self._unregister(bookie)
+            self._die(bookie)
 
     def _come_back(self, bookie: SimBookie) -> None:
         if bookie.bookie_id in self._lost:
@@ -418,6 +437,10 @@ class AutoRecoveryRun(SimCluster):
     def _registered(self, bookie: str) -> bool:
         return bookie in self.store.writable or bookie in self.store.readonly
 
+    def _serving(self, bookie: str) -> bool:
+        """Registered and up (a dead bookie's registration may outlive it for a while)."""
+        return self._registered(bookie) and self.bookies[bookie].up
+
     def _check_ledger_write(self, old: LedgerMetadata | None, new: LedgerMetadata) -> None:
         if old is not None and current_node.get() in self.service_names:
             starts = dict(new.ensembles)
@@ -475,7 +498,8 @@ class AutoRecoveryRun(SimCluster):
 
     def _check_unmark(self, path: str) -> None:
         """A marker is deleted only when its ledger's copies were made again: its metadata names
-        no bookie that was gone from the registry when the marker was last written."""
+        no bookie that had died (or left the registry) before the marker was last written and
+        is not serving again."""
         ledger_id = int(path.rsplit("/", 1)[1][3:])
         stored = self.store.ledgers.get(ledger_id)
         if stored is None:
@@ -483,11 +507,12 @@ class AutoRecoveryRun(SimCluster):
         marked_at = self._marker_written.get(path, 0)
         for first, members in stored[0].ensembles:
             for bookie in members:
-                if not self._registered(bookie) and self._left.get(bookie, 0) < marked_at:
+                if not self._serving(bookie) and self._left.get(bookie, 0) < marked_at:
                     raise InvariantViolation(
                         f"ledger {ledger_id} was unmarked while its fragment at entry {first} "
-                        f"names {bookie}, which had left the registry before the marker was "
-                        f"last written: the copies on it were not made again ({list(members)})"
+                        f"names {bookie}, which had died or left the registry before the marker "
+                        f"was last written: the copies on it were not made again "
+                        f"({list(members)})"
                     )
 
     def unsettled(self) -> list[str]:
