@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bookkeeper_py.autorecovery import worker
+from bookkeeper_py.autorecovery import replication, worker
 from bookkeeper_py.autorecovery.auditor import Auditor, AuditorOptions
 from bookkeeper_py.autorecovery.replication import LedgerOutcome, Replicator
 from bookkeeper_py.client.client import BookKeeper
@@ -108,10 +108,10 @@ def first_violation(seeds: int = 10, scenario: Any = random_autorecovery_scenari
 def test_members_swapped_without_copies_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation: the replicator copies nothing and swaps the new bookies in all the same."""
 
-    async def no_copy(*_args: Any) -> int:
-        return 0
+    def no_copy(self: Any, _entry_id: int, _data: bytes, _targets: list[str]) -> None:
+        self._copied_one(0)
 
-    monkeypatch.setattr(Replicator, "_entry", no_copy)
+    monkeypatch.setattr(replication._FragmentCopy, "_write", no_copy)
     assert "hold it durably (Qa=2)" in first_violation()
 
 

@@ -28,9 +28,12 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from bookkeeper_py import errors
 from bookkeeper_py.client.client import BookKeeper
+from bookkeeper_py.client.connection import Callback
 from bookkeeper_py.client.ledger import ReadHandle
 from bookkeeper_py.client.recovery import recover
 from bookkeeper_py.core.metadata import LedgerMetadata
@@ -184,14 +187,19 @@ class Throttle:
         self.bytes_per_second = bytes_per_second
         self._free_at = 0.0
 
-    async def take(self, size: int) -> None:
+    def reserve(self, size: int) -> float:
+        """Takes ``size`` bytes of the rate: the seconds to wait before sending them."""
         if self.bytes_per_second <= 0:
-            return
+            return 0.0
         now = time.monotonic()
         start = max(self._free_at, now)
         self._free_at = start + size / self.bytes_per_second
-        if start > now:
-            await asyncio.sleep(start - now)
+        return start - now
+
+    async def take(self, size: int) -> None:
+        delay = self.reserve(size)
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
 @dataclass
@@ -361,33 +369,19 @@ class Replicator:
         replacements = {index: new[index] for index in fragment.missing}
         handle = ReadHandle(self.client, metadata, metadata.password)
         entries = fragment.entries(metadata.write_quorum_size)
-        copied = 0
-        window = max(1, self.options.entries_in_flight)
-        running: set[asyncio.Task[int]] = set()
-
-        async def settle(until: int) -> None:
-            """Waits until at most ``until`` copies run, counting those that ended."""
-            nonlocal running, copied
-            while len(running) > until:
-                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.exception()  # every failed copy's error retrieved, not only the first
-                for task in done:
-                    size = task.result()  # raises the copy's error
-                    copied += size
-                    if progress is not None:
-                        progress.entries_done += 1
-                        progress.bytes_done += size
-
-        try:
-            for entry_id in entries:
-                await settle(window - 1)
-                copy = self._entry(handle, fragment, replacements, entry_id, leaving, live)
-                running.add(asyncio.ensure_future(copy))
-            await settle(0)
-        finally:
-            for task in running:
-                task.cancel()
+        # A leaving bookie that still runs is a good source, but the others are asked first.
+        dead = {bookie for bookie in fragment.missing.values() if bookie not in live}
+        copy = _FragmentCopy(
+            handle,
+            replacements,
+            entries,
+            dead,
+            leaving,
+            max(1, self.options.entries_in_flight),
+            self.throttle,
+            progress,
+        )
+        copied = await copy.run()
         await self._swap(ledger_id, fragment, replacements)
         log.info(
             "ledger %d: fragment at entry %d copied (%d entries, %d bytes) and %s replaced by %s",
@@ -399,47 +393,6 @@ class Replicator:
             sorted(replacements.values()),
         )
         return len(entries), copied
-
-    async def _entry(
-        self,
-        handle: ReadHandle,
-        fragment: Fragment,
-        replacements: Mapping[int, str],
-        entry_id: int,
-        leaving: set[str],
-        live: Collection[str],
-    ) -> int:
-        """Copies one entry from a surviving replica to the new bookies of its write set; the
-        bytes written."""
-        metadata = handle.metadata
-        ledger_id = handle.ledger_id
-        members = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
-        # A leaving bookie that still runs is a good source, but the others are asked first.
-        dead = [bookie for bookie in fragment.missing.values() if bookie not in live]
-        try:
-            data = await handle.read_stored_entry(entry_id, exclude=dead, last=leaving)
-        except errors.ReadError as error:
-            raise errors.ReplicationError(
-                f"{error}; the ledger stays under-replicated until a replica returns"
-            ) from error
-        client = self.client.bookie_client
-        targets = [replacements[index] for index in members if index in replacements]
-        await self.throttle.take(len(data) * len(targets))
-        for target in targets:
-            try:
-                status = await client.recovery_add(
-                    target, ledger_id, entry_id, handle.master_key, data
-                )
-            except errors.BKError as error:
-                raise errors.ReplicationError(
-                    f"ledger {ledger_id} entry {entry_id}: copying it to {target} failed ({error})"
-                ) from error
-            if status != StatusCode.EOK:
-                raise errors.ReplicationError(
-                    f"ledger {ledger_id} entry {entry_id}: {target} refused the copy "
-                    f"({status.name})"
-                )
-        return len(data) * len(targets)
 
     async def _swap(
         self, ledger_id: int, fragment: Fragment, replacements: Mapping[int, str]
@@ -474,3 +427,166 @@ class Replicator:
                 raise errors.MetadataVersionError(str(error)) from error
 
         await update_ledger_metadata(self.client.metadata_port, ledger_id, needs_change, transform)
+
+
+class _FragmentCopy:
+    """Copies ``entries`` of one fragment to the new bookies of their write sets: each entry
+    read from its first serving replica outside ``dead`` (``leaving`` ones last), its digest
+    checked, then written unchanged with RECOVERY_ADD (without HIGH_PRIORITY: background work,
+    as BookKeeper's replicator sends it) to each new bookie, ``window`` entries in flight,
+    paced by ``throttle``. Driven by the bookie connections' callbacks (no task per entry: the
+    worker runs in the bookies' processes, and every copy's CPU is taken from their writers).
+    ``run`` returns the bytes written, or raises ``ReplicationError`` at the first copy that
+    cannot be made (the others are left to finish unwatched; what they wrote is harmless)."""
+
+    def __init__(
+        self,
+        handle: ReadHandle,
+        replacements: Mapping[int, str],
+        entries: list[int],
+        dead: set[str],
+        leaving: set[str],
+        window: int,
+        throttle: Throttle,
+        progress: Progress | None,
+    ) -> None:
+        self.handle = handle
+        self.replacements = replacements
+        self.entries = entries
+        self.dead = dead
+        self.leaving = leaving
+        self.window = window
+        self.throttle = throttle
+        self.progress = progress
+        metadata = handle.metadata
+        self._size, self._quorum = metadata.ensemble_size, metadata.write_quorum_size
+        self._bookies = handle.client.bookie_client
+        self._next = 0  # index in ``entries`` of the next entry to start
+        self._running = 0
+        self._copied = 0
+        self._done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def run(self) -> int:
+        if not self.entries:
+            return 0
+        try:
+            self._start_more()
+            return await self._done
+        finally:
+            self._next = len(self.entries)  # (cancelled or failed) nothing more is started
+
+    def _start_more(self) -> None:
+        while self._running < self.window and self._next < len(self.entries):
+            entry_id = self.entries[self._next]
+            self._next += 1
+            self._running += 1
+            sources = self.handle.stored_entry_sources(entry_id, self.dead, self.leaving)
+            self._read(entry_id, sources, 0, [])
+        if self._running == 0 and not self._done.done():
+            self._done.set_result(self._copied)
+
+    def _fail(self, error: errors.BKError) -> None:
+        if not self._done.done():
+            self._done.set_exception(error)
+
+    def _read(self, entry_id: int, sources: list[str], attempt: int, problems: list[str]) -> None:
+        if self._done.done():
+            return
+        if attempt == len(sources):
+            self._fail(
+                errors.ReplicationError(
+                    f"ledger {self.handle.ledger_id} entry {entry_id}: no replica outside "
+                    f"{sorted(self.dead)} served it ({'; '.join(problems) or 'none left'}); the "
+                    "ledger stays under-replicated until a replica returns"
+                )
+            )
+            return
+        bookie = sources[attempt]
+        ledger_id = self.handle.ledger_id
+
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            if status is None or not isinstance(body, bytes):
+                problems.append(f"{bookie}: {body!s}")
+                self._read(entry_id, sources, attempt + 1, problems)
+                return
+            if status != StatusCode.EOK:
+                problems.append(f"{bookie}: {status.name}")
+                self._read(entry_id, sources, attempt + 1, problems)
+                return
+            try:
+                self.handle.digest.verify(body, entry_id)
+            except errors.DigestMismatchError as error:
+                problems.append(f"{bookie}: {error}")
+                self._read(entry_id, sources, attempt + 1, problems)
+                return
+            self._paced(entry_id, body)
+
+        self._bookies.send(
+            bookie,
+            lambda connection: connection.read(ledger_id, entry_id, False, None, answered),
+            answered,
+        )
+
+    def _paced(self, entry_id: int, data: bytes) -> None:
+        if self._done.done():
+            return
+        members = write_set(entry_id, self._size, self._quorum)
+        targets = [self.replacements[index] for index in members if index in self.replacements]
+        delay = self.throttle.reserve(len(data) * len(targets))
+        if delay > 0:
+            asyncio.get_running_loop().call_later(delay, self._write, entry_id, data, targets)
+        else:
+            self._write(entry_id, data, targets)
+
+    def _write(self, entry_id: int, data: bytes, targets: list[str]) -> None:
+        if self._done.done():
+            return
+        ledger_id = self.handle.ledger_id
+        waiting = [len(targets)]
+
+        def written(target: str, status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            if self._done.done():
+                return
+            if status is None:
+                self._fail(
+                    errors.ReplicationError(
+                        f"ledger {ledger_id} entry {entry_id}: copying it to {target} failed "
+                        f"({body!s})"
+                    )
+                )
+                return
+            if status != StatusCode.EOK:
+                self._fail(
+                    errors.ReplicationError(
+                        f"ledger {ledger_id} entry {entry_id}: {target} refused the copy "
+                        f"({status.name})"
+                    )
+                )
+                return
+            waiting[0] -= 1
+            if not waiting[0]:
+                self._copied_one(len(data) * len(targets))
+
+        for target in targets:
+            answered: Callback = partial(written, target)
+            self._bookies.send(target, partial(self._add, entry_id, data, answered), answered)
+
+    def _copied_one(self, size: int) -> None:
+        """An entry is on every new bookie of its write set (``size`` bytes written)."""
+        self._copied += size
+        if self.progress is not None:
+            self.progress.entries_done += 1
+            self.progress.bytes_done += size
+        self._running -= 1
+        self._start_more()
+
+    def _add(self, entry_id: int, data: bytes, answered: Callback, connection: Any) -> None:
+        connection.add(
+            self.handle.ledger_id,
+            entry_id,
+            self.handle.master_key,
+            data,
+            True,
+            answered,
+            high_priority=False,
+        )

@@ -361,16 +361,20 @@ class BookieConnection(asyncio.Protocol):
         callback: Callback,
         deferred_sync: bool = False,
         frame: bytes | None = None,
+        high_priority: bool = True,
     ) -> None:
         """Sends an add; ``callback(status, b"")`` on the answer. ``deferred_sync`` (v3 write
         flag DEFERRED_SYNC): the bookie answers before its journal sync; v2 cannot carry it
         and answers EBADVERSION, as BookKeeper refuses the combination. ``frame``: the v2
-        request already encoded (a writer encodes an entry once for its whole write set)."""
+        request already encoded (a writer encodes an entry once for its whole write set).
+        A ``recovery`` add is high priority (a ledger's recovery, which its readers and next
+        writer wait for) unless ``high_priority`` is false: a re-replication copy, background
+        work, as BookKeeper's replicator sends it (RECOVERY_ADD without HIGH_PRIORITY)."""
         if deferred_sync and not self.use_v3:
             callback(StatusCode.EBADVERSION, b"")
             return
         if self.use_v3:
-            request = self._v3_request(pb.ADD_ENTRY, 1 if recovery else 0)
+            request = self._v3_request(pb.ADD_ENTRY, 1 if recovery and high_priority else 0)
             add = request.addRequest
             add.ledgerId, add.entryId, add.masterKey, add.body = (
                 ledger_id,
@@ -387,7 +391,11 @@ class BookieConnection(asyncio.Protocol):
         if self._register_v2((_ADD_ENTRY, ledger_id, entry_id), callback):
             assert self._transport is not None
             if frame is None:
-                flags = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY if recovery else v2.FLAG_NONE
+                flags = v2.FLAG_NONE
+                if recovery:
+                    flags = v2.FLAG_RECOVERY_ADD
+                    if high_priority:
+                        flags |= v2.FLAG_HIGH_PRIORITY
                 frame = v2.encode_add_request(master_key, entry, flags)
             self._write(frame)
 

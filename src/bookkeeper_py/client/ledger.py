@@ -145,12 +145,7 @@ class ReadHandle:
         re-replicate its own copy. Each request ends by the request timeout; ``ReadError``
         names every replica's failure."""
         problems: list[str] = []
-        replicas = self._replicas(entry_id)
-        if last:
-            replicas = sorted(replicas, key=lambda replica: replica[1] in last)
-        for _, bookie in replicas:
-            if bookie in exclude:
-                continue
+        for bookie in self.stored_entry_sources(entry_id, exclude, last):
             try:
                 status, body = await self._read_from(bookie, entry_id, False)
             except errors.BKError as error:
@@ -169,6 +164,17 @@ class ReadHandle:
             f"ledger {self.ledger_id} entry {entry_id}: no replica outside {sorted(exclude)} "
             f"served it ({'; '.join(problems) or 'none left'})"
         )
+
+    def stored_entry_sources(
+        self, entry_id: int, exclude: Collection[str] = (), last: Collection[str] = ()
+    ) -> list[str]:
+        """The replicas of ``entry_id`` to read its stored bytes from, in the order to try them
+        (``read_stored_entry``'s): the read order, those in ``exclude`` left out, those in
+        ``last`` at the end."""
+        replicas = [bookie for _, bookie in self._replicas(entry_id) if bookie not in exclude]
+        if last:
+            replicas.sort(key=lambda bookie: bookie in last)
+        return replicas
 
     async def last_entry_on(self, bookie: str) -> int:
         """The highest entry id ``bookie`` holds of this ledger (-1: none), by a read of entry

@@ -180,11 +180,38 @@ class Bookie:
         self._throttled_count = self.metrics.counter(
             "bookkeeper_server_ADD_ENTRY_THROTTLED", "adds that waited for the write cache"
         )
+        # Background work (re-replication copies, ``in_background``), one item a loop pass.
+        self._background: deque[Callable[[], None]] = deque()
+        self._pumping = False
+        self.metrics.gauge_function(
+            "bookkeeper_server_BACKGROUND_REQUESTS_QUEUED",
+            "background requests (re-replication copies) waiting for a pass of the loop",
+            lambda: float(len(self._background)),
+        )
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The loop the bookie and its connections run on."""
         return self._loop
+
+    def in_background(self, work: Callable[[], None]) -> None:
+        """Runs ``work`` (a request of background traffic: a re-replication copy) after what
+        the loop has to do now, one such item a pass of the loop: requests that arrive
+        meanwhile on any connection are served before the next one. A burst of 64 KiB copies
+        then delays a live writer's add by one copy, not by the burst."""
+        self._background.append(work)
+        if not self._pumping:
+            self._pumping = True
+            self._loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        background = self._background
+        if background:
+            background.popleft()()
+        if background:
+            self._loop.call_soon(self._pump)
+        else:
+            self._pumping = False
 
     def check_disks(self) -> DiskReport:
         """Checks disk usage and turns the bookie read-only or writable; safe from any thread."""

@@ -19,6 +19,7 @@ import ssl
 import struct
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 from bookkeeper_py.auth import AuthenticationError, BookieAuthProvider, BookieAuthSession, PeerInfo
@@ -280,9 +281,19 @@ class BookieConnection(asyncio.Protocol):
             if self._over_limit():
                 added(StatusCode.ETOOMANYREQUESTS)
                 return
-            self._bookie.add_entry(
-                lid, eid, request.master_key, request.entry, request.is_recovery_add, added
+            add = partial(
+                self._bookie.add_entry,
+                lid,
+                eid,
+                request.master_key,
+                request.entry,
+                request.is_recovery_add,
+                added,
             )
+            if request.is_recovery_add and not request.flags & v2.FLAG_HIGH_PRIORITY:
+                self._bookie.in_background(add)  # a re-replication copy
+            else:
+                add()
         elif isinstance(request, v2.ReadRequest):
             lid, eid = request.ledger_id, request.entry_id
 
@@ -363,9 +374,20 @@ class BookieConnection(asyncio.Protocol):
                 return
             recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
             deferred_sync = bool(add.writeFlags & v3.WRITE_FLAG_DEFERRED_SYNC)
-            self._bookie.add_entry(
-                add.ledgerId, add.entryId, add.masterKey, add.body, recovery, added, deferred_sync
+            store = partial(
+                self._bookie.add_entry,
+                add.ledgerId,
+                add.entryId,
+                add.masterKey,
+                add.body,
+                recovery,
+                added,
+                deferred_sync,
             )
+            if recovery and not request.header.priority:
+                self._bookie.in_background(store)  # a re-replication copy
+            else:
+                store()
         elif operation == pb.READ_ENTRY and request.HasField("readRequest"):
             read = request.readRequest
 
