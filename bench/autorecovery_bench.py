@@ -24,6 +24,10 @@ that replaced it. Re-replication rate = the victim's copies (its entries' payloa
 the ledgers' metadata before the kill) / (all whole - first mark). Target: >= 50 MB/s. The live
 writer's adds due during that window against the baseline window before the kill: target,
 slowed by less than 30 % (the median and the p99 latency are judged apart; the rate is kept).
+The control, once the copies are over: as many cores as the copies added to the machine's busy
+time are burnt at SCHED_IDLE for as long (at most ``--control-s``), no copy running, and the
+live writer's latency in that window is reported too: what spending that much CPU costs it on
+this machine, whatever the code that spends it.
 
 mark: three bookies, ``--mark-ledgers`` small ledgers, no bookie to copy to (the markers stay);
 the time from a bookie's SIGKILL to the first ledger marked, for each lostBookieRecoveryDelay of
@@ -112,7 +116,7 @@ WRITER_ATTEMPTS = 50  # ledgers the live writer may make before its ensemble lea
 TICK_S = 0.001  # the live writer's timer
 SAMPLED_COPIES = 32  # copies read back from the replacing bookies after a run
 AUDITOR_WAIT_S = 30.0
-HIDDEN_SETTINGS = ("json", "role", "uri", "log", "candidates", "samples")
+HIDDEN_SETTINGS = ("json", "role", "uri", "log", "candidates", "samples", "hog_duty", "hog_seconds")
 
 
 # -- measuring ---------------------------------------------------------------------------------
@@ -491,17 +495,37 @@ async def rereplicate_run(run: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def settle(cluster: LocalCluster, busy_percent: float, timeout_s: float) -> None:
-    """Waits until the bookies used less than ``busy_percent`` of a core (all together) over a
-    second: the checkpoints of the data just written are over, not in the baseline window."""
-    processes = [psutil.Process(b.process.pid) for b in cluster.bookies if b.process]
+SETTLED_DISK_BYTES_PER_S = 2e6
+
+
+async def settle(
+    cluster: LocalCluster,
+    busy_percent: float,
+    timeout_s: float,
+    disk_bytes_per_s: float = SETTLED_DISK_BYTES_PER_S,
+) -> None:
+    """Waits until, over a second, the bookies used less than ``busy_percent`` of a core (all
+    together) and the machine's disks took less than ``disk_bytes_per_s`` of writes: the
+    checkpoints of the data just written, and the kernel's writeback of them, are over, not in
+    a measured window (their fsyncs stall a journal's for tens of ms)."""
+    processes = [psutil.Process(b.process.pid) for b in cluster.bookies if b.process and b.running]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        before = family_usage(processes)[0]
+        cpu, disk = family_usage(processes)[0], disk_writes()
         await asyncio.sleep(1.0)
-        if 100 * (family_usage(processes)[0] - before) < busy_percent:
+        busy = 100 * (family_usage(processes)[0] - cpu)
+        if busy < busy_percent and disk_writes() - disk < disk_bytes_per_s:
             return
-    raise RuntimeError(f"the bookies stayed busier than {busy_percent:g} % of a core")
+    raise RuntimeError(
+        f"the bookies stayed busier than {busy_percent:g} % of a core, or the disks took more "
+        f"than {disk_bytes_per_s / 1e6:g} MB/s of writes, for {timeout_s:g} s"
+    )
+
+
+def disk_writes() -> int:
+    """Bytes written to the machine's disks so far (their devices' counters)."""
+    counters = psutil.disk_io_counters()
+    return counters.write_bytes if counters is not None else 0
 
 
 async def registered_is(port: MetadataPort, bookies: set[str]) -> bool:
@@ -548,6 +572,8 @@ class Snapshot:
     bookies_written: int
     writer_cpu_s: float
     latencies: dict[str, tuple[float, float]]
+    machine_busy_s: float  # every core's, the kernel's included
+    disk_written: int  # the machine's disks'
 
     @classmethod
     def take(
@@ -555,7 +581,17 @@ class Snapshot:
     ) -> Snapshot:
         cpu, written = family_usage(bookies)
         latencies = server_latencies(http_ports)
-        return cls(time.monotonic(), cpu, written, family_usage([writer])[0], latencies)
+        machine = psutil.cpu_times()
+        busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+        return cls(
+            time.monotonic(),
+            cpu,
+            written,
+            family_usage([writer])[0],
+            latencies,
+            busy,
+            disk_writes(),
+        )
 
     def mean_ms(self, later: Snapshot, name: str) -> float:
         """The mean of ``name``'s latencies observed between this snapshot and ``later``."""
@@ -599,6 +635,7 @@ async def measure_rereplication(
     await wait_whole(watch, args.done_poll_ms / 1000, args.run_timeout)
     done = Snapshot.take(survivors, writer, ports)
     machine = usage.stop(victim_cpu)
+    control = await control_window(cluster, baseline, killed, marked, done, args)
     retries = sum(count_in_log(b.log_file, "retrying in") for b in cluster.bookies)
     return {
         "snapshots": (baseline, killed, marked, done),
@@ -606,7 +643,46 @@ async def measure_rereplication(
         "detection": detection,
         "machine": machine,
         "worker_retries": retries,
+        "control": control,
     }
+
+
+async def control_window(
+    cluster: LocalCluster,
+    baseline: Snapshot,
+    killed: Snapshot,
+    marked: Snapshot,
+    done: Snapshot,
+    args: argparse.Namespace,
+) -> dict[str, float]:
+    """The control: once the copies are over, as many cores as they added to the machine's busy
+    time (everything: bookies, kernel) are burnt by processes at the lowest priority there is
+    (SCHED_IDLE: they run only on a core nobody else wants), for as long as the copies took (at
+    most ``--control-s``), while the live writer goes on. What that does to its latency is what
+    spending the copies' CPU on this machine costs it, whatever the code: the floor under the
+    slowdown figures. Its window, and the cores burnt."""
+    baseline_cores = (killed.machine_busy_s - baseline.machine_busy_s) / (killed.at - baseline.at)
+    copy_cores = (done.machine_busy_s - marked.machine_busy_s) / max(done.at - marked.at, 1e-9)
+    cores = max(0.0, copy_cores - baseline_cores)
+    seconds = min(done.at - marked.at, args.control_s)
+    # The copies' last checkpoints over: back to the baseline's CPU and disk writes.
+    window = killed.at - baseline.at
+    await settle(
+        cluster,
+        args.settle_cpu + 100 * (killed.bookies_cpu_s - baseline.bookies_cpu_s) / window,
+        args.run_timeout,
+        SETTLED_DISK_BYTES_PER_S + (killed.disk_written - baseline.disk_written) / window,
+    )
+    started = time.monotonic()
+    if cores > 0 and seconds > 0:
+        count = math.ceil(cores)
+        hogs = [
+            await spawn("hog", f"--hog-duty={cores / count}", f"--hog-seconds={seconds}")
+            for _ in range(count)
+        ]
+        for hog in hogs:
+            await hog.wait()
+    return {"start": started, "end": time.monotonic(), "cores": cores}
 
 
 def count_in_log(path: str, text: str) -> int:
@@ -637,6 +713,8 @@ def summarize_rereplication(
     rate, started = args.writer_rate, written["started"]
     base = writer_window(samples, started, rate, baseline.at, killed.at)
     during = writer_window(samples, started, rate, first_mark, done.at)
+    control = measured["control"]
+    burnt = writer_window(samples, started, rate, control["start"], control["end"])
     return {
         "mb_per_s": mb / seconds,
         "copied_mb": mb,
@@ -666,6 +744,11 @@ def summarize_rereplication(
         **{f"during_{k}": v for k, v in during.items()},
         "p50_slowdown_percent": 100 * (during["p50_ms"] / base["p50_ms"] - 1),
         "p99_slowdown_percent": 100 * (during["p99_ms"] / base["p99_ms"] - 1),
+        "copies_cores": control["cores"],
+        "control_p50_ms": burnt["p50_ms"],
+        "control_p99_ms": burnt["p99_ms"],
+        "control_p50_slowdown_percent": 100 * (burnt["p50_ms"] / base["p50_ms"] - 1),
+        "control_p99_slowdown_percent": 100 * (burnt["p99_ms"] / base["p99_ms"] - 1),
         "rate_kept": during["adds_per_s"] >= 0.99 * args.writer_rate
         and during["unacknowledged"] == 0,
         "writer_ensemble_changes": written["ensemble_changes"],
@@ -702,7 +785,10 @@ async def rereplicate_mode(args: argparse.Namespace) -> dict[str, Any]:
         f" -> {median['during_server_add_mean_ms']:.2f} ms on average from arrival to answer "
         f"(the copies {median['during_server_copy_mean_ms']:.2f} ms), fdatasync "
         f"{median['baseline_journal_sync_mean_ms']:.2f} -> "
-        f"{median['during_journal_sync_mean_ms']:.2f} ms; machine "
+        f"{median['during_journal_sync_mean_ms']:.2f} ms; control: the same "
+        f"{median['copies_cores']:.2f} cores burnt at SCHED_IDLE, no copies: p50 "
+        f"{median['control_p50_ms']:.2f} ms ({median['control_p50_slowdown_percent']:+.0f} %), p99 "
+        f"{median['control_p99_ms']:.2f} ms ({median['control_p99_slowdown_percent']:+.0f} %); machine "
         f"{median['machine_cpu_busy_percent']:.0f} % busy, "
         f"others {median['others_cpu_percent']:.0f} % of a core, kernel "
         f"{median['kernel_cpu_percent']:.0f} %"
@@ -799,8 +885,24 @@ MODE_RUNNERS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[
     "rereplicate": rereplicate_mode,
     "mark": mark_mode,
 }
+
+
+async def hog(args: argparse.Namespace) -> dict[str, Any]:
+    """Burns ``--hog-duty`` of a core for ``--hog-seconds`` at SCHED_IDLE (the control)."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    end = time.monotonic() + args.hog_seconds
+    period = 0.01
+    while (now := time.monotonic()) < end:
+        busy_until = now + period * args.hog_duty
+        while time.monotonic() < busy_until:
+            pass
+        await asyncio.sleep(period * (1 - args.hog_duty))
+    return {}
+
+
 ROLES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
-    "live-writer": live_writer
+    "live-writer": live_writer,
+    "hog": hog,
 }
 
 
@@ -843,6 +945,9 @@ def arguments() -> argparse.Namespace:
         help="rereplicate: the bookies' CPU (%% of a core) under which they count as idle after "
         "the data was written",
     )
+    parser.add_argument(
+        "--control-s", type=float, default=10.0, help="rereplicate: the control window, at most"
+    )
     parser.add_argument("--poll-ms", type=float, default=5.0, help="registration and markers")
     parser.add_argument("--done-poll-ms", type=float, default=100.0, help="rereplicate: markers")
     parser.add_argument("--mark-ledgers", type=int, default=100, help="mark: ledgers")
@@ -858,6 +963,8 @@ def arguments() -> argparse.Namespace:
     )
     add_common_arguments(parser, tuple(ROLES))
     parser.add_argument("--candidates", help=argparse.SUPPRESS)
+    parser.add_argument("--hog-duty", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--hog-seconds", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not set(args.victims) <= {"other", "auditor"}:
