@@ -11,6 +11,7 @@ import crc32c
 import pytest
 
 from bookkeeper_py.storage.journal import (
+    BACKGROUND_WITH_FOREGROUND,
     CorruptJournalError,
     Journal,
     JournalError,
@@ -287,3 +288,48 @@ def test_pages_stay_in_the_page_cache_without_fsync_or_when_asked(
         collector.wait_for(index + 1)
     journal.close()
     assert recorder.calls == []
+
+
+def test_background_records_give_way_to_foreground_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a group is being synced, 20 background records (re-replication copies of 64 KiB)
+    and then one foreground record are queued: the next group holds the foreground record and at
+    most BACKGROUND_WITH_FOREGROUND bytes of copies, not the megabyte of copies queued first.
+    Every record is written, and a closing journal writes what is still queued."""
+    gate = threading.Event()
+    syncing = threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def held_fdatasync(fd: int) -> None:
+        syncing.set()
+        assert gate.wait(30)
+        real_fdatasync(fd)
+
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector)
+    journal.open(0)
+    monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+    copies = [entry(7, e, b"c" * (64 * 1024)) for e in range(21)]
+    journal.append(RecordType.ENTRY, copies[0], "copy-0", background=True)
+    assert syncing.wait(30)  # the first copy's group is being synced
+    for number, body in enumerate(copies[1:], 1):
+        journal.append(RecordType.ENTRY, body, f"copy-{number}", background=True)
+    write = entry(8, 0, b"live writer")
+    journal.append(RecordType.ENTRY, write, "write")
+    gate.set()
+    collector.wait_for(2)
+    journal.close()
+    monkeypatch.undo()
+    assert sorted(str(token) for token, _ in collector.results) == sorted(
+        ["write", *(f"copy-{number}" for number in range(21))]
+    )
+    assert all(error is None for _, error in collector.results)
+    groups: dict[int, list[bytes]] = {}
+    for _, body, _, group_end in replay(str(tmp_path), None):
+        groups.setdefault(group_end, []).append(body)
+    first, second, *rest = (groups[end] for end in sorted(groups))
+    assert first == [copies[0]]
+    assert second[0] == write  # the foreground record first, then copies up to the budget
+    assert sum(map(len, second[1:])) <= BACKGROUND_WITH_FOREGROUND + len(copies[1])
+    assert [body for group in (second, *rest) for body in group if body != write] == copies[1:]

@@ -43,9 +43,9 @@ def stored_order(bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> list[tuple[
     engine = bookie.engine
     real_add = engine.add_entry
 
-    def add_entry(ledger_id: int, entry_id: int, data: bytes, token: Any) -> None:
+    def add_entry(ledger_id: int, entry_id: int, data: bytes, token: Any, *rest: Any) -> None:
         order.append((ledger_id, entry_id))
-        real_add(ledger_id, entry_id, data, token)
+        real_add(ledger_id, entry_id, data, token, *rest)
 
     monkeypatch.setattr(engine, "add_entry", add_entry)
     return order

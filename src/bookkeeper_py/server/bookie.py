@@ -355,10 +355,12 @@ class Bookie:
         done: StatusDone,
         deferred_sync: bool = False,
         resumed: bool = False,
+        background: bool = False,
     ) -> None:
         """Stores an entry; ``done`` gets the answer once its journal record is durable, or, with
         ``deferred_sync`` (v3 write flag DEFERRED_SYNC), as soon as it is stored and queued: the
-        writer then learns of durability from FORCE_LEDGER."""
+        writer then learns of durability from FORCE_LEDGER. A ``background`` entry (a
+        re-replication copy) gives way to the others in the journal."""
         # One closure per add (the journal's callback answers and times it): this runs for
         # every copy of every entry.
         stats = self._recovery_add_stats if recovery else self._add_stats
@@ -388,6 +390,7 @@ class Bookie:
                 done,
                 deferred_sync,
                 True,
+                background,
             )
             self._throttled.append(
                 (self._loop.time() + self.config.max_throttle_time_s, resume, done)
@@ -431,7 +434,7 @@ class Bookie:
                 done(StatusCode.EIO)
 
         self.pending_adds += 1
-        self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable)
+        self.engine.add_entry(ledger_id, entry_id, bytes(entry), durable, background)
         if deferred_sync:
             stats.success(time.perf_counter() - started)
             done(StatusCode.EOK)

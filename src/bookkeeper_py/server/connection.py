@@ -291,7 +291,7 @@ class BookieConnection(asyncio.Protocol):
                 added,
             )
             if request.is_recovery_add and not request.flags & v2.FLAG_HIGH_PRIORITY:
-                self._bookie.in_background(add)  # a re-replication copy
+                self._bookie.in_background(partial(add, background=True))  # a copy
             else:
                 add()
         elif isinstance(request, v2.ReadRequest):
@@ -385,7 +385,7 @@ class BookieConnection(asyncio.Protocol):
                 deferred_sync,
             )
             if recovery and not request.header.priority:
-                self._bookie.in_background(store)  # a re-replication copy
+                self._bookie.in_background(partial(store, background=True))  # a copy
             else:
                 store()
         elif operation == pb.READ_ENTRY and request.HasField("readRequest"):

@@ -116,7 +116,12 @@ class LedgerEngine(Protocol):
         """Constant-time comparison of a presented master key with the stored one."""
         ...
 
-    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None: ...
+    def add_entry(
+        self, ledger_id: int, entry_id: int, entry: bytes, token: Any, background: bool = False
+    ) -> None:
+        """Stores an entry; ``token`` comes back once it is durable. A ``background`` entry (a
+        re-replication copy) may wait behind the others for its journal write."""
+        ...
 
     def fence(self, ledger_id: int, token: Any) -> None: ...
 
@@ -380,9 +385,11 @@ class StorageEngine:
         )
         return info
 
-    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None:
+    def add_entry(
+        self, ledger_id: int, entry_id: int, entry: bytes, token: Any, background: bool = False
+    ) -> None:
         self.storage.add_entry(ledger_id, entry_id, entry)
-        self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token)
+        self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token, background)
         if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
             self.storage.hurry()  # the running checkpoint, if paced, must keep up
             self._checkpoint_requested.set()

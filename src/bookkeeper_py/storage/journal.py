@@ -34,6 +34,7 @@ hypervisor (the append profile of a bookie spent a third of its CPU there).
 
 from __future__ import annotations
 
+import collections
 import enum
 import errno
 import logging
@@ -278,6 +279,8 @@ def _write_all(fd: int, pieces: list[bytes]) -> None:
 
 # Called on the journal thread with the tokens of a durable group, or with the tokens of failed
 # records and the error. Records appended with token None are not reported.
+# Background bytes (re-replication copies) a group may carry beside foreground records.
+BACKGROUND_WITH_FOREGROUND = 128 * 1024
 Callback = Callable[[list[Any], Exception | None], None]
 
 
@@ -317,7 +320,11 @@ class Journal:
         # are clean then) and where the system has posix_fadvise.
         self._drop_pages = remove_from_page_cache and sync_data and hasattr(os, "posix_fadvise")
         self._dropped = 0  # bytes at the start of the current file dropped from the page cache
-        self._queue: queue.SimpleQueue[tuple[int, bytes, Any] | None] = queue.SimpleQueue()
+        # (record type, body, token, background), or None: stop
+        self._queue: queue.SimpleQueue[tuple[int, bytes, Any, bool] | None] = queue.SimpleQueue()
+        # Records taken off the queue by the journal thread, not written yet, by lane.
+        self._foreground: collections.deque[tuple[int, bytes, Any]] = collections.deque()
+        self._background: collections.deque[tuple[int, bytes, Any]] = collections.deque()
         self._failure: Exception | None = None
         self._thread: threading.Thread | None = None
         self._fd = -1
@@ -367,47 +374,83 @@ class Journal:
 
     @property
     def queued(self) -> int:
-        """Records waiting for the journal thread."""
-        return self._queue.qsize()
+        """Records waiting to be written."""
+        return self._queue.qsize() + len(self._foreground) + len(self._background)
 
-    def append(self, record_type: RecordType, body: bytes, token: Any) -> None:
-        """Queues a record; ``on_synced`` reports ``token`` once the record is durable (or failed)."""
-        self._queue.put((record_type, body, token))
+    def append(
+        self, record_type: RecordType, body: bytes, token: Any, background: bool = False
+    ) -> None:
+        """Queues a record; ``on_synced`` reports ``token`` once the record is durable (or
+        failed). A ``background`` record (a re-replication copy) gives way to the others: a
+        group holds every waiting foreground record and at most ``BACKGROUND_WITH_FOREGROUND``
+        bytes of background ones (one record at least), so that a live writer's fsync does not
+        wait for megabytes of copies queued before it."""
+        self._queue.put((record_type, body, token, background))
+
+    def _take(self, item: tuple[int, bytes, Any, bool]) -> None:
+        record_type, body, token, background = item
+        (self._background if background else self._foreground).append((record_type, body, token))
 
     def _run(self) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
-        while True:
-            first = get()
-            if first is None:
-                break
-            batch = [first]
-            size = len(first[1])
-            stop = False
+        stop = False
+        while not stop:
+            if not self._foreground and not self._background:
+                first = get()
+                if first is None:
+                    break
+                self._take(first)
             deadline = time.monotonic() + self._max_group_wait_s
-            while size < self._threshold:
+            # Everything queued now; with journalMaxGroupWaitMSec, more until the deadline.
+            while True:
                 try:
                     item = get_nowait()
                 except queue.Empty:
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    if remaining <= 0 or self._waiting_bytes() >= self._threshold:
                         break
                     try:
                         item = get(timeout=remaining)
                     except queue.Empty:
                         break
                 if item is None:
-                    stop = True
+                    stop = True  # after writing what was queued
                     break
-                batch.append(item)
-                size += len(item[1])
-            self._commit(batch)
-            if stop:
-                break
+                self._take(item)
+            while self._foreground or self._background:
+                self._commit(self._group())
+                if not stop:
+                    break
+
+    def _waiting_bytes(self) -> int:
+        return sum(len(body) for _, body, _ in self._foreground) + sum(
+            len(body) for _, body, _ in self._background
+        )
+
+    def _group(self) -> list[tuple[int, bytes, Any]]:
+        """The next group: foreground records up to the buffered-writes threshold, then
+        background ones up to ``BACKGROUND_WITH_FOREGROUND`` bytes (the threshold when no
+        foreground record waits), one at least."""
+        batch: list[tuple[int, bytes, Any]] = []
+        size = 0
+        foreground, background = self._foreground, self._background
+        while foreground and size < self._threshold:
+            record = foreground.popleft()
+            batch.append(record)
+            size += len(record[1])
+        limit = size + BACKGROUND_WITH_FOREGROUND if batch else self._threshold
+        taken = 0
+        while background and (taken == 0 or size < limit):
+            record = background.popleft()
+            batch.append(record)
+            size += len(record[1])
+            taken += 1
+        return batch
 
     def request_roll(self) -> None:
         """Asks the journal thread to start a new file (if the current one holds any record),
         so that the next checkpoint can delete the current one and give its space back."""
-        self._queue.put((_ROLL, b"", None))
+        self._queue.put((_ROLL, b"", None, False))
 
     def _commit(self, batch: list[tuple[int, bytes, Any]]) -> None:
         if any(record_type == _ROLL for record_type, _, _ in batch):

@@ -103,7 +103,10 @@ class SimEngine:
         self.disk.write(("key", ledger_id, master_key))
         return info
 
-    def add_entry(self, ledger_id: int, entry_id: int, entry: bytes, token: Any) -> None:
+    def add_entry(
+        self, ledger_id: int, entry_id: int, entry: bytes, token: Any, background: bool = False
+    ) -> None:
+        # (one journal, in order: the simulated disk has no lanes)
         self._entries.setdefault(ledger_id, {})[entry_id] = entry
         self._append(("entry", ledger_id, entry_id, entry), token)
 
