@@ -51,6 +51,17 @@ def test_short_fragments_name_the_gone_bookies_and_flag_the_writer_s() -> None:
     assert short_fragments(ledger(), lambda bookie: bookie == "z") == ([], False)
 
 
+def test_a_bookie_that_lost_data_is_replaced_only_where_it_lost_it() -> None:
+    """A live bookie that lacks the entries of one fragment (its writer never got them to it,
+    a replaced disk) is replaced in that fragment only: taken for gone in every fragment that
+    names it, two members of one fragment could need replacing where one spare bookie is left,
+    and the ledger stayed marked for good (simulator seed 739)."""
+    short, _ = short_fragments(ledger(), lambda bookie: False, {10: {"c"}})
+    assert [(f.first_entry, dict(f.missing)) for f in short] == [(10, {2: "c"})]
+    short, _ = short_fragments(ledger(), lambda bookie: bookie == "b", {10: {"c"}, 0: {"z"}})
+    assert [(f.first_entry, dict(f.missing)) for f in short] == [(0, {1: "b"}), (10, {2: "c"})]
+
+
 def test_a_missing_index_held_the_entries_of_its_write_sets() -> None:
     fragment = Fragment(5, 0, 9, ("a", "b", "c"), {1: "b"})
     # (1 - e) mod 3 < 2: entries 0, 1, 3, 4, 6, 7, 9

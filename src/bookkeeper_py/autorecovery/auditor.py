@@ -263,7 +263,7 @@ class Auditor:
         for ledger_id, metadata in await self._ledgers():
             if not metadata.is_closed:
                 continue
-            missing = await missing_on(self.client, metadata, live)
+            missing = set().union(*(await missing_on(self.client, metadata, live)).values())
             if missing:
                 log.warning(
                     "auditor: ledger %d has entries missing on %s", ledger_id, sorted(missing)

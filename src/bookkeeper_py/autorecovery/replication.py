@@ -84,14 +84,22 @@ def fragments(metadata: LedgerMetadata) -> list[tuple[int, int | None, tuple[str
 
 
 def short_fragments(
-    metadata: LedgerMetadata, gone: Callable[[str], bool]
+    metadata: LedgerMetadata,
+    gone: Callable[[str], bool],
+    lost: Mapping[int, Collection[str]] | None = None,
 ) -> tuple[list[Fragment], bool]:
-    """(the fragments with a known end whose ensemble names a bookie ``gone`` says is gone,
-    whether the open ledger's last fragment names one too)."""
+    """(the fragments with a known end whose ensemble names a bookie ``gone`` says is gone, or
+    one that ``lost`` (fragment's first entry -> bookies) says lost its copies of that
+    fragment, whether the open ledger's last fragment names one too)."""
     found = []
     open_short = False
     for first, last, members in fragments(metadata):
-        missing = {index: bookie for index, bookie in enumerate(members) if gone(bookie)}
+        lost_here = lost.get(first, ()) if lost else ()
+        missing = {
+            index: bookie
+            for index, bookie in enumerate(members)
+            if gone(bookie) or bookie in lost_here
+        }
         if not missing:
             continue
         if last is None:
@@ -122,17 +130,19 @@ def _held(index: int, first: int, last: int, metadata: LedgerMetadata) -> list[i
 
 async def missing_on(
     client: BookKeeper, metadata: LedgerMetadata, bookies: Collection[str]
-) -> set[str]:
-    """Those of ``bookies`` (live ones) that answer "no such entry" or "no such ledger" for the
-    first or last entry they should hold of a fragment with a known end (BookKeeper's
-    LedgerChecker): lost data on a live bookie, a replaced disk. A bookie that cannot be reached
-    is not counted (the lost-bookie audit covers it)."""
-    missing: set[str] = set()
+) -> dict[int, set[str]]:
+    """Fragment (by its first entry) -> those of ``bookies`` (live ones) that answer "no such
+    entry" or "no such ledger" for the first or last entry they should hold of it, for the
+    fragments with a known end (BookKeeper's LedgerChecker): lost data on a live bookie, a
+    replaced disk, entries its writer never got to it. Per fragment: a bookie is replaced only
+    where it lacks data. A bookie that cannot be reached is not counted (the lost-bookie audit
+    covers it)."""
+    missing: dict[int, set[str]] = {}
     for first, last, members in fragments(metadata):
         if last is None or last < first:
             continue
         for index, bookie in enumerate(members):
-            if bookie not in bookies or bookie in missing:
+            if bookie not in bookies or bookie in missing.get(first, ()):
                 continue
             for entry_id in set(_held(index, first, last, metadata)):
                 try:
@@ -142,7 +152,7 @@ async def missing_on(
                 except errors.BKError:
                     continue
                 if status in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
-                    missing.add(bookie)
+                    missing.setdefault(first, set()).add(bookie)
     return missing
 
 
@@ -276,7 +286,11 @@ class Replicator:
         return bookies.live, bookies.writable
 
     async def plan(
-        self, ledger_id: int, leaving: Collection[str], live: Collection[str]
+        self,
+        ledger_id: int,
+        leaving: Collection[str],
+        live: Collection[str],
+        lost: Mapping[int, Collection[str]] | None = None,
     ) -> tuple[LedgerMetadata, list[Fragment], bool] | None:
         """(metadata, short fragments, whether the open last fragment is short) of a ledger;
         None when it does not exist."""
@@ -288,7 +302,7 @@ class Replicator:
         def gone(bookie: str) -> bool:
             return bookie in leaving or bookie not in live
 
-        found, open_short = short_fragments(metadata, gone)
+        found, open_short = short_fragments(metadata, gone, lost)
         return metadata, found, open_short
 
     async def replicate(
@@ -296,18 +310,20 @@ class Replicator:
         ledger_id: int,
         leaving: Collection[str] = (),
         *,
+        lost: Mapping[int, Collection[str]] | None = None,
         fence_open: bool = False,
         progress: Progress | None = None,
     ) -> LedgerOutcome:
         """Makes again every copy of ``ledger_id`` that is on a bookie not live or in
-        ``leaving``. An open ledger whose last fragment names such a bookie is fenced and
+        ``leaving``, or that ``lost`` (fragment's first entry -> bookies, ``missing_on``) says
+        its bookie lost. An open ledger whose last fragment names such a bookie is fenced and
         recovered first when ``fence_open``, else that fragment is left to its writer. Raises
         ``ReplicationError`` (or the client's errors) when a copy cannot be made now; what was
         finished stays finished."""
         outcome = LedgerOutcome(ledger_id)
         leaving = set(leaving)
         live, writable = await self.registered()
-        planned = await self.plan(ledger_id, leaving, live)
+        planned = await self.plan(ledger_id, leaving, live, lost)
         if planned is None:
             outcome.deleted = outcome.whole = True
             return outcome
@@ -319,7 +335,7 @@ class Replicator:
                 await recover(handle)
             except errors.LedgerClosedError:
                 pass  # its writer closed it meanwhile
-            planned = await self.plan(ledger_id, leaving, live)
+            planned = await self.plan(ledger_id, leaving, live, lost)
             if planned is None:
                 outcome.deleted = outcome.whole = True
                 return outcome
@@ -332,7 +348,7 @@ class Replicator:
             outcome.fragments += 1
             outcome.entries += copied_entries
             outcome.bytes += copied_bytes
-        after = await self.plan(ledger_id, leaving, live)
+        after = await self.plan(ledger_id, leaving, live, lost)
         if after is None:
             outcome.deleted = outcome.whole = True
             return outcome
@@ -369,14 +385,16 @@ class Replicator:
         replacements = {index: new[index] for index in fragment.missing}
         handle = ReadHandle(self.client, metadata, metadata.password)
         entries = fragment.entries(metadata.write_quorum_size)
-        # A leaving bookie that still runs is a good source, but the others are asked first.
+        # A leaving bookie that still runs is a good source, but the others are asked first (as
+        # a live one that lost some of the fragment's entries).
         dead = {bookie for bookie in fragment.missing.values() if bookie not in live}
+        last = leaving | (set(fragment.missing.values()) - dead)
         copy = _FragmentCopy(
             handle,
             replacements,
             entries,
             dead,
-            leaving,
+            last,
             max(1, self.options.entries_in_flight),
             self.throttle,
             progress,

@@ -39,7 +39,10 @@ class WorkerOptions:
     open_ledger_grace_s: float = 30.0  # openLedgerRereplicationGracePeriod
     poll_s: float = 1.0  # how often the markers are listed when there was nothing to do
     retry_s: float = 5.0  # pause before a ledger that failed is tried again
-    ledgers_in_parallel: int = 1  # ledgers one worker replicates at once
+    # Ledgers one worker replicates at once: two, so that one ledger's store round trips (its
+    # lock, marker, metadata, compare-and-swap, unmark: ~8 of them) overlap the other's copies
+    # (1,000 ledgers of 1 MiB each, 3 -> 4 bookies: 52 -> 60-66 MB/s).
+    ledgers_in_parallel: int = 2
 
 
 class ReplicationWorker:
@@ -132,21 +135,21 @@ class ReplicationWorker:
                 except TimeoutError:
                     pass
 
-    async def _lost_data(self, ledger_id: int) -> set[str]:
+    async def _lost_data(self, ledger_id: int) -> dict[int, set[str]]:
         """The live bookies the ledger's marker names that really lost its entries (the
-        periodic check marks those); a bookie marked lost that came back holding them is left
-        alone."""
+        periodic check marks those), by fragment; a bookie marked lost that came back holding
+        them is left alone."""
         marker = await self.markers.marker(ledger_id)
         if marker is None:
-            return set()
+            return {}
         live, _ = await self.replicator.registered()
         suspects = set(marker[0]) & live
         if not suspects:
-            return set()
+            return {}
         try:
             metadata, _ = await self.client.metadata_port.read_ledger_metadata(ledger_id)
         except errors.NoSuchLedgerError:
-            return set()
+            return {}
         return await missing_on(self.client, metadata, suspects)
 
     async def replicate(self, ledger_id: int) -> bool:
@@ -157,9 +160,9 @@ class ReplicationWorker:
         open_since = self._open_since.get(ledger_id)
         fence = open_since is not None and started - open_since >= self.options.open_ledger_grace_s
         try:
-            leaving = await self._lost_data(ledger_id)
+            lost = await self._lost_data(ledger_id)
             outcome = await self.replicator.replicate(
-                ledger_id, leaving, fence_open=fence, progress=self.progress
+                ledger_id, lost=lost, fence_open=fence, progress=self.progress
             )
         except (errors.BKError, OSError) as error:
             self.failures += 1

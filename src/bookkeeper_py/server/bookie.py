@@ -97,6 +97,11 @@ class BookieConfig:
         return self.bookie_id or f"{self.host}:{self.port}"
 
 
+# Background work (re-replication copies) a pass of the loop may run: then the requests that
+# arrived meanwhile are served.
+BACKGROUND_SLICE_S = 0.0005
+
+
 class Bookie:
     """Request handling over storage. Runs on one asyncio loop; the journal has its own thread."""
 
@@ -180,7 +185,7 @@ class Bookie:
         self._throttled_count = self.metrics.counter(
             "bookkeeper_server_ADD_ENTRY_THROTTLED", "adds that waited for the write cache"
         )
-        # Background work (re-replication copies, ``in_background``), one item a loop pass.
+        # Background work (re-replication copies, ``in_background``), a slice a loop pass.
         self._background: deque[Callable[[], None]] = deque()
         self._pumping = False
         self.metrics.gauge_function(
@@ -196,9 +201,10 @@ class Bookie:
 
     def in_background(self, work: Callable[[], None]) -> None:
         """Runs ``work`` (a request of background traffic: a re-replication copy) after what
-        the loop has to do now, one such item a pass of the loop: requests that arrive
-        meanwhile on any connection are served before the next one. A burst of 64 KiB copies
-        then delays a live writer's add by one copy, not by the burst."""
+        the loop has to do now, ``BACKGROUND_SLICE_S`` of such work a pass of the loop (one
+        item at least): requests that arrive meanwhile on any connection are served before the
+        next slice. A burst of 64 KiB copies then delays a live writer's add by a slice, not by
+        the burst."""
         self._background.append(work)
         if not self._pumping:
             self._pumping = True
@@ -206,8 +212,11 @@ class Bookie:
 
     def _pump(self) -> None:
         background = self._background
-        if background:
+        ends = time.perf_counter() + BACKGROUND_SLICE_S
+        while background:
             background.popleft()()
+            if time.perf_counter() >= ends:
+                break
         if background:
             self._loop.call_soon(self._pump)
         else:
