@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -260,44 +259,6 @@ def test_the_auditor_s_bookie_killed_is_replaced_before_its_registration_ends() 
         with MetadataClient.connect(uri) as metadata:
             assert first in metadata.writable_bookies()  # its session has not expired yet
         assert asyncio.run(_replicas_identical(uri, written, live)) == []
-
-
-def test_a_bookie_s_autorecovery_is_its_child_and_ends_with_it() -> None:
-    """A bookie runs its AutoRecovery as a child process (named after the bookie): its metrics
-    come with the bookie's on /metrics, and a killed bookie's child ends at once (it would keep
-    its vote and locks alive); a child that exits while its bookie runs is started again."""
-    import psutil
-
-    with LocalCluster(3, bookie_args=FAST) as cluster:
-        uri = cluster.metadata_uri
-        wait_for(lambda: shell(uri, "whoisauditor").returncode == 0, 60, "an auditor elected")
-
-        def child_of(index: int) -> psutil.Process | None:
-            process = cluster.bookies[index].process
-            assert process is not None
-            children = psutil.Process(process.pid).children()
-            return next((c for c in children if "autorecovery" in c.cmdline()), None)
-
-        first = child_of(0)
-        assert first is not None and cluster.bookie_ids[0] in first.cmdline()
-
-        def metrics() -> bytes:
-            url = f"http://127.0.0.1:{cluster.bookies[0].http_port}/metrics"
-            with urllib.request.urlopen(url, timeout=30) as page:
-                return bytes(page.read())
-
-        assert b"bookie_SERVER_STATUS" in metrics()
-        wait_for(
-            lambda: b"replication_worker_NUM_ENTRIES_WRITTEN" in metrics(),
-            60,
-            "the child's metrics on the bookie's /metrics",
-        )
-        first.kill()  # the child dies; the bookie starts another
-        wait_for(lambda: (child_of(0) or first).pid != first.pid, 60, "the child started again")
-        second = child_of(1)
-        assert second is not None
-        cluster.kill_bookie(1)
-        wait_for(lambda: not second.is_running() or second.status() == "zombie", 30, "it ended")
 
 
 def test_recover_dry_run_changes_nothing_then_recover_copies_everything() -> None:

@@ -15,7 +15,6 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.autorecovery import admin
@@ -193,36 +192,7 @@ def add_process_command(commands: argparse._SubParsersAction) -> None:  # type: 
     # Every AutoRecovery key but the switch: this process is AutoRecovery.
     config.add_arguments(process, config.AUTORECOVERY_SETTINGS[1:], metadata=True)
     process.add_argument("--name", help="this process's name in locks and votes [host:pid]")
-    process.add_argument(
-        "--metrics-socket",
-        help="serve GET /metrics (Prometheus text) on this Unix socket (ours; a bookie's own "
-        "AutoRecovery: the bookie appends them to its /metrics)",
-    )
-    process.add_argument(
-        "--parent-pid",
-        type=int,
-        help="end with this process (ours; a bookie that runs its AutoRecovery as a child)",
-    )
     process.set_defaults(run=run_process)
-
-
-async def serve_metrics(metrics: Any, path: str) -> Any:
-    """GET /metrics on the Unix socket ``path``: the runner to clean up."""
-    from aiohttp import web
-
-    from bookkeeper_py.server.http import PROMETHEUS_CONTENT_TYPE
-
-    async def prometheus(_request: web.Request) -> web.Response:
-        return web.Response(
-            body=metrics.render(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
-        )
-
-    app = web.Application()
-    app.router.add_get("/metrics", prometheus)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.UnixSite(runner, path).start()
-    return runner
 
 
 def run_process(args: argparse.Namespace) -> None:
@@ -239,10 +209,6 @@ def run_process(args: argparse.Namespace) -> None:
     options = config.autorecovery_options(values)
     session_timeout_s = config.session_timeout_s(values)
     name = args.name or f"{socket.gethostname()}:{os.getpid()}"
-    if args.parent_pid is not None:
-        from bookkeeper_py.server.autorecovery_process import die_with_parent
-
-        die_with_parent(args.parent_pid)
 
     async def serve() -> None:
         stop = asyncio.Event()
@@ -251,16 +217,12 @@ def run_process(args: argparse.Namespace) -> None:
             loop.add_signal_handler(signum, stop.set)
         from bookkeeper_py.prometheus import PrometheusMetrics
 
-        metrics = PrometheusMetrics()
-        service = await start_autorecovery(uri, name, options, metrics, session_timeout_s)
-        runner = None
+        service = await start_autorecovery(
+            uri, name, options, PrometheusMetrics(), session_timeout_s
+        )
         try:
-            if args.metrics_socket:
-                runner = await serve_metrics(metrics, args.metrics_socket)
             await stop.wait()
         finally:
-            if runner is not None:
-                await runner.cleanup()
             await stop_autorecovery(service)
 
     run_event_loop(serve())

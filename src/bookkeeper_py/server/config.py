@@ -641,24 +641,6 @@ def build(values: dict[str, Any]) -> BookieConfig:
     )
 
 
-def autorecovery_arguments(values: dict[str, Any]) -> list[str]:
-    """The ``bookkeeper autorecovery`` options that carry ``values``' metadata service, zkTimeout
-    and AutoRecovery keys: a bookie's own AutoRecovery, run as a child process."""
-    arguments: list[str] = []
-    for setting in (
-        _BY_KEY["metadataServiceUri"],
-        _BY_KEY["zkTimeout"],
-        *AUTORECOVERY_SETTINGS[1:],
-    ):
-        value = values[setting.key]
-        if value is not None:
-            arguments += [
-                setting.option,
-                str(value).lower() if isinstance(value, bool) else str(value),
-            ]
-    return arguments
-
-
 def autorecovery_options(values: dict[str, Any]) -> AutoRecoveryOptions:
     """AutoRecovery's options from resolved ``values``; ``ConfigError`` naming a bad key."""
     # Imported here: a bookie without AutoRecovery loads no client code.

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from aiohttp import web
 
 from bookkeeper_py.prometheus import PrometheusMetrics
@@ -13,22 +11,14 @@ from bookkeeper_py.server.service import BookieService
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def make_app(
-    service: BookieService,
-    metrics: PrometheusMetrics,
-    more_metrics: Callable[[], Awaitable[bytes]] | None = None,
-) -> web.Application:
-    """``more_metrics``: metrics of another process appended to ``/metrics`` (the bookie's
-    AutoRecovery child's)."""
-
+def make_app(service: BookieService, metrics: PrometheusMetrics) -> web.Application:
     async def heartbeat(request: web.Request) -> web.Response:
         return web.Response(text="OK\n")
 
     async def prometheus(request: web.Request) -> web.Response:
-        body = metrics.render()
-        if more_metrics is not None:
-            body += await more_metrics()
-        return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+        return web.Response(
+            body=metrics.render(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
+        )
 
     async def info(request: web.Request) -> web.Response:
         found = service.info()

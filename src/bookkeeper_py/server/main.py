@@ -35,7 +35,6 @@ from bookkeeper_py.storage.journal import Callback as DurableCallback
 
 if TYPE_CHECKING:
     from bookkeeper_py.autorecovery.service import AutoRecovery, AutoRecoveryOptions
-    from bookkeeper_py.server.autorecovery_process import AutoRecoveryChild
 
 log = logging.getLogger(__name__)
 DECOMMISSION_POLL_S = 1.0
@@ -48,14 +47,12 @@ class BookieServer:
         self,
         config: BookieConfig,
         metadata_uri: str | None,
-        autorecovery: list[str] | None = None,
+        autorecovery: AutoRecoveryOptions | None = None,
     ) -> None:
         self.config = config
         self.metadata_uri = metadata_uri
-        # ``bookkeeper autorecovery``'s options (``config.autorecovery_arguments``) for the
-        # child process that runs this bookie's AutoRecovery; None: none
-        self.autorecovery_arguments = autorecovery
-        self.autorecovery: AutoRecoveryChild | None = None
+        self.autorecovery_options = autorecovery  # None: no AutoRecovery in this process
+        self.autorecovery: AutoRecovery | None = None
         self.metadata: ThreadedMetadata | None = None
         self.bookie: Bookie | None = None
         self._engine: StorageEngine | None = None
@@ -128,13 +125,14 @@ class BookieServer:
                 gc_metadata_view, self.metadata.client
             )
             self.engine.start_gc(list_ledgers, ledger_exists, self.config.gc)
-        if self.autorecovery_arguments is not None and self.metadata_uri:
-            from bookkeeper_py.server.autorecovery_process import AutoRecoveryChild
-
-            self.autorecovery = AutoRecoveryChild(
-                self.config.effective_bookie_id, self.autorecovery_arguments
+        if self.autorecovery_options is not None and self.metadata_uri:
+            self.autorecovery = await start_autorecovery(
+                self.metadata_uri,
+                self.config.effective_bookie_id,
+                self.autorecovery_options,
+                self.metrics,
+                self.config.metadata_session_timeout_s,
             )
-            await self.autorecovery.start()
         if self.bookie.limbo.active and self.metadata_uri:
             self._limbo_task = asyncio.ensure_future(self._repair_limbo())
         elif self.bookie.limbo.active:
@@ -148,11 +146,7 @@ class BookieServer:
             service = BookieService(
                 self.bookie, self.engine, self.config.effective_bookie_id, self._state_changed
             )
-            app = make_app(
-                service,
-                self.metrics,
-                self.autorecovery.metrics if self.autorecovery is not None else None,
-            )
+            app = make_app(service, self.metrics)
             if self.metadata is not None and self.metadata_uri:
                 from bookkeeper_py.server.autorecovery_http import add_routes
 
@@ -304,7 +298,7 @@ class BookieServer:
             if task is not None:
                 task.cancel()
         if self.autorecovery is not None:
-            await self.autorecovery.stop()
+            await stop_autorecovery(self.autorecovery)
         if self._http is not None:
             await self._http.cleanup()
         if self._server is not None:
@@ -479,7 +473,7 @@ async def serve(
     config: BookieConfig,
     metadata_uri: str | None,
     ready_file: str | None,
-    autorecovery: list[str] | None = None,
+    autorecovery: AutoRecoveryOptions | None = None,
 ) -> None:
     server = BookieServer(config, metadata_uri, autorecovery)
     stop = asyncio.Event()
@@ -535,10 +529,9 @@ def main(args: argparse.Namespace) -> None:
         raise config.ConfigError(
             "--standalone and a metadata service URI exclude each other; drop one of them"
         )
-    autorecovery = None
-    if values["autoRecoveryDaemonEnabled"]:
-        config.autorecovery_options(values)  # a bad key stops the bookie, not only its child
-        autorecovery = config.autorecovery_arguments(values)
+    autorecovery = (
+        config.autorecovery_options(values) if values["autoRecoveryDaemonEnabled"] else None
+    )
     if autorecovery is not None and not metadata_uri:
         raise config.ConfigError(
             "autoRecoveryDaemonEnabled needs the metadata store it audits; pass --metadata-uri "
