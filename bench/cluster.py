@@ -4,7 +4,8 @@ in the same run. 1 KiB entries, CRC32C, fsync before every ack.
 
     python bench/cluster.py [--runs 3] [--seconds 5] [--json]
 
-Rows (median of --runs; each is a ``bookkeeper bench`` measurement, the command is printed):
+Rows (median of --runs; each is a ``bookkeeper bench`` measurement, the command is printed,
+with the median CPU per entry of the client and of each bookie, and of a tailing reader):
 one bookie E=Qw=Qa=1 adds/s; three bookies at 3/2/2 and 3/3/2 adds/s (1,000 in flight); p99 add
 latency at 3/2/2 at half the rate reached (open loop, on a cluster of its own, 1 s of warm-up);
 p50 with one add in flight; a tailing reader's p99 lag at 10,000 adds/s; catch-up reads of closed
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -29,8 +31,26 @@ from bookkeeper_py.admin import bench, limits
 from bookkeeper_py.testing import LocalCluster
 
 
-def measure(uri: str, argv: list[str]) -> bench.Report:
-    return asyncio.run(bench.measure(uri, bench.build_arguments([*argv, "--quiet"])))
+def measure(cluster: LocalCluster, argv: list[str]) -> bench.Report:
+    """``bookkeeper bench ARGV`` against ``cluster``, the CPU of its bookies measured too."""
+    arguments = bench.build_arguments([*argv, "--quiet"])
+    return asyncio.run(bench.measure(cluster.metadata_uri, arguments, bench.bookie_pids(cluster)))
+
+
+def cpu_line(reports: list[bench.Report]) -> str:
+    """The median over ``reports`` of each process's CPU per entry (µs): the client, the
+    bookies (each, in id order), a tailing reader."""
+    per_process: dict[str, list[float]] = {}
+    for report in reports:
+        for name, us in report.cpu_per_entry_us.items():
+            per_process.setdefault(name, []).append(us)
+    medians = {name: statistics.median(values) for name, values in per_process.items()}
+    client = medians.pop("client", math.nan)
+    reader = medians.pop("reader", None)
+    bookies = " / ".join(f"{medians[name]:.1f}" for name in sorted(medians))
+    return f"CPU per entry: client {client:.1f} µs, bookies {bookies} µs" + (
+        f", reader {reader:.1f} µs" if reader is not None else ""
+    )
 
 
 async def recovery_seconds(uri: str, entries: int) -> float:
@@ -60,18 +80,31 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--recovery-entries", type=int, default=100_000)
+    parser.add_argument("--read-entries", type=int, default=200_000, help="catch-up reads")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     seconds = f"--seconds={args.seconds}"
     rows: dict[str, dict[str, object]] = {}
 
-    def row(name: str, unit: str, command: str, one: Callable[[], float]) -> float:
-        values = [one() for _ in range(args.runs)]
+    def row(
+        name: str,
+        unit: str,
+        command: str,
+        one: Callable[[], bench.Report | float],
+        value: Callable[[bench.Report], float] = lambda report: report.entries_per_s,
+    ) -> float:
+        results = [one() for _ in range(args.runs)]
+        reports = [result for result in results if isinstance(result, bench.Report)]
+        values = [value(r) if isinstance(r, bench.Report) else r for r in results]
         median = statistics.median(values)
         rows[name] = {"median": median, "unit": unit, "runs": values, "command": command}
+        if reports:
+            rows[name]["cpu_per_entry_us"] = [report.cpu_per_entry_us for report in reports]
         if not args.json:
             print(f"{name:<46} {median:>12,.2f} {unit:<8} runs {[round(v, 2) for v in values]}")
             print(f"    {command}")
+            if reports:
+                print(f"    {cpu_line(reports)}")
         return median
 
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as directory:
@@ -88,7 +121,7 @@ def main() -> None:
             "one bookie 1/1/1, 1000 in flight",
             "adds/s",
             "bookkeeper bench " + " ".join(argv) + " --local 1",
-            lambda: measure(one.metadata_uri, argv).entries_per_s,
+            lambda: measure(one, argv),
         )
     with LocalCluster(3) as three:
         uri = three.metadata_uri
@@ -97,8 +130,8 @@ def main() -> None:
             e, w, a = quorum.split(",")
             argv = ["writes", "-e", e, "-w", w, "-a", a, seconds]
 
-            def adds_per_s(argv: list[str] = argv) -> float:
-                return measure(uri, argv).entries_per_s
+            def adds_per_s(argv: list[str] = argv) -> bench.Report:
+                return measure(three, argv)
 
             value = row(
                 f"three bookies {quorum.replace(',', '/')}, 1000 in flight",
@@ -113,20 +146,22 @@ def main() -> None:
             "3/2/2 p50 add latency, one add in flight",
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
-            lambda: measure(uri, argv).latency["p50_ms"],
+            lambda: measure(three, argv),
+            lambda report: report.latency["p50_ms"],
         )
         argv = ["reads", "--tail", "--rate=10000", seconds]
         row(
             "tailing reader p99 lag at 10,000 adds/s (3/2/2)",
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
-            lambda: measure(uri, argv).latency["p99_ms"],
+            lambda: measure(three, argv),
+            lambda report: report.latency["p99_ms"],
         )
         for quorum in ("3,2,2", "3,3,2"):
             e, w, a = quorum.split(",")
             argv = [
                 "reads",
-                "--entries=200000",
+                f"--entries={args.read_entries}",
                 "--ledgers-per-writer=3",
                 "-e",
                 e,
@@ -137,14 +172,15 @@ def main() -> None:
             ]
             how = "batch reads" if e == w else "entry by entry"
 
-            def mb_per_s(argv: list[str] = argv) -> float:
-                return measure(uri, argv).mb_per_s
+            def reads(argv: list[str] = argv) -> bench.Report:
+                return measure(three, argv)
 
             row(
                 f"catch-up reads of closed ledgers ({quorum.replace(',', '/')}, {how})",
                 "MB/s",
                 "bookkeeper bench " + " ".join(argv) + " --local 3",
-                mb_per_s,
+                reads,
+                lambda report: report.mb_per_s,
             )
         row(
             f"recovery of {args.recovery_entries:,} entries beyond the LAC (3/2/2)",
@@ -161,7 +197,8 @@ def main() -> None:
             f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)",
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
-            lambda: measure(fresh.metadata_uri, argv).latency["p99_ms"],
+            lambda: measure(fresh, argv),
+            lambda report: report.latency["p99_ms"],
         )
     if args.json:
         print(json.dumps({"limits": raw, "rows": rows}))

@@ -27,6 +27,26 @@ def run(script: str, *args: str) -> str:
 
 
 @pytest.mark.slow
+def test_cluster_benchmark_runs() -> None:
+    """bench/cluster.py: every row has its figure, and every row measured by `bookkeeper bench`
+    the CPU per entry of the client and of each bookie."""
+    import json
+
+    out = run(
+        "cluster.py",
+        *("--runs", "1", "--seconds", "0.5", "--recovery-entries", "1000"),
+        *("--read-entries", "2000", "--json"),
+    )
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["limits"]["fsyncs_per_s"] > 0 and len(report["rows"]) == 9
+    for name, row in report["rows"].items():
+        assert row["median"] > 0, name
+        if "recovery" not in name:
+            (cpu,) = row["cpu_per_entry_us"]
+            assert cpu["client"] > 0 and len(cpu) >= 2, name
+
+
+@pytest.mark.slow
 def test_storage_engine_benchmark_runs() -> None:
     out = run("storage_engine.py", "--runs", "1", "--seconds", "0.05")
     assert "fsyncs/s" in out and "1024 B entries" in out
@@ -99,6 +119,11 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["entries"] > 0 and report["failures"] == 0
     assert {"p50_ms", "p99_ms", "p99.9_ms", "max_ms"} <= set(report["latency"])
+    # CPU per entry of the client and of each bookie started for the run (and the reader)
+    cpu = report["cpu_per_entry_us"]
+    bookies = int(workload[workload.index("--local") + 1])
+    expected = 1 + bookies + ("--tail" in workload)
+    assert len(cpu) == expected and "client" in cpu and all(us > 0 for us in cpu.values())
 
 
 LOG_BENCH_FIGURES = {

@@ -24,6 +24,11 @@ Catch-up reads stop after ``--seconds`` of reading if the entries are not all re
 
 ``--local N`` starts N bookie processes on an embedded SQLite metadata store for the run.
 
+CPU per entry: the CPU time (user + system) that the client (this process), and with
+``--local`` each bookie, used over the measured window, divided by the entries measured; a
+figure that survives the machine's noise better than entries per second. (Writes: the window
+runs from the end of the warm-up to the last acknowledgement.)
+
 Ctrl-C stops the run cleanly: no new operation is issued, those in flight finish, the ledgers
 are closed, and the report of what was measured so far is printed, marked as interrupted
 (``"interrupted": true`` in ``--json``); the exit status is then 130. A second Ctrl-C stops at
@@ -44,12 +49,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
+import psutil
 from hdrh.histogram import HdrHistogram
 
 from bookkeeper_py import aio
@@ -94,6 +100,14 @@ class Report:
     failures: int = 0
     interrupted: bool = False  # Ctrl-C: the figures are of the part measured before it
     elapsed_s: float = 0.0  # from the start of the workload to its end (or interruption)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # process -> CPU s in the window
+
+    @property
+    def cpu_per_entry_us(self) -> dict[str, float]:
+        """Process -> µs of CPU per entry measured."""
+        if not self.entries:
+            return {}
+        return {name: 1e6 * cpu / self.entries for name, cpu in self.cpu_s.items()}
 
     @property
     def entries_per_s(self) -> float:
@@ -107,6 +121,7 @@ class Report:
         data = asdict(self)
         data["entries_per_s"] = self.entries_per_s
         data["mb_per_s"] = self.mb_per_s
+        data["cpu_per_entry_us"] = self.cpu_per_entry_us
         return data
 
     def text(self) -> str:
@@ -122,9 +137,53 @@ class Report:
                 or "not measured"
             ),
         ]
+        if self.cpu_s and self.entries:
+            lines.append(
+                "CPU per entry (µs): "
+                + "  ".join(f"{name} {us:.1f}" for name, us in self.cpu_per_entry_us.items())
+            )
         if self.interrupted:
             lines.insert(0, f"interrupted after {self.elapsed_s:.1f} s: partial results")
         return "\n".join(lines)
+
+
+class CpuMeter:
+    """The CPU time (user + system) of processes over a window: this one, the client, and others
+    by name (bookies). A process that ends during the window counts what it used until then."""
+
+    def __init__(self, others: Mapping[str, int] | None = None) -> None:
+        self._processes = {"client": psutil.Process()}
+        for name, pid in (others or {}).items():
+            self.add(name, pid)
+        self._started: dict[str, float] = {}
+        self._last: dict[str, float] = {}
+
+    def add(self, name: str, pid: int) -> None:
+        with contextlib.suppress(psutil.Error):
+            self._processes[name] = psutil.Process(pid)
+
+    def _now(self) -> dict[str, float]:
+        found = {}
+        for name, process in self._processes.items():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue  # gone: its last reading stands
+            found[name] = times.user + times.system
+        self._last.update(found)
+        return found
+
+    def start(self) -> None:
+        self._started = self._now()
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds of each process since ``start`` (empty if it never started)."""
+        self._now()
+        return {
+            name: self._last[name] - started
+            for name, started in self._started.items()
+            if name in self._last
+        }
 
 
 class Interrupt:
@@ -218,9 +277,13 @@ class Progress:
 
 
 async def run_writes(
-    client: aio.BookKeeper, args: argparse.Namespace, interrupt: Interrupt | None = None
+    client: aio.BookKeeper,
+    args: argparse.Namespace,
+    interrupt: Interrupt | None = None,
+    meter: CpuMeter | None = None,
 ) -> Report:
     interrupt = interrupt or Interrupt()
+    meter = meter or CpuMeter()
     quorum = (args.ensemble, args.write_quorum, args.ack_quorum)
     digest = DigestType[args.digest.upper()]
     payload = os.urandom(args.entry_size)
@@ -243,6 +306,10 @@ async def run_writes(
     outstanding: set[asyncio.Future[int]] = set()
     errors_seen: list[BKError] = []
     all_done = loop.create_future()
+    if args.warmup > 0:
+        loop.call_later(args.warmup, meter.start)
+    else:
+        meter.start()
 
     def stop_issuing() -> None:
         state.issuing = False
@@ -328,6 +395,7 @@ async def run_writes(
             for _ in range(args.in_flight):
                 refill(writer)()
     await all_done
+    cpu = meter.stop()
     if errors_seen and not args.quiet:
         print(f"the writers failed: {errors_seen[0]}", file=sys.stderr)
     for handles in writers:
@@ -343,6 +411,7 @@ async def run_writes(
             summary(progress.histogram()) if state.acked_measured else {},
             settings(args),
             state.failed,
+            cpu_s=cpu,
         )
     )
 
@@ -351,10 +420,14 @@ async def run_writes(
 
 
 async def run_catchup_reads(
-    client: aio.BookKeeper, args: argparse.Namespace, interrupt: Interrupt | None = None
+    client: aio.BookKeeper,
+    args: argparse.Namespace,
+    interrupt: Interrupt | None = None,
+    meter: CpuMeter | None = None,
 ) -> Report:
     """Writes ``--entries`` to closed ledgers, then reads them back for at most ``--seconds``."""
     interrupt = interrupt or Interrupt()
+    meter = meter or CpuMeter()
     quorum = (args.ensemble, args.write_quorum, args.ack_quorum)
     digest = DigestType[args.digest.upper()]
     payload = os.urandom(args.entry_size)
@@ -389,6 +462,7 @@ async def run_catchup_reads(
 
     start = time.monotonic()
     stop_at = start + float(args.seconds)
+    meter.start()
     counts = await asyncio.gather(*(read_ledger(ledger_id) for ledger_id in ledgers))
     seconds = time.monotonic() - start
     return interrupt.mark(
@@ -399,6 +473,7 @@ async def run_catchup_reads(
             args.entry_size,
             summary(progress.histogram()) if sum(counts) else {},
             settings(args),
+            cpu_s=meter.stop(),
         )
     )
 
@@ -427,7 +502,11 @@ def _follower(uri: str, ledger_id: int, count: int, pipe: Connection) -> None:
 
 
 async def run_tail(
-    client: aio.BookKeeper, uri: str, args: argparse.Namespace, interrupt: Interrupt | None = None
+    client: aio.BookKeeper,
+    uri: str,
+    args: argparse.Namespace,
+    interrupt: Interrupt | None = None,
+    meter: CpuMeter | None = None,
 ) -> Report:
     """A writer at ``--rate`` and a reader in another process following it; lag per entry =
     the reader's receipt - the writer's ack (CLOCK_MONOTONIC, shared by the processes). The
@@ -435,6 +514,7 @@ async def run_tail(
     later entries carry. Ctrl-C: the writer stops, and the report says what it wrote (the lag
     is measured over complete runs only)."""
     interrupt = interrupt or Interrupt()
+    meter = meter or CpuMeter()
     rate = args.rate or 10_000
     measured_count = int(rate * args.seconds)
     count = measured_count + int(rate * 0.2) + 1
@@ -451,10 +531,13 @@ async def run_tail(
     try:
         if not ours.poll(60) or ours.recv() != "ready":
             raise RuntimeError("the tailing reader did not start within 60 s")
+        if reader.pid is not None:
+            meter.add("reader", reader.pid)
         acked = [0.0] * count
         payload = os.urandom(args.entry_size)
         futures = []
         start = time.monotonic()
+        meter.start()
         issued = 0
         while issued < count and not interrupt.requested:
             due = min(count, int((time.monotonic() - start) * rate) + 1)
@@ -466,6 +549,7 @@ async def run_tail(
             await asyncio.sleep(max(0.0, start + issued / rate - time.monotonic()))
         await asyncio.gather(*futures)
         elapsed = time.monotonic() - start
+        cpu = meter.stop()
         await handle.close()
         if interrupt.requested:
             return interrupt.mark(
@@ -485,7 +569,9 @@ async def run_tail(
         lag_us = int((seen[i] - acked[i]) * 1e6)
         negative += lag_us < 0
         lags.record_value(min(max(lag_us, LOWEST_US), HIGHEST_US))
-    report = Report("tail", count, elapsed, args.entry_size, summary(lags), settings(args))
+    report = Report(
+        "tail", count, elapsed, args.entry_size, summary(lags), settings(args), cpu_s=cpu
+    )
     report.settings["lag_measured_entries"] = measured_count
     report.settings["negative_lags"] = negative  # the writer's loop noted its ack late
     return report
@@ -520,12 +606,13 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def cluster_for(args: argparse.Namespace) -> Iterator[str]:
+def cluster_for(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, int]]]:
+    """The metadata URI to measure, and the bookies whose CPU is measured (``--local``)."""
     if args.local:
         from bookkeeper_py.testing.local_cluster import LocalCluster
 
         with LocalCluster(args.local) as cluster:
-            yield cluster.metadata_uri
+            yield cluster.metadata_uri, bookie_pids(cluster)
         return
     uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
     if not uri:
@@ -533,11 +620,23 @@ def cluster_for(args: argparse.Namespace) -> Iterator[str]:
             "no cluster to measure; pass --local N or --metadata-uri URI (or set "
             "BOOKKEEPER_METADATA_URI)"
         )
-    yield uri
+    yield uri, {}
 
 
-async def measure(uri: str, args: argparse.Namespace) -> Report:
-    """One measurement against the cluster at ``uri`` (``args`` from ``build_arguments``)."""
+def bookie_pids(cluster: Any) -> dict[str, int]:
+    """Bookie id -> PID of a ``LocalCluster``'s running bookies."""
+    return {
+        bookie.bookie_id: bookie.process.pid
+        for bookie in cluster.bookies
+        if bookie.process is not None and bookie.running
+    }
+
+
+async def measure(
+    uri: str, args: argparse.Namespace, processes: Mapping[str, int] | None = None
+) -> Report:
+    """One measurement against the cluster at ``uri`` (``args`` from ``build_arguments``); the
+    CPU of ``processes`` (name -> PID: bookies) is measured with the client's."""
     client = await aio.BookKeeper.connect(
         uri,
         use_v3=args.use_v3,
@@ -551,12 +650,13 @@ async def measure(uri: str, args: argparse.Namespace) -> Report:
     gc.freeze()
     interrupt = Interrupt()
     interrupt.install()
+    meter = CpuMeter(processes)
     try:
         if args.workload == "writes":
-            return await run_writes(client, args, interrupt)
+            return await run_writes(client, args, interrupt, meter)
         if args.tail:
-            return await run_tail(client, uri, args, interrupt)
-        return await run_catchup_reads(client, args, interrupt)
+            return await run_tail(client, uri, args, interrupt, meter)
+        return await run_catchup_reads(client, args, interrupt, meter)
     finally:
         interrupt.uninstall()
         gc.unfreeze()
@@ -582,8 +682,8 @@ def run(args: argparse.Namespace) -> Report:
         runner: Callable[[Any], Any] = uvloop.run
     except ImportError:
         runner = asyncio.run
-    with cluster_for(args) as uri:
-        report: Report = runner(measure(uri, args))
+    with cluster_for(args) as (uri, processes):
+        report: Report = runner(measure(uri, args, processes))
     if args.json:
         print(json.dumps(report.as_dict()))
     else:
