@@ -237,16 +237,16 @@ def replay(
 # -- writing ---------------------------------------------------------------------------------
 
 
-def _group_pieces(batch: list[tuple[int, bytes, Any]]) -> list[bytes]:
+def _group_pieces(batch: list[_Record]) -> list[bytes]:
     """The bytes of one group (header included), as pieces to write in order."""
     count = len(batch)
-    bodies = [body for _, body, _ in batch]
+    bodies = [record[1] for record in batch]
     lengths = list(map(len, bodies))
     size = sum(lengths)
     prefix = b"".join(
         (
             _COUNT.pack(count),
-            bytes([record_type for record_type, _, _ in batch]),
+            bytes([record[0] for record in batch]),
             struct.pack(f">{count}I", *lengths),
         )
     )
@@ -281,6 +281,8 @@ def _write_all(fd: int, pieces: list[bytes]) -> None:
 # records and the error. Records appended with token None are not reported.
 # Background bytes (re-replication copies) a group may carry beside foreground records.
 BACKGROUND_WITH_FOREGROUND = 128 * 1024
+# A queued record: (record type, body, token, background).
+_Record = tuple[int, bytes, Any, bool]
 Callback = Callable[[list[Any], Exception | None], None]
 
 
@@ -321,10 +323,9 @@ class Journal:
         self._drop_pages = remove_from_page_cache and sync_data and hasattr(os, "posix_fadvise")
         self._dropped = 0  # bytes at the start of the current file dropped from the page cache
         # (record type, body, token, background), or None: stop
-        self._queue: queue.SimpleQueue[tuple[int, bytes, Any, bool] | None] = queue.SimpleQueue()
-        # Records taken off the queue by the journal thread, not written yet, by lane.
-        self._foreground: collections.deque[tuple[int, bytes, Any]] = collections.deque()
-        self._background: collections.deque[tuple[int, bytes, Any]] = collections.deque()
+        self._queue: queue.SimpleQueue[_Record | None] = queue.SimpleQueue()
+        # Background records taken off the queue by the journal thread, not written yet.
+        self._background: collections.deque[_Record] = collections.deque()
         self._failure: Exception | None = None
         self._thread: threading.Thread | None = None
         self._fd = -1
@@ -375,7 +376,7 @@ class Journal:
     @property
     def queued(self) -> int:
         """Records waiting to be written."""
-        return self._queue.qsize() + len(self._foreground) + len(self._background)
+        return self._queue.qsize() + len(self._background)
 
     def append(
         self, record_type: RecordType, body: bytes, token: Any, background: bool = False
@@ -387,27 +388,32 @@ class Journal:
         wait for megabytes of copies queued before it."""
         self._queue.put((record_type, body, token, background))
 
-    def _take(self, item: tuple[int, bytes, Any, bool]) -> None:
-        record_type, body, token, background = item
-        (self._background if background else self._foreground).append((record_type, body, token))
-
     def _run(self) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
+        background = self._background
+        threshold = self._threshold
         stop = False
         while not stop:
-            if not self._foreground and not self._background:
+            batch: list[_Record] = []
+            size = 0
+            if not background:
                 first = get()
                 if first is None:
                     break
-                self._take(first)
+                if first[3]:
+                    background.append(first)
+                else:
+                    batch.append(first)
+                    size = len(first[1])
             deadline = time.monotonic() + self._max_group_wait_s
-            # Everything queued now; with journalMaxGroupWaitMSec, more until the deadline.
-            while True:
+            # Foreground records up to the threshold: everything queued now, and with
+            # journalMaxGroupWaitMSec more until the deadline; background ones wait aside.
+            while size < threshold:
                 try:
                     item = get_nowait()
                 except queue.Empty:
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self._waiting_bytes() >= self._threshold:
+                    if remaining <= 0:
                         break
                     try:
                         item = get(timeout=remaining)
@@ -416,44 +422,35 @@ class Journal:
                 if item is None:
                     stop = True  # after writing what was queued
                     break
-                self._take(item)
-            while self._foreground or self._background:
-                self._commit(self._group())
-                if not stop:
-                    break
-
-    def _waiting_bytes(self) -> int:
-        return sum(len(body) for _, body, _ in self._foreground) + sum(
-            len(body) for _, body, _ in self._background
-        )
-
-    def _group(self) -> list[tuple[int, bytes, Any]]:
-        """The next group: foreground records up to the buffered-writes threshold, then
-        background ones up to ``BACKGROUND_WITH_FOREGROUND`` bytes (the threshold when no
-        foreground record waits), one at least."""
-        batch: list[tuple[int, bytes, Any]] = []
-        size = 0
-        foreground, background = self._foreground, self._background
-        while foreground and size < self._threshold:
-            record = foreground.popleft()
-            batch.append(record)
-            size += len(record[1])
-        limit = size + BACKGROUND_WITH_FOREGROUND if batch else self._threshold
-        taken = 0
-        while background and (taken == 0 or size < limit):
-            record = background.popleft()
-            batch.append(record)
-            size += len(record[1])
-            taken += 1
-        return batch
+                if item[3]:
+                    background.append(item)
+                else:
+                    batch.append(item)
+                    size += len(item[1])
+            limit = size + BACKGROUND_WITH_FOREGROUND if batch else threshold
+            taken = 0
+            while background and (taken == 0 or size < limit):
+                record = background.popleft()
+                batch.append(record)
+                size += len(record[1])
+                taken += 1
+            self._commit(batch)
+        while background:  # stopping: the copies still waiting, in groups
+            batch = []
+            size = 0
+            while background and size < threshold:
+                record = background.popleft()
+                batch.append(record)
+                size += len(record[1])
+            self._commit(batch)
 
     def request_roll(self) -> None:
         """Asks the journal thread to start a new file (if the current one holds any record),
         so that the next checkpoint can delete the current one and give its space back."""
         self._queue.put((_ROLL, b"", None, False))
 
-    def _commit(self, batch: list[tuple[int, bytes, Any]]) -> None:
-        if any(record_type == _ROLL for record_type, _, _ in batch):
+    def _commit(self, batch: list[_Record]) -> None:
+        if any(record[0] == _ROLL for record in batch):
             batch = [item for item in batch if item[0] != _ROLL]
             if self._failure is None and self._size > FILE_HEADER.size:
                 try:
@@ -462,7 +459,7 @@ class Journal:
                     log.warning("journal: cannot start a new file to free space: %s", error)
             if not batch:
                 return
-        tokens = [token for _, _, token in batch if token is not None]
+        tokens = [record[2] for record in batch if record[2] is not None]
         if self._failure is not None:
             self._on_synced(tokens, self._failure)
             return
