@@ -119,11 +119,14 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["entries"] > 0 and report["failures"] == 0
     assert {"p50_ms", "p99_ms", "p99.9_ms", "max_ms"} <= set(report["latency"])
-    # CPU per entry of the client and of each bookie started for the run (and the reader)
+    # CPU per entry of the client and of each bookie started for the run (and the reader). The
+    # kernel counts a process's CPU in clock ticks (10 ms): a bookie that served a third of a
+    # short read run can show 0, the bookies together cannot.
     cpu = report["cpu_per_entry_us"]
     bookies = int(workload[workload.index("--local") + 1])
     expected = 1 + bookies + ("--tail" in workload)
-    assert len(cpu) == expected and "client" in cpu and all(us > 0 for us in cpu.values())
+    assert len(cpu) == expected and cpu.pop("client") > 0
+    assert all(us >= 0 for us in cpu.values()) and sum(cpu.values()) > 0
 
 
 LOG_BENCH_FIGURES = {

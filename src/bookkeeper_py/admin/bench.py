@@ -149,7 +149,9 @@ class Report:
 
 class CpuMeter:
     """The CPU time (user + system) of processes over a window: this one, the client, and others
-    by name (bookies). A process that ends during the window counts what it used until then."""
+    by name (bookies). A process that ends during the window counts what it used until then.
+    The kernel counts in clock ticks (10 ms), so a window should hold seconds of work for the
+    per-entry figures to mean something."""
 
     def __init__(self, others: Mapping[str, int] | None = None) -> None:
         self._processes = {"client": psutil.Process()}
