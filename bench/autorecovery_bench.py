@@ -66,6 +66,7 @@ import os
 import random
 import shlex
 import signal
+import sys
 import time
 import urllib.request
 from array import array
@@ -632,7 +633,10 @@ async def measure_rereplication(
         client.metadata_port, watch, victim, args.poll_ms / 1000, args.run_timeout
     )
     marked = Snapshot.take(survivors, writer, ports)
+    profilers = await start_profilers(processes, victim, writer, args)
     await wait_whole(watch, args.done_poll_ms / 1000, args.run_timeout)
+    for profiler in profilers:
+        await profiler.wait()
     done = Snapshot.take(survivors, writer, ports)
     machine = usage.stop(victim_cpu)
     control = await control_window(cluster, baseline, killed, marked, done, args)
@@ -645,6 +649,43 @@ async def measure_rereplication(
         "worker_retries": retries,
         "control": control,
     }
+
+
+async def start_profilers(
+    processes: dict[str, psutil.Process],
+    victim: str,
+    writer: psutil.Process,
+    args: argparse.Namespace,
+) -> list[asyncio.subprocess.Process]:
+    """With ``--profile DIR``: py-spy records each surviving bookie and the live writer for
+    ``--profile-s`` from the first mark (collapsed stacks, DIR/<role>.folded; idle time left
+    out)."""
+    if not args.profile:
+        return []
+    os.makedirs(args.profile, exist_ok=True)
+    targets = {
+        bookie.replace(":", "_"): p.pid for bookie, p in processes.items() if bookie != victim
+    }
+    targets["writer"] = writer.pid
+    return [
+        await asyncio.create_subprocess_exec(
+            os.path.join(os.path.dirname(sys.executable), "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(args.profile_s),
+            "--rate",
+            "200",
+            "--format",
+            "raw",
+            "--output",
+            os.path.join(args.profile, f"{name}.folded"),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        for name, pid in targets.items()
+    ]
 
 
 async def control_window(
@@ -961,6 +1002,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--run-timeout", type=float, default=3600.0, help="bound on each run's own waits (s)"
     )
+    parser.add_argument(
+        "--profile",
+        help="rereplicate: py-spy profiles of the survivors and the writer, to this directory",
+    )
+    parser.add_argument("--profile-s", type=int, default=8, help="rereplicate: --profile's span")
     add_common_arguments(parser, tuple(ROLES))
     parser.add_argument("--candidates", help=argparse.SUPPRESS)
     parser.add_argument("--hog-duty", type=float, help=argparse.SUPPRESS)

@@ -32,6 +32,7 @@ from bookkeeper_py.storage.disk import (
     total_and_free,
 )
 from bookkeeper_py.storage.engine import LedgerEngine, StorageConfig, StorageEngine
+from bookkeeper_py.storage.entry_log import ReadWouldBlockError
 from bookkeeper_py.storage.gc import GcConfig
 from bookkeeper_py.storage.ledger_storage import (
     LedgerInfo,
@@ -184,6 +185,10 @@ class Bookie:
         self._throttle_timer: asyncio.TimerHandle | None = None
         self._throttled_count = self.metrics.counter(
             "bookkeeper_server_ADD_ENTRY_THROTTLED", "adds that waited for the write cache"
+        )
+        self._disk_reads = self.metrics.counter(
+            "bookkeeper_server_READ_ENTRY_FROM_DISK",
+            "reads whose entry was not in memory, read by a reader thread off the event loop",
         )
         # Background work (re-replication copies, ``in_background``), a slice a loop pass.
         self._background: deque[Callable[[], None]] = deque()
@@ -473,7 +478,12 @@ class Bookie:
             done(StatusCode.EBADREQ, b"")
             return
         if not fence:
-            done(*self._read(ledger_id, entry_id))
+            try:
+                answer = self._read(ledger_id, entry_id, nowait=True)
+            except ReadWouldBlockError:
+                self._read_from_disk(ledger_id, entry_id, done)
+            else:
+                done(*answer)
             return
         if self._refuses_writes():
             done(StatusCode.EIO, b"")
@@ -657,18 +667,40 @@ class Bookie:
         status = StatusCode.EOK if entries else StatusCode.EBADREQ
         return status, entries
 
+    def _read_from_disk(self, ledger_id: int, entry_id: int, done: ReadDone) -> None:
+        """A read whose entry the page cache does not hold: on a reader thread (the loop's
+        executor), so that the loop serves other requests (a writer's adds) while the disk
+        works; answered on the loop."""
+        self._disk_reads.inc()
+
+        def answer(future: asyncio.Future[tuple[StatusCode, bytes]]) -> None:
+            try:
+                status, body = future.result()
+            except Exception:
+                log.exception("ledger %d entry %d: reading it failed", ledger_id, entry_id)
+                status, body = StatusCode.EIO, b""
+            done(status, body)
+
+        self._loop.run_in_executor(None, self._read, ledger_id, entry_id).add_done_callback(answer)
+
     def _read(
-        self, ledger_id: int, entry_id: int, count: bool = True, fencing: bool = False
+        self,
+        ledger_id: int,
+        entry_id: int,
+        count: bool = True,
+        fencing: bool = False,
+        nowait: bool = False,
     ) -> tuple[StatusCode, bytes]:
         """One entry from storage; ``count``: add it to bookie_READ_BYTES (a batch counts only
         the entries it sends). In limbo, absence is answered EUNKNOWNLEDGERSTATE, except to a
         fencing read: its fence is durable, and the last entry it reports is only a lower bound
-        of the LAC, which recovery reads forward from (meeting this bookie's unknown answers)."""
+        of the LAC, which recovery reads forward from (meeting this bookie's unknown answers).
+        ``nowait``: ``ReadWouldBlockError`` if the entry must come from a disk."""
         unknown = self.limbo.active and not fencing and self.limbo.unknown(ledger_id)
         if entry_id == LAST_ENTRY and unknown:
             return StatusCode.EUNKNOWNLEDGERSTATE, b""  # its last entry may be among the lost
         try:
-            entry = self.engine.read(ledger_id, entry_id)
+            entry = self.engine.read(ledger_id, entry_id, nowait)
             if count:
                 self._read_bytes.inc(len(entry))
             return StatusCode.EOK, entry

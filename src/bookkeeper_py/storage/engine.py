@@ -131,7 +131,9 @@ class LedgerEngine(Protocol):
         """``token`` comes back once every write of the ledger taken before it is durable."""
         ...
 
-    def read(self, ledger_id: int, entry_id: int) -> bytes: ...
+    def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
+        """The entry; with ``nowait``, ``ReadWouldBlockError`` if reading it waits for a disk."""
+        ...
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         """The entry ids held of the ledger, increasing (repeats possible)."""
@@ -419,8 +421,8 @@ class StorageEngine:
     def force(self, ledger_id: int, token: Any) -> None:
         self.journal_for(ledger_id).append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), token)
 
-    def read(self, ledger_id: int, entry_id: int) -> bytes:
-        return self.storage.read(ledger_id, entry_id)
+    def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
+        return self.storage.read(ledger_id, entry_id, nowait)
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         return self.storage.entry_ids(ledger_id)

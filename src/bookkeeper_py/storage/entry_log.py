@@ -29,6 +29,7 @@ append profile of a bookie spent a third of its CPU there). Older entries are th
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -64,6 +65,16 @@ _PAGE = 4096  # page cache granularity for dropping written pages (a multiple of
 
 class EntryLogError(Exception):
     """An entry log could not be read or written."""
+
+
+class ReadWouldBlockError(Exception):
+    """A read asked not to wait for the disk found its bytes outside the page cache: read it
+    again where waiting is harmless (a reader thread, not the bookie's event loop)."""
+
+
+# Reads that must not wait for the disk (preadv with RWF_NOWAIT, Linux 4.14+): EAGAIN when a
+# page is not cached. Elsewhere every read may wait.
+_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 class CorruptEntryError(EntryLogError):
@@ -347,17 +358,24 @@ class EntryLogger:
                 self._read_fds[log_id] = fd
             return fd
 
-    def read(self, location: int, ledger_id: int, entry_id: int) -> bytes:
-        """The entry stored at ``location``; raises ``CorruptEntryError`` or ``EntryLogError``."""
+    def read(self, location: int, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
+        """The entry stored at ``location``; raises ``CorruptEntryError`` or ``EntryLogError``.
+        With ``nowait`` (where the system can tell), ``ReadWouldBlockError`` instead of waiting
+        for the disk."""
         log_id, offset = split_location(location)
         path = self.path(log_id)
         try:
             fd = self._fd(log_id)
-            head = os.pread(fd, _RECORD.size, offset)
+            head = (
+                _cached_pread(fd, _RECORD.size, offset)
+                if nowait
+                else os.pread(fd, _RECORD.size, offset)
+            )
             if len(head) != _RECORD.size:
                 raise CorruptEntryError(path, offset, "record header beyond the end of the file")
             length, expected_crc = _RECORD.unpack(head)
-            entry = os.pread(fd, length, offset + _RECORD.size)
+            at = offset + _RECORD.size
+            entry = _cached_pread(fd, length, at) if nowait else os.pread(fd, length, at)
         except OSError as error:
             raise EntryLogError(f"reading entry log {path} at {offset}: {error}") from error
         if len(entry) != length:
@@ -460,3 +478,22 @@ class EntryLogger:
                 os.close(fd)
         os.unlink(self.path(log_id))
         fsync_directory(self.directory)
+
+
+def _cached_pread(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset`` if the page cache holds them all; ``ReadWouldBlockError``
+    if reading them would wait for the disk (or they are cut short: the waiting read tells)."""
+    if not _NOWAIT:
+        return os.pread(fd, size, offset)
+    buffer = bytearray(size)
+    try:
+        got = os.preadv(fd, [buffer], offset, _NOWAIT)
+    except BlockingIOError:
+        raise ReadWouldBlockError() from None
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        return os.pread(fd, size, offset)  # a file system that cannot tell: wait
+    if got != size:
+        raise ReadWouldBlockError()
+    return bytes(buffer)

@@ -263,8 +263,10 @@ class LedgerStorage:
         indexed = (entry_id for entry_id, _ in self.index.entries(ledger_id))
         return heapq.merge(cached, indexed)
 
-    def read(self, ledger_id: int, entry_id: int) -> bytes:
-        """The stored bytes of an entry; entry -1 is the last one."""
+    def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
+        """The stored bytes of an entry; entry -1 is the last one. With ``nowait``,
+        ``ReadWouldBlockError`` rather than waiting for the disk (the bookie's event loop asks
+        so, and has a reader thread read it)."""
         if self.ledger(ledger_id) is None:
             raise NoLedgerError(ledger_id)
         if entry_id == -1:
@@ -283,7 +285,7 @@ class LedgerStorage:
             raise NoEntryError(ledger_id, entry_id)
         for _ in range(_READ_ATTEMPTS):
             try:
-                return self.entry_logger.read(location, ledger_id, entry_id)
+                return self.entry_logger.read(location, ledger_id, entry_id, nowait)
             except EntryLogError as error:
                 # Compaction may have moved the entry (maybe more than once) and deleted its old
                 # log after we looked it up: read again only where the index now points.

@@ -138,7 +138,7 @@ class SimEngine:
     def reclaim_journal_space(self, directories: Iterable[str]) -> None:
         pass
 
-    def read(self, ledger_id: int, entry_id: int) -> bytes:
+    def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:  # in memory
         if self.rng.random() < self._read_error_probability():
             if self._read_error() == StatusCode.ENOENTRY:
                 raise NoEntryError(f"ledger {ledger_id} entry {entry_id}")  # the #2908 bug
