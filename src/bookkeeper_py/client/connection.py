@@ -4,6 +4,11 @@ Adds and reads go over v2 by default (BookKeeper's fast path; responses matched 
 ledger and entry, in order per key) or over v3 (matched by txnId). Every request has a deadline;
 a periodic check fails the overdue ones with ``TimeoutError``. When the connection drops, every
 pending request fails with ``BookieHandleNotAvailableError``.
+
+A v2 request pending is its callback and its deadline in a dict keyed by (operation, ledger,
+entry), no object of its own; the clock is read once for the requests of one loop pass (they
+leave in one write and share a deadline), not once per request, and the answers of one
+``data_received`` are parsed and completed in one loop over their frames.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import itertools
 import logging
 import ssl
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -35,6 +41,9 @@ _READ_ENTRY = int(v2.OpCode.READ_ENTRY)
 
 # Called with (status, body) on an answer, or (None, error) when the request failed locally.
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
+# A pending v2 request: its callback and deadline.
+_V2Request = tuple[Callback, float]
+_V2Key = tuple[int, int, int]  # (operation, ledger, entry)
 # A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
 LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
 ReadLacCallback = Callable[[StatusCode | None, bytes, bytes | errors.BKError], None]
@@ -70,8 +79,11 @@ class BookieConnection(asyncio.Protocol):
         self.request_timeout_s = request_timeout_s
         self._transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_SIZE)
-        # (operation, ledger, entry) -> requests in the order sent (nearly always one)
-        self._v2_pending: dict[tuple[int, int, int], list[_Pending]] = {}
+        # (operation, ledger, entry) -> the oldest request of that key; the others (nearly
+        # never any: the same entry read twice at once) wait in _v2_more, in the order sent
+        self._v2_pending: dict[_V2Key, _V2Request] = {}
+        self._v2_more: dict[_V2Key, deque[_V2Request]] = {}
+        self._pass_deadline: float | None = None  # of the requests written this loop pass
         self._v3_pending: dict[int, _Pending] = {}
         self._txn_ids = itertools.count(1)
         self._closed_error: errors.BKError | None = None
@@ -221,6 +233,7 @@ class BookieConnection(asyncio.Protocol):
         self._output.write(data)
 
     def _send_now(self, data: bytes) -> None:
+        self._pass_deadline = None  # the next request starts a new batch: read the clock
         if self._transport is not None:
             self._transport.write(data if self._tls is None else self._tls.wrap(data))
 
@@ -261,20 +274,33 @@ class BookieConnection(asyncio.Protocol):
         for waiter in (self._handshake, self._setup_answer):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(error)
-        pending = [p for queue in self._v2_pending.values() for p in queue]
-        pending.extend(self._v3_pending.values())
+        v2_pending = [*self._v2_pending.values()]
+        for queue in self._v2_more.values():
+            v2_pending.extend(queue)
+        pending = [*self._v3_pending.values()]
         self._v2_pending.clear()
+        self._v2_more.clear()
         self._v3_pending.clear()
+        for callback, _ in v2_pending:
+            self._complete(callback, None, error)
         for request in pending:
             self._finish(request, None, error)
 
-    @staticmethod
-    def _finish(request: _Pending, status: StatusCode | None, body: bytes | errors.BKError) -> None:
+    @classmethod
+    def _finish(
+        cls, request: _Pending, status: StatusCode | None, body: bytes | errors.BKError
+    ) -> None:
         if request.done:
             return
         request.done = True
+        cls._complete(request.callback, status, body)
+
+    @staticmethod
+    def _complete(
+        callback: Callback, status: StatusCode | None, body: bytes | errors.BKError
+    ) -> None:
         try:
-            request.callback(status, body)
+            callback(status, body)
         except Exception:  # a callback bug must not take the connection down
             log.exception("callback for a bookie response failed")
 
@@ -287,37 +313,42 @@ class BookieConnection(asyncio.Protocol):
 
     def _check_timeouts(self) -> None:
         now = self._clock.now()
-        expired = [p for queue in self._v2_pending.values() for p in queue if p.deadline <= now]
-        expired.extend(p for p in self._v3_pending.values() if p.deadline <= now)
+        expired_v2 = self._expire_v2(now)
+        expired = [p for p in self._v3_pending.values() if p.deadline <= now]
         for request in expired:
-            self._forget(request)
-            self._finish(
-                request,
-                None,
-                errors.TimeoutError(
-                    f"bookie {self.bookie_id} did not answer within {self.request_timeout_s:g} s"
-                ),
+            self._v3_pending.pop(cast(int, request.key), None)
+        if expired_v2 or expired:
+            error = errors.TimeoutError(
+                f"bookie {self.bookie_id} did not answer within {self.request_timeout_s:g} s"
             )
+            for callback in expired_v2:
+                self._complete(callback, None, error)
+            for request in expired:
+                self._finish(request, None, error)
         if self._transport is not None:
             self._schedule_timeout_check()
 
-    def _forget(self, request: _Pending) -> None:
-        key = request.key
-        if isinstance(key, int):
-            self._v3_pending.pop(key, None)
-            return
-        queue = self._v2_pending.get(key)
-        if queue is not None:
-            try:
-                queue.remove(request)
-            except ValueError:
-                pass
-            if not queue:
-                del self._v2_pending[key]
+    def _expire_v2(self, now: float) -> list[Callback]:
+        """Takes the v2 requests past their deadline out (the newer of a key move up)."""
+        pending, more = self._v2_pending, self._v2_more
+        expired: list[Callback] = []
+        for key in [key for key, (_, deadline) in pending.items() if deadline <= now]:
+            callback, _ = pending.pop(key)
+            expired.append(callback)
+            queue = more.get(key)
+            while queue:  # older first: those behind it may have expired too
+                callback, deadline = queue.popleft()
+                if deadline > now:
+                    pending[key] = (callback, deadline)
+                    break
+                expired.append(callback)
+            if queue is not None and not queue:
+                del more[key]
+        return expired
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _register_v2(self, key: tuple[int, int, int], callback: Callback) -> bool:
+    def _register_v2(self, key: _V2Key, callback: Callback) -> bool:
         if self._transport is None:
             callback(
                 None,
@@ -325,12 +356,16 @@ class BookieConnection(asyncio.Protocol):
                 or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
             )
             return False
-        request = _Pending(key, callback, self._clock.now() + self.request_timeout_s)
-        queue = self._v2_pending.get(key)
-        if queue is None:
-            self._v2_pending[key] = [request]
+        deadline = self._pass_deadline
+        if deadline is None:
+            deadline = self._pass_deadline = self._clock.now() + self.request_timeout_s
+        if key in self._v2_pending:
+            queue = self._v2_more.get(key)
+            if queue is None:
+                queue = self._v2_more[key] = deque()
+            queue.append((callback, deadline))
         else:
-            queue.append(request)
+            self._v2_pending[key] = (callback, deadline)
         return True
 
     def _send_v3(
@@ -536,13 +571,16 @@ class BookieConnection(asyncio.Protocol):
                 return
         try:
             frames = self._decoder.feed(data)
+            if self._setup_answer is None and not self.use_v3:
+                self._on_v2_frames(frames)
+                return
             for frame in frames:
                 if self._setup_answer is not None and not self._setup_answer.done():
                     self._setup_answer.set_result(frame)
                 elif self.use_v3:
                     self._on_v3(v3.decode_response(frame))
                 else:
-                    self._on_v2(v2.decode_response(frame))
+                    self._on_v2_frames([frame])
         except (FrameError, MalformedMessageError) as error:
             log.error(
                 "bookie %s sent a bad response (%s); dropping the connection", self.bookie_id, error
@@ -553,18 +591,28 @@ class BookieConnection(asyncio.Protocol):
                 errors.ProtocolError(f"bookie {self.bookie_id} sent a malformed response: {error}")
             )
 
-    def _on_v2(self, response: v2.Response) -> None:
-        key = (response.opcode, response.ledger_id, response.entry_id)
-        queue = self._v2_pending.get(key)
-        if not queue:
-            log.debug(
-                "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
-            )
-            return
-        request = queue.pop(0)
-        if not queue:
-            del self._v2_pending[key]
-        self._finish(request, response.status, response.body)
+    def _on_v2_frames(self, frames: list[bytes]) -> None:
+        """Completes the requests answered by ``frames``, in order, in one pass."""
+        pending, more, fields = self._v2_pending, self._v2_more, v2.response_fields
+        for frame in frames:
+            opcode, status, ledger_id, entry_id, body = fields(frame)
+            key = (opcode, ledger_id, entry_id)
+            request = pending.pop(key, None)
+            if request is None:
+                log.debug(
+                    "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
+                )
+                continue
+            if more:
+                queue = more.get(key)
+                if queue:
+                    pending[key] = queue.popleft()
+                    if not queue:
+                        del more[key]
+            try:
+                request[0](status, body)
+            except Exception:  # a callback bug must not take the connection down
+                log.exception("callback for a bookie response failed")
 
     def _on_v3(self, response: pb.Response) -> None:
         request = self._v3_pending.pop(response.header.txnId, None)

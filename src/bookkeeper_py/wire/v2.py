@@ -288,8 +288,14 @@ def encode_batch_read_response(
 
 def decode_response(frame: bytes) -> Response:
     """Parses one v2 response frame (without its length prefix)."""
+    return Response(*response_fields(frame))
+
+
+def response_fields(frame: bytes) -> tuple[int, StatusCode, int, int, bytes]:
+    """(opcode, status, ledger id, entry id, body) of one v2 response frame (without its length
+    prefix): ``decode_response`` without the object, for a client completing its answers."""
     if len(frame) < RESPONSE_FIXED_SIZE:
         raise MalformedMessageError(f"v2 response of {len(frame)} bytes is shorter than 24")
     header, rc, ledger_id, entry_id = _RESPONSE.unpack_from(frame, 0)
-    _version, opcode, _flags = unpack_header(header)
-    return Response(opcode, from_v2(rc), ledger_id, entry_id, frame[RESPONSE_FIXED_SIZE:])
+    body = frame[RESPONSE_FIXED_SIZE:] if len(frame) > RESPONSE_FIXED_SIZE else b""
+    return unpack_header(header)[1], from_v2(rc), ledger_id, entry_id, body
