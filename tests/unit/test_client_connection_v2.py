@@ -101,7 +101,10 @@ def test_overdue_requests_fail_and_the_newer_of_a_key_stay() -> None:
         assert [(name, status) for name, status, _ in answers] == [("old", None), ("old too", None)]
         assert all(isinstance(body, errors.TimeoutError) for _, _, body in answers)
         answer(conn, (READ, StatusCode.EOK, 7, 1, b"late"), (READ, StatusCode.EOK, 7, 2, b"two"))
-        assert answers[2:] == [("newer", StatusCode.EOK, b"late"), ("other", StatusCode.EOK, b"two")]
+        assert answers[2:] == [
+            ("newer", StatusCode.EOK, b"late"),
+            ("other", StatusCode.EOK, b"two"),
+        ]
         clock.time += 2 * TIMEOUT_S
         conn._check_timeouts()
         assert len(answers) == 4  # nothing left to expire
