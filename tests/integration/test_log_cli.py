@@ -272,21 +272,30 @@ def test_tail_ends_quietly_on_ctrl_c(cluster: LocalCluster) -> None:
     ns = "t-interrupt"
     ok(log(cluster, ns, "create", "feed"))
     ok(log(cluster, ns, "append", "feed", stdin="one\n"))
-    tail = subprocess.Popen(
+    # Ctrl-C at its default: a test run started in the background (``nohup pytest &``) has
+    # SIGINT ignored, its children inherit that, and Python then installs no Ctrl-C handler
+    # (the tail would go on, as a background job should). Faulthandler: if it hangs anyway,
+    # SIGABRT makes it print where each of its threads is.
+    with subprocess.Popen(
         command(cluster, ns, "tail", "feed", "--from", "earliest"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=ENV,
-    )
-    try:
-        assert tail.stdout is not None
-        assert tail.stdout.readline() == "one\n"  # it is following the log now
-        tail.send_signal(signal.SIGINT)
-        out, err = tail.communicate(timeout=TIMEOUT_S)
-    finally:
-        tail.kill()
-        tail.wait(TIMEOUT_S)
+        env={**ENV, "PYTHONFAULTHANDLER": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as tail:
+        try:
+            assert tail.stdout is not None
+            assert tail.stdout.readline() == "one\n"  # it is following the log now
+            tail.send_signal(signal.SIGINT)
+            out, err = tail.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            tail.send_signal(signal.SIGABRT)
+            _, stacks = tail.communicate(timeout=TIMEOUT_S)
+            raise AssertionError(f"tail did not end on Ctrl-C; its threads:\n{stacks}") from None
+        finally:
+            tail.kill()
+            tail.wait(TIMEOUT_S)
     assert (tail.returncode, out, err) == (0, "", "")
 
 
