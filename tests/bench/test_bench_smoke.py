@@ -103,7 +103,7 @@ def test_tailing_lag_benchmark_runs() -> None:
         ],
         # (enough entries that the bookies' CPU spans several 10 ms clock ticks)
         ["reads", "--local", "3", "--entries", "20000"],
-        ["reads", "--local", "3", "--tail", "--rate", "300", "--seconds", "0.5"],
+        ["reads", "--local", "3", "--tail", "--rate", "1000", "--seconds", "1"],
     ],
 )
 def test_the_bench_command_runs(workload: list[str]) -> None:
