@@ -37,14 +37,16 @@ def recorder(answers: Answers, name: str):  # type: ignore[no-untyped-def]
     return callback
 
 
-def connection(clock: CountingClock) -> tuple[BookieConnection, FakeTransport]:
+def connection() -> tuple[BookieConnection, CountingClock, Answers]:
+    """A v2 connection over a fake transport (on the running loop), its clock, and the list
+    its callbacks (``recorder``) append to."""
+    clock = CountingClock()
     conn = BookieConnection("bookie-1:3181", False, TIMEOUT_S, clock)
-    transport = FakeTransport()
-    conn.connection_made(transport)
-    return conn, transport
+    conn.connection_made(FakeTransport())
+    return conn, clock, []
 
 
-def answer(conn: BookieConnection, *responses: tuple[int, int, int, StatusCode, bytes]) -> None:
+def answer(conn: BookieConnection, *responses: tuple[int, StatusCode, int, int, bytes]) -> None:
     conn.data_received(b"".join(v2.encode_response(*response) for response in responses))
 
 
@@ -54,9 +56,7 @@ ADD = int(v2.OpCode.ADD_ENTRY)
 
 def test_answers_complete_their_requests_in_order_per_key() -> None:
     async def main() -> None:
-        clock = CountingClock()
-        conn, _ = connection(clock)
-        answers: Answers = []
+        conn, clock, answers = connection()
         # the same entry read twice at once, and an add, in one pass
         conn.read(7, 1, False, None, recorder(answers, "first read"))
         conn.read(7, 1, False, None, recorder(answers, "second read"))
@@ -86,9 +86,7 @@ def test_answers_complete_their_requests_in_order_per_key() -> None:
 
 def test_overdue_requests_fail_and_the_newer_of_a_key_stay() -> None:
     async def main() -> None:
-        clock = CountingClock()
-        conn, _ = connection(clock)
-        answers: Answers = []
+        conn, clock, answers = connection()
         conn.read(7, 1, False, None, recorder(answers, "old"))
         conn.read(7, 1, False, None, recorder(answers, "old too"))
         await asyncio.sleep(0)

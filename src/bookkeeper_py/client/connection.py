@@ -329,22 +329,26 @@ class BookieConnection(asyncio.Protocol):
             self._schedule_timeout_check()
 
     def _expire_v2(self, now: float) -> list[Callback]:
-        """Takes the v2 requests past their deadline out (the newer of a key move up)."""
-        pending, more = self._v2_pending, self._v2_more
+        """Takes the v2 requests past their deadline out, older first per key."""
+        pending = self._v2_pending
         expired: list[Callback] = []
         for key in [key for key, (_, deadline) in pending.items() if deadline <= now]:
-            callback, _ = pending.pop(key)
-            expired.append(callback)
-            queue = more.get(key)
-            while queue:  # older first: those behind it may have expired too
-                callback, deadline = queue.popleft()
-                if deadline > now:
-                    pending[key] = (callback, deadline)
-                    break
-                expired.append(callback)
-            if queue is not None and not queue:
-                del more[key]
+            while (oldest := pending.get(key)) is not None and oldest[1] <= now:
+                self._take_v2(key)
+                expired.append(oldest[0])
         return expired
+
+    def _take_v2(self, key: _V2Key) -> _V2Request | None:
+        """Takes the oldest pending request of ``key`` out (the next of that key, if any,
+        becomes the oldest); None if none is pending."""
+        request = self._v2_pending.pop(key, None)
+        if request is not None and self._v2_more:
+            queue = self._v2_more.get(key)
+            if queue:
+                self._v2_pending[key] = queue.popleft()
+                if not queue:
+                    del self._v2_more[key]
+        return request
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -593,26 +597,17 @@ class BookieConnection(asyncio.Protocol):
 
     def _on_v2_frames(self, frames: list[bytes]) -> None:
         """Completes the requests answered by ``frames``, in order, in one pass."""
-        pending, more, fields = self._v2_pending, self._v2_more, v2.response_fields
+        take, complete, fields = self._take_v2, self._complete, v2.response_fields
         for frame in frames:
             opcode, status, ledger_id, entry_id, body = fields(frame)
             key = (opcode, ledger_id, entry_id)
-            request = pending.pop(key, None)
+            request = take(key)
             if request is None:
                 log.debug(
                     "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
                 )
                 continue
-            if more:
-                queue = more.get(key)
-                if queue:
-                    pending[key] = queue.popleft()
-                    if not queue:
-                        del more[key]
-            try:
-                request[0](status, body)
-            except Exception:  # a callback bug must not take the connection down
-                log.exception("callback for a bookie response failed")
+            complete(request[0], status, body)
 
     def _on_v3(self, response: pb.Response) -> None:
         request = self._v3_pending.pop(response.header.txnId, None)

@@ -428,21 +428,21 @@ class Journal:
                     batch.append(item)
                     size += len(item[1])
             limit = size + BACKGROUND_WITH_FOREGROUND if batch else threshold
-            taken = 0
-            while background and (taken == 0 or size < limit):
-                record = background.popleft()
-                batch.append(record)
-                size += len(record[1])
-                taken += 1
-            self._commit(batch)
+            self._commit(self._with_background(batch, size, limit))
         while background:  # stopping: the copies still waiting, in groups
-            batch = []
-            size = 0
-            while background and size < threshold:
-                record = background.popleft()
-                batch.append(record)
-                size += len(record[1])
-            self._commit(batch)
+            self._commit(self._with_background([], 0, threshold))
+
+    def _with_background(self, batch: list[_Record], size: int, limit: int) -> list[_Record]:
+        """``batch`` (``size`` bytes) with waiting background records added up to ``limit``
+        bytes, one at least if any waits."""
+        background = self._background
+        taken = 0
+        while background and (taken == 0 or size < limit):
+            record = background.popleft()
+            batch.append(record)
+            size += len(record[1])
+            taken += 1
+        return batch
 
     def request_roll(self) -> None:
         """Asks the journal thread to start a new file (if the current one holds any record),
