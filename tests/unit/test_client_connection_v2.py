@@ -1,13 +1,13 @@
 """The client connection's v2 requests: answers matched by (operation, ledger, entry) in the
 order sent, deadlines read from the clock once per loop pass, overdue requests failed (issue 21:
-no object and no clock read per request)."""
+no object and no clock read per request), and the batches of adds a writer sends per pass."""
 
 from __future__ import annotations
 
 import asyncio
 
 from bookkeeper_py import errors
-from bookkeeper_py.client.connection import BookieConnection
+from bookkeeper_py.client.connection import AddSink, BookieConnection
 from bookkeeper_py.wire import v2
 from bookkeeper_py.wire.status import StatusCode
 
@@ -107,5 +107,73 @@ def test_overdue_requests_fail_and_the_newer_of_a_key_stay() -> None:
         conn._check_timeouts()
         assert len(answers) == 4  # nothing left to expire
         conn.close()
+
+    asyncio.run(main())
+
+
+class RecordingSink(AddSink):
+    """An AddSink that records its calls."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def acked(self, entry_ids: list[int]) -> None:
+        self.calls.append(("acked", list(entry_ids)))
+
+    def refused(self, entry_id: int, status: StatusCode) -> None:
+        self.calls.append(("refused", (entry_id, status)))
+
+    def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
+        self.calls.append(("failed", (sorted(entry_ids), type(error).__name__)))
+
+
+def test_a_batch_of_adds_goes_out_in_one_write_and_its_acks_come_in_one_call() -> None:
+    async def main() -> None:
+        conn, clock, answers = connection()
+        transport = conn._transport
+        assert isinstance(transport, FakeTransport)
+        conn.read(7, 9, False, None, recorder(answers, "read"))  # written before the batch
+        sink = RecordingSink()
+        entries = [v2.encode_add_request(KEY, b"e%d" % i) for i in range(3)]
+        conn.add_batch(7, [0, 1, 2], entries, sink)
+        # sent at once, after the read of the same pass, the frames as they were given
+        assert bytes(transport.written) == v2.encode_read_request(7, 9) + b"".join(entries)
+        assert clock.reads == 1
+        answer(
+            conn,
+            (ADD, StatusCode.EOK, 7, 1, b""),
+            (READ, StatusCode.EOK, 7, 9, b"nine"),
+            (ADD, StatusCode.EOK, 7, 0, b""),
+        )
+        assert sink.calls == [("acked", [1, 0])]  # in the order answered, in one call
+        assert answers == [("read", StatusCode.EOK, b"nine")]
+        # a refusal comes after the acks the same data_received brought before it
+        answer(conn, (ADD, StatusCode.EOK, 7, 2, b""), (ADD, StatusCode.EFENCED, 7, 2, b""))
+        assert sink.calls[1:] == [("acked", [2])]  # the second answer to 2: nobody waits
+        conn.add_batch(7, [3, 4], entries[:2], sink)
+        answer(conn, (ADD, StatusCode.EOK, 7, 3, b""), (ADD, StatusCode.EFENCED, 7, 4, b""))
+        assert sink.calls[2:] == [("acked", [3]), ("refused", (4, StatusCode.EFENCED))]
+        conn.close()
+
+    asyncio.run(main())
+
+
+def test_adds_of_a_batch_time_out_and_fail_with_the_connection_in_one_call() -> None:
+    async def main() -> None:
+        conn, clock, _ = connection()
+        sink = RecordingSink()
+        conn.add_batch(7, [0, 1], [b"a", b"b"], sink)
+        await asyncio.sleep(0)
+        clock.time += 3
+        conn.add_batch(7, [2, 3], [b"c", b"d"], sink)
+        clock.time += TIMEOUT_S - 1  # the first batch is overdue, the second is not
+        conn._check_timeouts()
+        assert sink.calls == [("failed", ([0, 1], "TimeoutError"))]
+        conn.connection_lost(None)
+        assert sink.calls[1:] == [("failed", ([2, 3], "BookieHandleNotAvailableError"))]
+        conn.add_batch(7, [4], [b"e"], sink)  # on a closed connection: failed at once
+        assert sink.calls[2:] == [("failed", ([4], "BookieHandleNotAvailableError"))]
 
     asyncio.run(main())

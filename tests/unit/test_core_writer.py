@@ -139,6 +139,48 @@ def test_a_failed_bookie_is_replaced_from_lac_plus_one_and_unacked_entries_resen
     assert completed(writer.on_add_answer(2, 2, "b2", OK, 4)) == [2]
 
 
+@given(
+    st.permutations([(e, i) for e in range(6) for i in range(3)]),
+    st.lists(st.integers(1, 4), min_size=18, max_size=18),
+)
+def test_acks_in_batches_complete_as_the_same_acks_one_by_one(
+    order: list[tuple[int, int]], cuts: list[int]
+) -> None:
+    """A batch of one bookie's acks (``on_add_acks``) completes exactly what the same acks,
+    answered one at a time, complete; acks outside a bookie's write sets count for nothing."""
+    one, batched = LedgerWriter(metadata(3, 2, 2)), LedgerWriter(metadata(3, 2, 2))
+    for _ in range(6):
+        one.add(1, 0)
+        batched.add(1, 0)
+    singly: list[int] = []
+    for entry_id, index in order:
+        singly += completed(one.on_add_answer(entry_id, index, f"b{index}", OK, 1))
+    in_batches: list[int] = []
+    position = 0
+    for cut in cuts:  # consecutive runs of the same order, grouped by bookie
+        run, position = order[position : position + cut], position + cut
+        for index in range(3):
+            entry_ids = [e for e, i in run if i == index]
+            in_batches += completed(batched.on_add_acks(index, f"b{index}", entry_ids, 1))
+    assert singly == in_batches == list(range(6))
+    assert one.last_add_confirmed == batched.last_add_confirmed == 5
+
+
+def test_a_batch_of_acks_from_a_replaced_bookie_counts_for_nothing() -> None:
+    writer = LedgerWriter(metadata(3, 3, 2))
+    for _ in range(3):
+        writer.add(1, 0)
+    (change,) = of(writer.on_add_answer(0, 1, "b1", StatusCode.EIO, 1), ChangeEnsemble)
+    assert dict(change.failed) == {1: "b1"}
+    stored = change_ensemble(writer.metadata, 0, (0, ("b0", "b1", "b2")), ("b0", "b9", "b2"))
+    assert stored is not None
+    writer.on_ensemble_changed(stored, 2)
+    assert writer.on_add_acks(1, "b1", [0, 1, 2], 3) == []  # the replaced bookie, late
+    assert completed(writer.on_add_acks(0, "b0", [0, 1, 2], 3)) == []
+    assert completed(writer.on_add_acks(1, "b9", [1, 0, 7], 3)) == [0, 1]  # 7: never added
+    assert completed(writer.on_add_acks(2, "b2", [2], 3)) == [2]
+
+
 def test_failures_during_a_change_start_another_change_afterwards() -> None:
     writer = LedgerWriter(metadata(3, 3, 3))
     writer.add(1, 0)

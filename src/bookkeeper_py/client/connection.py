@@ -9,6 +9,9 @@ A v2 request pending is its callback and its deadline in a dict keyed by (operat
 entry), no object of its own; the clock is read once for the requests of one loop pass (they
 leave in one write and share a deadline), not once per request, and the answers of one
 ``data_received`` are parsed and completed in one loop over their frames.
+
+A ledger writer sends the adds of one loop pass to a bookie as one batch (``add_batch``): one
+``AddSink`` stands for all of them, and the acks of one ``data_received`` reach it in one call.
 """
 
 from __future__ import annotations
@@ -38,11 +41,34 @@ log = logging.getLogger(__name__)
 # request and hashes slower.
 _ADD_ENTRY = int(v2.OpCode.ADD_ENTRY)
 _READ_ENTRY = int(v2.OpCode.READ_ENTRY)
+_EOK = StatusCode.EOK
 
 # Called with (status, body) on an answer, or (None, error) when the request failed locally.
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
-# A pending v2 request: its callback and deadline.
-_V2Request = tuple[Callback, float]
+
+
+class AddSink:
+    """Where the answers to a batch of v2 adds (``BookieConnection.add_batch``) go: one object
+    for the whole batch, called once per ``data_received`` with the entries it acked, not once
+    per answer."""
+
+    __slots__ = ()
+
+    def acked(self, entry_ids: list[int]) -> None:
+        """The bookie made these entries durable (EOK), in the order it answered."""
+        raise NotImplementedError
+
+    def refused(self, entry_id: int, status: StatusCode) -> None:
+        """The bookie answered this add with an error ``status``."""
+        raise NotImplementedError
+
+    def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
+        """No answer will come for these adds: the connection was lost, or they timed out."""
+        raise NotImplementedError
+
+
+# A pending v2 request: its callback (or the sink of its batch) and deadline.
+_V2Request = tuple[Callback | AddSink, float]
 _V2Key = tuple[int, int, int]  # (operation, ledger, entry)
 # A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
 LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
@@ -274,17 +300,34 @@ class BookieConnection(asyncio.Protocol):
         for waiter in (self._handshake, self._setup_answer):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(error)
-        v2_pending = [*self._v2_pending.values()]
-        for queue in self._v2_more.values():
-            v2_pending.extend(queue)
+        v2_pending = [(key, target) for key, (target, _) in self._v2_pending.items()]
+        for key, queue in self._v2_more.items():
+            v2_pending.extend((key, target) for target, _ in queue)
         pending = [*self._v3_pending.values()]
         self._v2_pending.clear()
         self._v2_more.clear()
         self._v3_pending.clear()
-        for callback, _ in v2_pending:
-            self._complete(callback, None, error)
+        self._fail_v2(v2_pending, error)
         for request in pending:
             self._finish(request, None, error)
+
+    @classmethod
+    def _fail_v2(
+        cls, requests: list[tuple[_V2Key, Callback | AddSink]], error: errors.BKError
+    ) -> None:
+        """Fails v2 requests with ``error``: each callback on its own, the adds of a batch in
+        one call to its sink."""
+        batches: dict[AddSink, list[int]] = {}
+        for key, target in requests:
+            if isinstance(target, AddSink):
+                batches.setdefault(target, []).append(key[2])
+            else:
+                cls._complete(target, None, error)
+        for sink, entry_ids in batches.items():
+            try:
+                sink.failed(entry_ids, error)
+            except Exception:  # a sink bug must not take the connection down
+                log.exception("failing a batch of adds failed")
 
     @classmethod
     def _finish(
@@ -321,21 +364,20 @@ class BookieConnection(asyncio.Protocol):
             error = errors.TimeoutError(
                 f"bookie {self.bookie_id} did not answer within {self.request_timeout_s:g} s"
             )
-            for callback in expired_v2:
-                self._complete(callback, None, error)
+            self._fail_v2(expired_v2, error)
             for request in expired:
                 self._finish(request, None, error)
         if self._transport is not None:
             self._schedule_timeout_check()
 
-    def _expire_v2(self, now: float) -> list[Callback]:
+    def _expire_v2(self, now: float) -> list[tuple[_V2Key, Callback | AddSink]]:
         """Takes the v2 requests past their deadline out, older first per key."""
         pending = self._v2_pending
-        expired: list[Callback] = []
+        expired: list[tuple[_V2Key, Callback | AddSink]] = []
         for key in [key for key, (_, deadline) in pending.items() if deadline <= now]:
             while (oldest := pending.get(key)) is not None and oldest[1] <= now:
                 self._take_v2(key)
-                expired.append(oldest[0])
+                expired.append((key, oldest[0]))
         return expired
 
     def _take_v2(self, key: _V2Key) -> _V2Request | None:
@@ -352,24 +394,35 @@ class BookieConnection(asyncio.Protocol):
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _register_v2(self, key: _V2Key, callback: Callback) -> bool:
-        if self._transport is None:
-            callback(
-                None,
-                self._closed_error
-                or errors.BookieHandleNotAvailableError(f"bookie {self.bookie_id}: not connected"),
-            )
-            return False
+    def _not_connected(self) -> errors.BKError:
+        return self._closed_error or errors.BookieHandleNotAvailableError(
+            f"bookie {self.bookie_id}: not connected"
+        )
+
+    def _deadline(self) -> float:
+        """The deadline of the requests written in this loop pass (one clock read per pass)."""
         deadline = self._pass_deadline
         if deadline is None:
             deadline = self._pass_deadline = self._clock.now() + self.request_timeout_s
+        return deadline
+
+    def _queue_v2(self, key: _V2Key, request: _V2Request) -> None:
+        """A second request of a pending key (the same entry read twice at once) waits behind
+        the first: answers of one key come in the order sent."""
+        queue = self._v2_more.get(key)
+        if queue is None:
+            queue = self._v2_more[key] = deque()
+        queue.append(request)
+
+    def _register_v2(self, key: _V2Key, callback: Callback) -> bool:
+        if self._transport is None:
+            callback(None, self._not_connected())
+            return False
+        request = (callback, self._deadline())
         if key in self._v2_pending:
-            queue = self._v2_more.get(key)
-            if queue is None:
-                queue = self._v2_more[key] = deque()
-            queue.append((callback, deadline))
+            self._queue_v2(key, request)
         else:
-            self._v2_pending[key] = (callback, deadline)
+            self._v2_pending[key] = request
         return True
 
     def _send_v3(
@@ -437,6 +490,26 @@ class BookieConnection(asyncio.Protocol):
                         flags |= v2.FLAG_HIGH_PRIORITY
                 frame = v2.encode_add_request(master_key, entry, flags)
             self._write(frame)
+
+    def add_batch(
+        self, ledger_id: int, entry_ids: list[int], chunks: list[bytes], sink: AddSink
+    ) -> None:
+        """Sends v2 adds of ``ledger_id`` at once: ``chunks`` are their encoded requests
+        (pieces of frames, joined into one write with whatever this pass wrote before them),
+        ``entry_ids`` the entries they add; the answers go to ``sink``."""
+        if self._transport is None:
+            sink.failed(entry_ids, self._not_connected())
+            return
+        assert self._output is not None
+        request = (sink, self._deadline())
+        pending = self._v2_pending
+        for entry_id in entry_ids:
+            key = (_ADD_ENTRY, ledger_id, entry_id)
+            if key in pending:
+                self._queue_v2(key, request)
+            else:
+                pending[key] = request
+        self._output.send(chunks)
 
     def read(
         self,
@@ -596,8 +669,10 @@ class BookieConnection(asyncio.Protocol):
             )
 
     def _on_v2_frames(self, frames: list[bytes]) -> None:
-        """Completes the requests answered by ``frames``, in order, in one pass."""
+        """Completes the requests answered by ``frames``, in order, in one pass; the acks of a
+        batch of adds reach its sink together, after the pass."""
         take, complete, fields = self._take_v2, self._complete, v2.response_fields
+        acks: dict[AddSink, list[int]] | None = None
         for frame in frames:
             opcode, status, ledger_id, entry_id, body = fields(frame)
             key = (opcode, ledger_id, entry_id)
@@ -607,7 +682,33 @@ class BookieConnection(asyncio.Protocol):
                     "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
                 )
                 continue
-            complete(request[0], status, body)
+            target = request[0]
+            if not isinstance(target, AddSink):
+                complete(target, status, body)
+            elif status is _EOK:
+                if acks is None:
+                    acks = {target: [entry_id]}
+                elif (entry_ids := acks.get(target)) is None:
+                    acks[target] = [entry_id]
+                else:
+                    entry_ids.append(entry_id)
+            else:  # the acks it gave before come first, then the refusal
+                if acks is not None and target in acks:
+                    self._acked(target, acks.pop(target))
+                try:
+                    target.refused(entry_id, status)
+                except Exception:  # a sink bug must not take the connection down
+                    log.exception("answering a refused add failed")
+        if acks is not None:
+            for sink, entry_ids in acks.items():
+                self._acked(sink, entry_ids)
+
+    @staticmethod
+    def _acked(sink: AddSink, entry_ids: list[int]) -> None:
+        try:
+            sink.acked(entry_ids)
+        except Exception:  # a sink bug must not take the connection down
+            log.exception("answering a batch of adds failed")
 
     def _on_v3(self, response: pb.Response) -> None:
         request = self._v3_pending.pop(response.header.txnId, None)

@@ -15,7 +15,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Self
 
 from bookkeeper_py import errors
-from bookkeeper_py.client.connection import BookieConnection, Callback, describe, status_error
+from bookkeeper_py.client.connection import (
+    AddSink,
+    BookieConnection,
+    Callback,
+    describe,
+    status_error,
+)
 from bookkeeper_py.core.lac import NEGATIVE_ANSWERS, LastConfirmedRead, ReadRequest
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.core.quorum import negative_threshold, write_set
@@ -729,6 +735,13 @@ class WriteHandle(ReadHandle):
         self._ticker: asyncio.TimerHandle | None = None
         self._ticker_at = 0  # when it fires (ms, the client's clock)
         self._deadline_check = False  # a look at the writer's next deadline is scheduled
+        # v2 adds go out in batches: the SendAdds of one loop pass, sent at its end as one
+        # write per bookie, each bookie's answers coming back through one sink
+        self._batched = not (client.config.use_v3 or deferred_sync)
+        self._sends: list[SendAdd] = []
+        self._sinks: dict[tuple[int, str], _WriterSink] = {}
+        self._head_length = -1  # the last entry length's request head, for the next one
+        self._head = b""
 
     @property
     def last_add_pushed(self) -> int:
@@ -772,6 +785,11 @@ class WriteHandle(ReadHandle):
     def _execute(self, instructions: list[Instruction]) -> None:
         for instruction in instructions:
             if isinstance(instruction, SendAdd):
+                if self._batched:
+                    if not self._sends:
+                        self._loop.call_soon(self._send_batches)
+                    self._sends.append(instruction)
+                    continue
                 entry = self._entries[instruction.entry_id]
                 # Encoded once, the same bytes to every bookie of the write set.
                 frame = (
@@ -850,6 +868,63 @@ class WriteHandle(ReadHandle):
     def _tick(self) -> None:
         self._ticker = None
         self._execute(self._writer.tick(self._now()))
+
+    def _send_batches(self) -> None:
+        """Sends this pass's adds: each entry's request encoded once, one write per bookie."""
+        sends, self._sends = self._sends, []
+        entries = self._entries
+        batches: dict[tuple[int, str], tuple[list[int], list[bytes]]] = {}
+        for send in sends:
+            entry_id = send.entry_id
+            entry = entries.get(entry_id)
+            if entry is None:
+                continue  # failed (the ledger closed, the writer fenced) before it went out
+            if len(entry) != self._head_length:
+                self._head = v2.add_request_head(self._master_key, len(entry))
+                self._head_length = len(entry)
+            head = self._head
+            for target in send.targets:
+                batch = batches.get(target)
+                if batch is None:
+                    batch = batches[target] = ([], [])
+                batch[0].append(entry_id)
+                batch[1].extend((head, entry))
+        pool = self._client.pool
+        for (index, bookie_id), (entry_ids, chunks) in batches.items():
+            sink = self._sinks.get((index, bookie_id))
+            if sink is None:
+                sink = self._sinks[(index, bookie_id)] = _WriterSink(self, index, bookie_id)
+            connection = pool.ready(bookie_id)
+            if connection is not None:
+                connection.add_batch(self.ledger_id, entry_ids, chunks, sink)
+            else:
+                self._on_bookie(
+                    bookie_id,
+                    partial(_send_batch, self.ledger_id, entry_ids, chunks, sink),
+                    partial(_batch_not_sent, entry_ids, sink),
+                )
+
+    def _adds_acked(self, bookie_id: str, index: int, entry_ids: list[int]) -> None:
+        if self._client.quarantine.suspects:
+            self._client.quarantine.record_success(bookie_id)
+        self._execute(self._writer.on_add_acks(index, bookie_id, entry_ids, self._now()))
+
+    def _adds_failed(
+        self, bookie_id: str, index: int, entry_ids: list[int], error: errors.BKError
+    ) -> None:
+        """No answer came (or will) for these adds to one bookie: one failure of that bookie."""
+        log.info(
+            "ledger %d: %d adds to %s failed: %s", self.ledger_id, len(entry_ids), bookie_id, error
+        )
+        now = self._now()
+        self._client.quarantine.record_failure(bookie_id, now)
+        problem = str(error)
+        instructions: list[Instruction] = []
+        for entry_id in entry_ids:
+            instructions += self._writer.on_add_answer(
+                entry_id, index, bookie_id, None, now, problem
+            )
+        self._execute(instructions)
 
     def _add_answered(
         self,
@@ -976,6 +1051,48 @@ class WriteHandle(ReadHandle):
             lambda current: close_needed(current, last_entry, length),
             lambda current: current.closed_at(last_entry, length),
         )
+
+
+class _WriterSink(AddSink):
+    """The answers of one bookie (at one ensemble index) to a writer's batched adds."""
+
+    __slots__ = ("_bookie_id", "_handle", "_index")
+
+    def __init__(self, handle: WriteHandle, index: int, bookie_id: str) -> None:
+        self._handle = handle
+        self._index = index
+        self._bookie_id = bookie_id
+
+    def acked(self, entry_ids: list[int]) -> None:
+        self._handle._adds_acked(self._bookie_id, self._index, entry_ids)
+
+    def refused(self, entry_id: int, status: StatusCode) -> None:
+        self._handle._add_answered(self._bookie_id, self._index, entry_id, status, b"")
+
+    def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
+        self._handle._adds_failed(self._bookie_id, self._index, entry_ids, error)
+
+
+def _send_batch(
+    ledger_id: int,
+    entry_ids: list[int],
+    chunks: list[bytes],
+    sink: AddSink,
+    connection: BookieConnection,
+) -> None:
+    connection.add_batch(ledger_id, entry_ids, chunks, sink)
+
+
+def _batch_not_sent(
+    entry_ids: list[int], sink: AddSink, status: StatusCode | None, body: bytes | errors.BKError
+) -> None:
+    """A batch whose bookie could not be connected to: each add failed with that error."""
+    error = (
+        body
+        if isinstance(body, errors.BKError)
+        else errors.BookieHandleNotAvailableError(f"no connection: {describe(status, body)}")
+    )
+    sink.failed(entry_ids, error)
 
 
 class LedgerHandle(WriteHandle):

@@ -302,6 +302,8 @@ class LedgerWriter:
     ) -> list[Instruction]:
         """A bookie's answer to an add (``status`` None: connection lost or timed out;
         ``problem`` says what went wrong, for the error the adds fail with if it comes to that)."""
+        if status == StatusCode.EOK:
+            return self.on_add_acks(bookie_index, bookie, [entry_id], now)
         add = self._adds.get(entry_id)
         if self.error is not None or add is None or add.sent_at < 0:
             return []  # failed already, completed already, or not sent yet (a stray answer)
@@ -311,9 +313,6 @@ class LedgerWriter:
         )
         if not in_write_set or metadata.ensemble_at(entry_id)[bookie_index] != bookie:
             return []  # not of its write set, or replaced since: a copy of the old fragment
-        if status == StatusCode.EOK:
-            add.acks.ack(bookie_index)
-            return self._complete(now)
         if status == StatusCode.EFENCED:
             return self._fail_all(
                 errors.LedgerFencedError(
@@ -330,6 +329,32 @@ class LedgerWriter:
             )
         why = problem or (status.name if status is not None else "no answer")
         return self._bookie_failed(add, bookie_index, bookie, why, now)
+
+    def on_add_acks(
+        self, bookie_index: int, bookie: str, entry_ids: list[int], now: int
+    ) -> list[Instruction]:
+        """Durable acks (EOK) of one bookie, at ensemble index ``bookie_index``, for
+        ``entry_ids``: a batch of answers completed in one pass. Answers for entries completed
+        or failed already, not sent yet, outside the bookie's write sets, or sent to a bookie
+        replaced since (a copy of the old fragment) change nothing."""
+        if self.error is not None:
+            return []
+        metadata = self.metadata
+        size, write_quorum = metadata.ensemble_size, metadata.write_quorum_size
+        start, last = metadata.ensembles[-1]
+        current = bookie_index < len(last) and last[bookie_index] == bookie
+        adds = self._adds
+        for entry_id in entry_ids:
+            add = adds.get(entry_id)
+            if add is None or add.sent_at < 0 or (bookie_index - entry_id) % size >= write_quorum:
+                continue
+            if entry_id >= start:
+                if not current:
+                    continue
+            elif metadata.ensemble_at(entry_id)[bookie_index] != bookie:
+                continue
+            add.acks.ack(bookie_index)
+        return self._complete(now)
 
     def _bookie_failed(
         self, add: _Add, index: int, bookie: str, why: str, now: int

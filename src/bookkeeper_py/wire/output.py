@@ -41,6 +41,12 @@ class OutputBuffer:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
+    def send(self, chunks: list[bytes]) -> None:
+        """Sends ``chunks`` now, after what was collected before them, in one write (a batch
+        made at the end of a pass has nothing to wait for)."""
+        self._chunks.extend(chunks)
+        self.flush()
+
     def flush(self) -> None:
         """Sends what was collected now (also before the connection changes how it sends, e.g.
         when TLS starts: the frames before must go out as they were)."""

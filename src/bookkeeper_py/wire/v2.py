@@ -140,11 +140,16 @@ class Response:
 
 def encode_add_request(master_key: bytes, entry: bytes, flags: int = FLAG_NONE) -> bytes:
     """A framed ADD_ENTRY request."""
+    return add_request_head(master_key, len(entry), flags) + entry
+
+
+def add_request_head(master_key: bytes, entry_length: int, flags: int = FLAG_NONE) -> bytes:
+    """A framed ADD_ENTRY request up to its entry (frame length, header, master key): a writer
+    sends it and the same entry bytes to each bookie without joining them first."""
     if len(master_key) != MASTER_KEY_SIZE:
         raise ValueError(f"master key must be {MASTER_KEY_SIZE} bytes, got {len(master_key)}")
-    length = 4 + MASTER_KEY_SIZE + len(entry)
-    head = struct.pack(">Ii", length, pack_header(OpCode.ADD_ENTRY, flags))
-    return b"".join((head, master_key, entry))
+    length = 4 + MASTER_KEY_SIZE + entry_length
+    return struct.pack(">Ii", length, pack_header(OpCode.ADD_ENTRY, flags)) + master_key
 
 
 def encode_read_request(
