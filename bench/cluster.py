@@ -6,7 +6,8 @@ in the same run. 1 KiB entries, CRC32C, fsync before every ack.
 
 Rows (median of --runs; each is a ``bookkeeper bench`` measurement, the command is printed,
 with the median CPU per entry of the client and of each bookie, and of a tailing reader):
-one bookie E=Qw=Qa=1 adds/s; three bookies at 3/2/2 and 3/3/2 adds/s (1,000 in flight); p99 add
+one bookie E=Qw=Qa=1 adds/s; three bookies at 3/2/2 and 3/3/2 adds/s (1,000 in flight), and at
+3/2/2 with 100-byte entries (its ratio to the 1 KiB rate); p99 add
 latency at 3/2/2 at half the rate reached (open loop, on a cluster of its own, 1 s of warm-up);
 p50 with one add in flight; a tailing reader's p99 lag at 10,000 adds/s; catch-up reads of closed
 ledgers at 3/2/2 (entry by entry) and 3/3/2 (E = Qw: batch reads) in MB/s; recovery of a ledger
@@ -141,6 +142,20 @@ def main() -> None:
             )
             if quorum == "3,2,2":
                 reached = value
+        argv = ["writes", "--entry-size=100", seconds]
+        small = row(
+            "three bookies 3/2/2, 100-byte entries",
+            "adds/s",
+            "bookkeeper bench " + " ".join(argv) + " --local 3",
+            lambda: measure(three, argv),
+        )
+        rows["100-byte / 1 KiB entry rate (3/2/2)"] = {
+            "median": small / reached,
+            "unit": "x",
+            "command": "the two rows above",
+        }
+        if not args.json:
+            print(f"{'100-byte / 1 KiB entry rate (3/2/2)':<46} {small / reached:>12,.2f} x")
         argv = ["writes", "--in-flight=1", seconds]
         row(
             "3/2/2 p50 add latency, one add in flight",

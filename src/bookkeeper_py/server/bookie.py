@@ -103,6 +103,11 @@ class BookieConfig:
 BACKGROUND_SLICE_S = 0.0005
 
 
+def _one(done: Callable[[StatusCode, list[int]], None], entry_id: int, status: StatusCode) -> None:
+    """The answer to one add of a batch, as the batch's callback takes it."""
+    done(status, [entry_id])
+
+
 class Bookie:
     """Request handling over storage. Runs on one asyncio loop; the journal has its own thread."""
 
@@ -357,6 +362,12 @@ class Bookie:
             return info, StatusCode.EOK
         return self.engine.create_ledger(ledger_id, master_key), StatusCode.EOK
 
+    @staticmethod
+    def _fenced_for(info: LedgerInfo, recovery: bool) -> bool:
+        """Whether the ledger's fence refuses an add (a recovery add goes through): the one
+        fence check of every add path."""
+        return info.fenced and not recovery
+
     # -- operations ----------------------------------------------------------------------------
 
     def add_entry(
@@ -425,7 +436,7 @@ class Bookie:
             done(refusal)
             return
         info, status = self._ensure_ledger(ledger_id, master_key)
-        if info is None or (info.fenced and not recovery):
+        if info is None or self._fenced_for(info, recovery):
             stats.failure(time.perf_counter() - started)
             done(status if info is None else StatusCode.EFENCED)
             return
@@ -452,6 +463,70 @@ class Bookie:
         if deferred_sync:
             stats.success(time.perf_counter() - started)
             done(StatusCode.EOK)
+
+    def add_entries(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entry_ids: list[int],
+        entries: list[bytes],
+        done: Callable[[StatusCode, list[int]], None],
+    ) -> None:
+        """Stores plain adds (not recovery, not DEFERRED_SYNC) of one ledger that arrived
+        together, with one master key, each entry starting with its ids; ``done(status,
+        entry_ids)`` answers them together once their journal records are durable (one callback
+        on the last record: the journal makes a ledger's records durable in order). When any
+        check would not pass for them all alike (read-only, a disk failed, limits, a full
+        write cache, a bad id), each goes through ``add_entry`` on its own instead."""
+        count = len(entries)
+        if (
+            self.read_only
+            or self._refuses_writes()
+            or self.pending_adds + count > self.config.max_pending_adds
+            or self._throttled
+            or self.engine.write_cache_full
+            or ledger_id < 0
+            or min(entry_ids) < 0
+            or min(map(len, entries)) < 24  # no LAC to read (add_entry's rule for those)
+        ):
+            for entry_id, entry in zip(entry_ids, entries, strict=True):
+                self.add_entry(
+                    ledger_id, entry_id, master_key, entry, False, partial(_one, done, entry_id)
+                )
+            return
+        stats = self._add_stats
+        started = time.perf_counter()
+        size = sum(map(len, entries))
+        self._added_since_disk_check += size
+        if self._added_since_disk_check >= DISK_CHECK_BYTES:
+            self._added_since_disk_check = 0
+            self.check_disks()
+        info, status = self._ensure_ledger(ledger_id, master_key)
+        if info is None or self._fenced_for(info, False):
+            for _ in entry_ids:
+                stats.failure(time.perf_counter() - started)
+            done(status if info is None else StatusCode.EFENCED, entry_ids)
+            return
+        lac_at = _LAC_AT.unpack_from
+        self._advance_lac(ledger_id, max(lac_at(entry, 16)[0] for entry in entries))
+
+        def durable(error: Exception | None) -> None:
+            self.pending_adds -= count
+            elapsed = time.perf_counter() - started
+            if error is None:
+                self._write_bytes.inc(size)
+                for _ in entry_ids:
+                    stats.success(elapsed)
+                done(StatusCode.EOK, entry_ids)
+            else:
+                for _ in entry_ids:
+                    stats.failure(elapsed)
+                done(StatusCode.EIO, entry_ids)
+
+        self.pending_adds += count
+        add, last = self.engine.add_entry, count - 1
+        for i, (entry_id, entry) in enumerate(zip(entry_ids, entries, strict=True)):
+            add(ledger_id, entry_id, entry, durable if i == last else None)
 
     def _drain_throttled(self) -> None:
         """Resumes held-back adds while the write cache has room; refuses those that waited

@@ -271,6 +271,26 @@ def encode_response(
     return head + body if body else head
 
 
+# The first bytes of a plain (not recovery, current version) ADD_ENTRY request frame, and its
+# least size (header, master key, ledger and entry ids): a bookie takes runs of such frames in bulk.
+PLAIN_ADD_HEAD = _HEADER.pack(pack_header(OpCode.ADD_ENTRY, FLAG_NONE))
+PLAIN_ADD_MIN_SIZE = 4 + MASTER_KEY_SIZE + 16
+_ADD_IDS = struct.Struct(">qq")
+
+
+def plain_add_fields(frame: bytes) -> tuple[int, int]:
+    """(ledger id, entry id) of a plain add frame (one starting with ``PLAIN_ADD_HEAD``, at
+    least ``PLAIN_ADD_MIN_SIZE`` long); its master key is ``frame[4:24]``, its entry
+    ``frame[24:]``."""
+    return _ADD_IDS.unpack_from(frame, 4 + MASTER_KEY_SIZE)
+
+
+def encode_add_responses(status: StatusCode, ledger_id: int, entry_ids: list[int]) -> bytes:
+    """The framed answers, all with ``status``, to adds of ``entry_ids`` of one ledger."""
+    pack, header, rc = _FRAMED_RESPONSE.pack, pack_header(OpCode.ADD_ENTRY, 0), to_v2(status)
+    return b"".join([pack(RESPONSE_FIXED_SIZE, header, rc, ledger_id, e) for e in entry_ids])
+
+
 def encode_batch_read_response(
     status: StatusCode, ledger_id: int, start_entry_id: int, request_id: int, entries: list[bytes]
 ) -> bytes:

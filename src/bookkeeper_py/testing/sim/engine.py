@@ -162,7 +162,8 @@ class SimEngine:
     def _append(self, record: tuple[object, ...] | None, token: Any) -> None:
         if record is not None:
             self.disk.write(record)
-        self._tokens.append(token)
+        if token is not None:  # None: a record of a batch whose last record carries its token
+            self._tokens.append(token)
         if self._sync_timer is None:
             self._sync_timer = self.loop.call_later(self.sync_delay_ms / 1000, self._sync)
 

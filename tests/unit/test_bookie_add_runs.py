@@ -1,0 +1,125 @@
+"""A bookie takes runs of plain v2 adds in bulk (issue 21): per ledger one call to the bookie,
+one journal callback, one write of the answers; every answer still comes after its journal
+sync, and whatever is unusual (a fenced ledger, a wrong key, a recovery add, a bad id) gets the
+same answer as an add taken on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from bookkeeper_py.server.bookie import Bookie
+from bookkeeper_py.server.connection import BookieConnection
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.framing import FrameDecoder
+from bookkeeper_py.wire.status import StatusCode
+
+from .held_sync import run_with_held_sync, settle
+from .test_decoders_fuzz import FakeTransport
+
+KEY = b"k" * 20
+
+
+def entry(ledger_id: int, entry_id: int) -> bytes:
+    digest = DigestManager(ledger_id, DigestType.CRC32C, b"")
+    return digest.package(entry_id, entry_id - 1, 0, b"payload %d" % entry_id)
+
+
+def answers(transport: FakeTransport) -> list[tuple[int, int, StatusCode]]:
+    return [
+        (r.ledger_id, r.entry_id, r.status)
+        for r in map(v2.decode_response, FrameDecoder().feed(bytes(transport.written)))
+    ]
+
+
+def serve(bookie: Bookie) -> tuple[BookieConnection, FakeTransport]:
+    connection = BookieConnection(bookie, set())
+    transport = FakeTransport()
+    connection.connection_made(transport)
+    return connection, transport
+
+
+def test_a_run_of_adds_is_answered_after_its_sync_per_ledger_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        connection, transport = serve(bookie)
+        frames = [v2.encode_add_request(KEY, entry(1, i)) for i in range(3)]
+        frames += [v2.encode_add_request(KEY, entry(2, i)) for i in range(2)]
+        frames.append(v2.encode_add_request(KEY, entry(1, 3)))
+        connection.data_received(b"".join(frames))
+        assert connection.pending == 6
+        await asyncio.sleep(0.1)
+        assert answers(transport) == []  # nothing answered before the journal sync
+        gate.set()
+        await settle(lambda: connection.pending == 0)
+        got = answers(transport)
+        assert sorted(got) == [(1, e, StatusCode.EOK) for e in range(4)] + [
+            (2, e, StatusCode.EOK) for e in range(2)
+        ]
+        assert [e for lid, e, _ in got if lid == 1] == [0, 1, 2, 3]  # a ledger's in order
+        for ledger_id, entry_id in [(1, 0), (1, 3), (2, 1)]:
+            assert bookie.engine.read(ledger_id, entry_id) == entry(ledger_id, entry_id)
+        assert bookie.last_add_confirmed(1) == 2  # the LAC entry 3 carried
+        assert bookie.pending_adds == 0
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario)
+
+
+def test_unusual_adds_in_a_run_get_the_answers_they_get_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        gate.set()
+        connection, transport = serve(bookie)
+        connection.data_received(v2.encode_add_request(KEY, entry(5, 0)))  # ledger 5's key
+        await settle(lambda: connection.pending == 0)
+        fenced: list[StatusCode] = []
+        bookie.read_entry(6, 0, True, KEY, lambda status, body: fenced.append(status))
+        await settle(lambda: bool(fenced))
+        transport.written.clear()
+        frames = [
+            v2.encode_add_request(KEY, entry(4, 0)),
+            v2.encode_add_request(b"w" * 20, entry(5, 1)),  # wrong key: EUA
+            v2.encode_add_request(KEY, entry(6, 0)),  # fenced ledger: EFENCED
+            v2.encode_add_request(KEY, entry(6, 1), v2.FLAG_RECOVERY_ADD),  # goes through
+            v2.encode_add_request(KEY, entry(4, 1)),
+            v2.encode_add_request(KEY, entry(4, -1)[:16] + b"short"),  # too short for a LAC
+        ]
+        connection.data_received(b"".join(frames))
+        await settle(lambda: connection.pending == 0)
+        assert sorted(answers(transport)) == [
+            (4, -1, StatusCode.EBADREQ),
+            (4, 0, StatusCode.EOK),
+            (4, 1, StatusCode.EOK),
+            (5, 1, StatusCode.EUA),
+            (6, 0, StatusCode.EFENCED),
+            (6, 1, StatusCode.EOK),
+        ]
+        assert bookie.pending_adds == 0
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario)
+
+
+def test_a_run_past_the_bookies_bound_is_answered_add_by_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        connection, transport = serve(bookie)
+        connection.data_received(
+            b"".join(v2.encode_add_request(KEY, entry(3, i)) for i in range(5))
+        )
+        await asyncio.sleep(0.1)
+        assert answers(transport) == [
+            (3, 3, StatusCode.ETOOMANYREQUESTS),
+            (3, 4, StatusCode.ETOOMANYREQUESTS),
+        ]
+        gate.set()
+        await settle(lambda: connection.pending == 0)
+        assert sorted(answers(transport)[2:]) == [(3, e, StatusCode.EOK) for e in range(3)]
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_adds=3)
