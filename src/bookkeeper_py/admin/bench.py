@@ -188,6 +188,9 @@ class CpuMeter:
         }
 
 
+PACE_TICK_S = 0.001  # the shortest wait of an open-loop schedule
+
+
 class Interrupt:
     """Ctrl-C during a measurement: the first SIGINT asks the workload to wind down (``stop``
     is set; the workloads check it where they issue work), a second one raises
@@ -217,6 +220,18 @@ class Interrupt:
             file=sys.stderr,
             flush=True,
         )
+
+    async def pause_until(self, when: float) -> None:
+        """An open-loop schedule's wait for its next due time (``time.monotonic()``), at least
+        ``PACE_TICK_S``: what fell due meanwhile is issued together, as an application at that
+        rate sends in bursts (each latency still counts from its add's due time); a wait of
+        less would spin the loop for an add or two per pass. Ctrl-C ends a long wait early."""
+        delay = max(when - time.monotonic(), PACE_TICK_S)
+        if delay <= 10 * PACE_TICK_S:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), delay)
 
     def uninstall(self) -> None:
         if self._installed:
@@ -373,8 +388,7 @@ async def run_writes(
                 progress.tick(now)
                 if interrupt.requested:
                     return
-                with contextlib.suppress(TimeoutError):  # woken early by Ctrl-C
-                    await asyncio.wait_for(interrupt.stop.wait(), max(0.0, due - time.monotonic()))
+                await interrupt.pause_until(due)
 
         await asyncio.gather(*(paced(w) for w in range(args.writers)))
         stop_issuing()
@@ -548,7 +562,7 @@ async def run_tail(
                 future.add_done_callback(partial(_note_time, acked, issued))
                 futures.append(future)
                 issued += 1
-            await asyncio.sleep(max(0.0, start + issued / rate - time.monotonic()))
+            await interrupt.pause_until(start + issued / rate)
         await asyncio.gather(*futures)
         elapsed = time.monotonic() - start
         cpu = meter.stop()
