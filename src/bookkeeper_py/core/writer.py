@@ -171,12 +171,20 @@ def change_ensemble(
 # -- the writer --------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Add:
-    entry_id: int
-    length: int  # the ledger's length including this entry
-    acks: AckSet
-    sent_at: int = -1  # -1: waiting for a permit
+class _Add(AckSet):
+    """An entry pending: its acks (it is its own ``AckSet``: one object per entry added, not
+    two), its id, the ledger's length including it, and when it was sent (-1: waiting for a
+    permit)."""
+
+    __slots__ = ("entry_id", "length", "sent_at")
+
+    def __init__(
+        self, entry_id: int, length: int, write_quorum_size: int, ack_quorum_size: int
+    ) -> None:
+        super().__init__(write_quorum_size, ack_quorum_size)
+        self.entry_id = entry_id
+        self.length = length
+        self.sent_at = -1
 
 
 class LedgerWriter:
@@ -246,10 +254,9 @@ class LedgerWriter:
             raise errors.IncorrectParameterError(f"entry ids start at 0, not {entry_id}")
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
         self._pushed_length += payload_length
+        metadata = self.metadata
         self._adds[entry_id] = _Add(
-            entry_id,
-            self._pushed_length,
-            AckSet(self.metadata.write_quorum_size, self.metadata.ack_quorum_size),
+            entry_id, self._pushed_length, metadata.write_quorum_size, metadata.ack_quorum_size
         )
         self._waiting.append(entry_id)
         self._lac_carried = max(self._lac_carried, self.last_add_confirmed)
@@ -353,15 +360,15 @@ class LedgerWriter:
                     continue
             elif metadata.ensemble_at(entry_id)[bookie_index] != bookie:
                 continue
-            add.acks.ack(bookie_index)
+            add.ack(bookie_index)
         return self._complete(now)
 
     def _bookie_failed(
         self, add: _Add, index: int, bookie: str, why: str, now: int
     ) -> list[Instruction]:
-        if add.acks.acked(index):
+        if add.acked(index):
             return []  # a failure after its durable ack changes nothing for this entry
-        add.acks.fail(index)
+        add.fail(index)
         self._why[bookie] = why
         if self.deferred_sync:
             return self._fail_all(
@@ -374,7 +381,7 @@ class LedgerWriter:
         # Every pending entry is in the last fragment: a new fragment starts at LAC+1 and no
         # entry completes while it is being made.
         self._failed[index] = bookie
-        if self.delay_ensemble_change and add.acks.still_possible:
+        if self.delay_ensemble_change and add.still_possible:
             return []  # replaced with the next change, once some entry needs it
         return self._maybe_change(now)
 
@@ -410,7 +417,7 @@ class LedgerWriter:
             if not again:
                 continue
             for index in again:
-                add.acks.forget(index)
+                add.forget(index)
             add.sent_at = now
             instructions.append(SendAdd(entry_id, self._targets(entry_id, again)))
         instructions += self._complete(now)
@@ -423,7 +430,7 @@ class LedgerWriter:
             return []
         self.changing = False
         if isinstance(error, errors.NotEnoughBookiesError) and all(
-            add.acks.still_possible for add in self._adds.values()
+            add.still_possible for add in self._adds.values()
         ):
             # Carry on with fewer copies (BookKeeper does the same when no bookie is spare).
             self._failed.clear()
@@ -452,7 +459,7 @@ class LedgerWriter:
                 if add.sent_at < 0 or now - add.sent_at < self.add_timeout_ms:
                     continue
                 for index, bookie in self._targets(add.entry_id):
-                    if not add.acks.acked(index) and self.error is None:
+                    if not add.acked(index) and self.error is None:
                         instructions += self._bookie_failed(
                             add, index, bookie, f"no answer within {self.add_timeout_ms} ms", now
                         )
@@ -463,7 +470,7 @@ class LedgerWriter:
             and now >= self._change_not_before
             and (
                 not self.delay_ensemble_change
-                or any(not add.acks.still_possible for add in self._adds.values())
+                or any(not add.still_possible for add in self._adds.values())
             )
         ):
             instructions += self._maybe_change(now)  # a paced change now due
@@ -487,7 +494,7 @@ class LedgerWriter:
         first = self.last_add_completed + 1
         while True:
             head = self._adds.get(self.last_add_completed + 1)
-            if head is None or head.sent_at < 0 or not head.acks.complete:
+            if head is None or head.sent_at < 0 or not head.complete:
                 break
             del self._adds[head.entry_id]
             self._in_flight -= 1
@@ -570,7 +577,7 @@ class LedgerWriter:
                 deadlines.append(min(sent) + self.add_timeout_ms)
         if self._failed and not self.changing:
             due = (not self.delay_ensemble_change) or any(
-                not add.acks.still_possible for add in self._adds.values()
+                not add.still_possible for add in self._adds.values()
             )
             if due:
                 deadlines.append(self._change_not_before)  # a paced ensemble change to make

@@ -316,6 +316,11 @@ def decode_response(frame: bytes) -> Response:
     return Response(*response_fields(frame))
 
 
+# A response's fixed part split as a client reads it in bulk: (version, opcode, flags, return
+# code, ledger id, entry id); a version 0 (legacy) header has its opcode in the flags' low byte.
+RESPONSE_HEAD = struct.Struct(">BBHiqq")
+
+
 def response_fields(frame: bytes) -> tuple[int, StatusCode, int, int, bytes]:
     """(opcode, status, ledger id, entry id, body) of one v2 response frame (without its length
     prefix): ``decode_response`` without the object, for a client completing its answers."""
