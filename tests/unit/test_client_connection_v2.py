@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bookkeeper_py import errors
-from bookkeeper_py.client.connection import AddSink, BookieConnection
+from bookkeeper_py.client.connection import AddSink, BookieConnection, ReadSink
 from bookkeeper_py.wire import v2
-from bookkeeper_py.wire.status import StatusCode
+from bookkeeper_py.wire.status import StatusCode, to_v2
 
 from .test_decoders_fuzz import FakeTransport
 
@@ -175,5 +177,48 @@ def test_adds_of_a_batch_time_out_and_fail_with_the_connection_in_one_call() -> 
         assert sink.calls[1:] == [("failed", ([2, 3], "BookieHandleNotAvailableError"))]
         conn.add_batch(7, [4], [b"e"], sink)  # on a closed connection: failed at once
         assert sink.calls[2:] == [("failed", ([4], "BookieHandleNotAvailableError"))]
+
+    asyncio.run(main())
+
+
+class ReadRecorder(ReadSink):
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def answered(self, answers: list[tuple[int, int, bytes]]) -> None:
+        self.calls.append(("answered", list(answers)))
+
+    def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
+        self.calls.append(("failed", (sorted(entry_ids), type(error).__name__)))
+
+
+def test_a_batch_of_reads_goes_out_with_the_pass_and_its_answers_come_in_one_call() -> None:
+    async def main() -> None:
+        conn, clock, answers = connection()
+        transport = conn._transport
+        assert isinstance(transport, FakeTransport)
+        sink = ReadRecorder()
+        conn.read_batch(7, [4, 5, 6], sink)
+        conn.read(7, 9, False, None, recorder(answers, "one read"))
+        assert clock.reads == 1 and transport.written == b""  # written at the pass's end
+        await asyncio.sleep(0)
+        assert bytes(transport.written) == b"".join(
+            v2.encode_read_request(7, e) for e in (4, 5, 6, 9)
+        )
+        answer(
+            conn,
+            (READ, StatusCode.EOK, 7, 5, b"five"),
+            (READ, StatusCode.EOK, 7, 9, b"nine"),
+            (READ, StatusCode.ENOENTRY, 7, 4, b""),
+        )
+        assert sink.calls == [("answered", [(5, 0, b"five"), (4, to_v2(StatusCode.ENOENTRY), b"")])]
+        assert answers == [("one read", StatusCode.EOK, b"nine")]
+        conn.connection_lost(None)
+        assert sink.calls[1:] == [("failed", ([6], "BookieHandleNotAvailableError"))]
+        v3_conn = BookieConnection("bookie-1:3181", True, TIMEOUT_S, clock)
+        with pytest.raises(ValueError, match="v2"):
+            v3_conn.read_batch(7, [1], sink)
 
     asyncio.run(main())

@@ -47,10 +47,19 @@ _RESPONSE_HEAD = v2.RESPONSE_HEAD
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
 
 
-class AddSink:
-    """Where the answers to a batch of v2 adds (``BookieConnection.add_batch``) go: one object
-    for the whole batch, called once per ``data_received`` with the entries it acked, not once
-    per answer."""
+class BatchSink:
+    """Where the answers to a batch of v2 requests of one kind go: one object for the whole
+    batch, called once per ``data_received`` with what it brought, not once per answer."""
+
+    __slots__ = ()
+
+    def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
+        """No answer will come for these requests: the connection was lost, or they timed out."""
+        raise NotImplementedError
+
+
+class AddSink(BatchSink):
+    """The answers to a batch of adds (``BookieConnection.add_batch``)."""
 
     __slots__ = ()
 
@@ -62,13 +71,19 @@ class AddSink:
         """The bookie answered this add with an error ``status``."""
         raise NotImplementedError
 
-    def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
-        """No answer will come for these adds: the connection was lost, or they timed out."""
+
+class ReadSink(BatchSink):
+    """The answers to a batch of entry reads (``BookieConnection.read_batch``)."""
+
+    __slots__ = ()
+
+    def answered(self, answers: list[tuple[int, int, bytes]]) -> None:
+        """(entry id, v2 return code, body) of each answer, in the order the bookie sent them."""
         raise NotImplementedError
 
 
 # A pending v2 request: its callback (or the sink of its batch) and deadline.
-_V2Request = tuple[Callback | AddSink, float]
+_V2Request = tuple[Callback | BatchSink, float]
 _V2Key = tuple[int, int, int]  # (operation, ledger, entry)
 # A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
 LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
@@ -313,13 +328,13 @@ class BookieConnection(asyncio.Protocol):
 
     @classmethod
     def _fail_v2(
-        cls, requests: list[tuple[_V2Key, Callback | AddSink]], error: errors.BKError
+        cls, requests: list[tuple[_V2Key, Callback | BatchSink]], error: errors.BKError
     ) -> None:
-        """Fails v2 requests with ``error``: each callback on its own, the adds of a batch in
-        one call to its sink."""
-        batches: dict[AddSink, list[int]] = {}
+        """Fails v2 requests with ``error``: each callback on its own, the requests of a batch
+        in one call to its sink."""
+        batches: dict[BatchSink, list[int]] = {}
         for key, target in requests:
-            if isinstance(target, AddSink):
+            if isinstance(target, BatchSink):
                 batches.setdefault(target, []).append(key[2])
             else:
                 cls._complete(target, None, error)
@@ -327,7 +342,7 @@ class BookieConnection(asyncio.Protocol):
             try:
                 sink.failed(entry_ids, error)
             except Exception:  # a sink bug must not take the connection down
-                log.exception("failing a batch of adds failed")
+                log.exception("failing a batch of requests failed")
 
     @classmethod
     def _finish(
@@ -370,10 +385,10 @@ class BookieConnection(asyncio.Protocol):
         if self._transport is not None:
             self._schedule_timeout_check()
 
-    def _expire_v2(self, now: float) -> list[tuple[_V2Key, Callback | AddSink]]:
+    def _expire_v2(self, now: float) -> list[tuple[_V2Key, Callback | BatchSink]]:
         """Takes the v2 requests past their deadline out, older first per key."""
         pending = self._v2_pending
-        expired: list[tuple[_V2Key, Callback | AddSink]] = []
+        expired: list[tuple[_V2Key, Callback | BatchSink]] = []
         for key in [key for key, (_, deadline) in pending.items() if deadline <= now]:
             while (oldest := pending.get(key)) is not None and oldest[1] <= now:
                 self._take_v2(key)
@@ -496,20 +511,38 @@ class BookieConnection(asyncio.Protocol):
     ) -> None:
         """Sends v2 adds of ``ledger_id`` at once: ``chunks`` are their encoded requests
         (pieces of frames, joined into one write with whatever this pass wrote before them),
-        ``entry_ids`` the entries they add; the answers go to ``sink``."""
+        ``entry_ids`` the entries they add; the answers go to ``sink``. v2 only."""
+        if self._register_batch(_ADD_ENTRY, ledger_id, entry_ids, sink):
+            assert self._output is not None
+            self._output.send(chunks)
+
+    def read_batch(self, ledger_id: int, entry_ids: list[int], sink: ReadSink) -> None:
+        """Reads entries of ``ledger_id`` (plain v2 reads, no fencing), written with the other
+        requests of this loop pass; the answers go to ``sink``. v2 only."""
+        if self._register_batch(_READ_ENTRY, ledger_id, entry_ids, sink):
+            self._write(v2.encode_read_requests(ledger_id, entry_ids))
+
+    def _register_batch(
+        self, operation: int, ledger_id: int, entry_ids: list[int], sink: BatchSink
+    ) -> bool:
+        """Registers a batch of v2 requests, one deadline for all, answered to ``sink``; False
+        (and the sink told) when the connection is closed."""
+        if self.use_v3:
+            raise ValueError(
+                f"batched requests are v2 requests; the connection to {self.bookie_id} speaks v3"
+            )
         if self._transport is None:
             sink.failed(entry_ids, self._not_connected())
-            return
-        assert self._output is not None
+            return False
         request = (sink, self._deadline())
         pending = self._v2_pending
         for entry_id in entry_ids:
-            key = (_ADD_ENTRY, ledger_id, entry_id)
+            key = (operation, ledger_id, entry_id)
             if key in pending:
                 self._queue_v2(key, request)
             else:
                 pending[key] = request
-        self._output.send(chunks)
+        return True
 
     def read(
         self,
@@ -674,6 +707,7 @@ class BookieConnection(asyncio.Protocol):
         read in place (no tuple of fields, no status object for an ack)."""
         unpack, pending, complete = _RESPONSE_HEAD.unpack_from, self._v2_pending, self._complete
         acks: dict[AddSink, list[int]] | None = None
+        reads: dict[ReadSink, list[tuple[int, int, bytes]]] | None = None
         for frame in frames:
             if len(frame) < v2.RESPONSE_FIXED_SIZE:
                 raise MalformedMessageError(f"v2 response of {len(frame)} bytes is shorter than 24")
@@ -692,7 +726,14 @@ class BookieConnection(asyncio.Protocol):
                 body = (
                     frame[v2.RESPONSE_FIXED_SIZE :] if len(frame) > v2.RESPONSE_FIXED_SIZE else b""
                 )
-                complete(target, from_v2(rc), body)
+                if not isinstance(target, ReadSink):
+                    complete(cast(Callback, target), from_v2(rc), body)
+                elif reads is None:
+                    reads = {target: [(entry_id, rc, body)]}
+                elif (answers := reads.get(target)) is None:
+                    reads[target] = [(entry_id, rc, body)]
+                else:
+                    answers.append((entry_id, rc, body))
             elif rc == 0:  # EOK
                 if acks is None:
                     acks = {target: [entry_id]}
@@ -710,6 +751,12 @@ class BookieConnection(asyncio.Protocol):
         if acks is not None:
             for sink, entry_ids in acks.items():
                 self._acked(sink, entry_ids)
+        if reads is not None:
+            for read_sink, answers in reads.items():
+                try:
+                    read_sink.answered(answers)
+                except Exception:  # a sink bug must not take the connection down
+                    log.exception("answering a batch of reads failed")
 
     @staticmethod
     def _acked(sink: AddSink, entry_ids: list[int]) -> None:

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Self
 from bookkeeper_py import errors
 from bookkeeper_py.client.connection import (
     AddSink,
+    BatchSink,
     BookieConnection,
     Callback,
+    ReadSink,
     describe,
     status_error,
 )
@@ -53,7 +55,7 @@ from bookkeeper_py.metadata.port import update_ledger_metadata
 from bookkeeper_py.wire import v2
 from bookkeeper_py.wire.digest import DigestManager, Entry, master_key
 from bookkeeper_py.wire.errors import MalformedMessageError
-from bookkeeper_py.wire.status import StatusCode
+from bookkeeper_py.wire.status import StatusCode, from_v2
 
 if TYPE_CHECKING:
     from bookkeeper_py.client.client import BookKeeper
@@ -575,6 +577,8 @@ class _RangeRead:
         self.loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self.loop.create_future()
         self.ticker: asyncio.TimerHandle | None = None
+        self._sinks: dict[str, _RangeReadSink] = {}  # per bookie: its entry reads in flight
+        self._v3 = client.config.use_v3
         metadata = handle.metadata
         config = client.config
         self.plan = RangeRead(
@@ -603,12 +607,46 @@ class _RangeRead:
         return [entry for entry in self.results if entry is not None]
 
     def _send(self, sends: list[SendBatch | ReadAttempt]) -> None:
+        """Sends the plan's requests: batch reads one by one, entry reads as one batch per
+        bookie (one sink standing for them, their answers coming back together)."""
+        by_bookie: dict[str, list[ReadAttempt]] = {}
         for send in sends:
             if isinstance(send, SendBatch):
                 self._send_batch(send)
-            else:
+            elif self._v3:  # v3 requests go one by one (matched by their txnId)
                 self.handle._send_read(send, self._answer)
+            elif (attempts := by_bookie.get(send.bookie)) is None:
+                by_bookie[send.bookie] = [send]
+            else:
+                attempts.append(send)
+        for bookie, attempts in by_bookie.items():
+            self._read_from(bookie, attempts)
         self._settle()
+
+    def _read_from(self, bookie: str, attempts: list[ReadAttempt]) -> None:
+        sink = self._sinks.get(bookie)
+        if sink is None:
+            sink = self._sinks[bookie] = _RangeReadSink(self)
+        in_flight = sink.attempts
+        entry_ids: list[int] = []
+        for attempt in attempts:
+            if attempt.entry_id in in_flight:  # read from it once already: the request of its own
+                self.handle._send_read(attempt, self._answer)
+                continue
+            in_flight[attempt.entry_id] = attempt
+            entry_ids.append(attempt.entry_id)
+        if not entry_ids:
+            return
+        ledger_id = self.handle.ledger_id
+        connection = self.client.pool.ready(bookie)
+        if connection is not None:
+            connection.read_batch(ledger_id, entry_ids, sink)
+        else:
+            self.handle._on_bookie(
+                bookie,
+                partial(_read_batch, ledger_id, entry_ids, sink),
+                partial(_batch_not_sent, entry_ids, sink),
+            )
 
     def _settle(self) -> None:
         """Finished, or the timer set for the plan's next deadline."""
@@ -672,12 +710,32 @@ class _RangeRead:
                 status = None
         self._send(self.plan.on_batch_answer(batch.start, status, served, self.client.now_ms()))
 
+    def _answers(
+        self,
+        attempts: dict[int, ReadAttempt],
+        answers: list[tuple[int, StatusCode | None, bytes | errors.BKError]],
+    ) -> None:
+        """Answers of one bookie to entry reads of ``attempts`` (entry id -> attempt), taken
+        together: what the plan sends next goes out in one batch per bookie."""
+        sends: list[SendBatch | ReadAttempt] = []
+        for entry_id, status, body in answers:
+            attempt = attempts.pop(entry_id, None)
+            if attempt is not None:
+                sends += self._answered(attempt, status, body)
+        self._send(sends)
+
     def _answer(
         self, attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
     ) -> None:
+        self._send(self._answered(attempt, status, body))
+
+    def _answered(
+        self, attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
+    ) -> list[SendBatch | ReadAttempt]:
+        """Verifies and keeps an answered entry; what the plan sends next."""
         if self.finished.done():
             self.client.replica_health.answered(attempt.bookie)
-            return
+            return []
         problem = ""
         if status == StatusCode.EOK:
             assert isinstance(body, bytes)
@@ -693,11 +751,36 @@ class _RangeRead:
         elif status is None:
             problem = str(body)
         try:
-            sends = self.plan.on_entry_answer(attempt, status, problem, self.client.now_ms())
+            return self.plan.on_entry_answer(attempt, status, problem, self.client.now_ms())
         except errors.BKError as error:
             self.finished.set_exception(error)
-            return
-        self._send(sends)
+            return []
+
+
+class _RangeReadSink(ReadSink):
+    """The answers of one bookie to a range read's entry reads."""
+
+    __slots__ = ("_range_read", "attempts")
+
+    def __init__(self, range_read: _RangeRead) -> None:
+        self._range_read = range_read
+        self.attempts: dict[int, ReadAttempt] = {}  # sent to the bookie, not answered yet
+
+    def answered(self, answers: list[tuple[int, int, bytes]]) -> None:
+        self._range_read._answers(
+            self.attempts, [(entry_id, from_v2(rc), body) for entry_id, rc, body in answers]
+        )
+
+    def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
+        self._range_read._answers(
+            self.attempts, [(entry_id, None, error) for entry_id in entry_ids]
+        )
+
+
+def _read_batch(
+    ledger_id: int, entry_ids: list[int], sink: ReadSink, connection: BookieConnection
+) -> None:
+    connection.read_batch(ledger_id, entry_ids, sink)
 
 
 class WriteHandle(ReadHandle):
@@ -1084,9 +1167,9 @@ def _send_batch(
 
 
 def _batch_not_sent(
-    entry_ids: list[int], sink: AddSink, status: StatusCode | None, body: bytes | errors.BKError
+    entry_ids: list[int], sink: BatchSink, status: StatusCode | None, body: bytes | errors.BKError
 ) -> None:
-    """A batch whose bookie could not be connected to: each add failed with that error."""
+    """A batch whose bookie could not be connected to: each request failed with that error."""
     error = (
         body
         if isinstance(body, errors.BKError)

@@ -166,6 +166,16 @@ def encode_read_request(
     return struct.pack(">I", len(body)) + body
 
 
+_FRAMED_READ_REQUEST = struct.Struct(">I" + _READ_REQUEST.format[1:])
+_PLAIN_READ_HEADER = pack_header(OpCode.READ_ENTRY, FLAG_NONE)
+
+
+def encode_read_requests(ledger_id: int, entry_ids: list[int]) -> bytes:
+    """Framed plain READ_ENTRY requests of ``entry_ids`` of one ledger, one after another."""
+    pack, size, header = _FRAMED_READ_REQUEST.pack, _READ_REQUEST.size, _PLAIN_READ_HEADER
+    return b"".join([pack(size, header, ledger_id, entry_id) for entry_id in entry_ids])
+
+
 def encode_batch_read_request(
     ledger_id: int, start_entry_id: int, request_id: int, max_count: int, max_size: int
 ) -> bytes:
