@@ -38,6 +38,24 @@ def test_add_many_places_every_entry_where_it_reads_back(tmp_path: Path, sizes: 
     logger.close()
 
 
+@pytest.mark.parametrize("nowait", [False, True])
+def test_reads_of_entries_longer_and_shorter_than_the_last_one_read(
+    tmp_path: Path, nowait: bool
+) -> None:
+    """A read takes the record header and an entry as long as the last one read in one go:
+    a longer entry's rest comes in a second read, a shorter one is cut out of the first, the
+    last record of the log (nothing after it to read) included."""
+    logger = EntryLogger(str(tmp_path))
+    sizes = [1000, 20, 70_000, 5, 1000, 3000]
+    entries = [entry(7, index, size) for index, size in enumerate(sizes)]
+    locations = logger.add_many(7, entries)
+    logger.flush()
+    order = [0, 2, 1, 3, 5, 4, 5, 2, 2, 1]
+    read = [logger.read(locations[i], 7, i, nowait=nowait) for i in order]
+    assert read == [entries[i] for i in order]
+    logger.close()
+
+
 def test_synced_pages_of_the_active_log_are_dropped_from_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -126,6 +126,8 @@ class EntryLogger:
         self._flushed_size = 0
         self._drop_pages = remove_from_page_cache and hasattr(os, "posix_fadvise")
         self._dropped = 0  # bytes at the start of the active log dropped from the page cache
+        # Bytes a read takes at first: the size of the last record read (header and entry).
+        self._record_guess = _RECORD.size + 1024
         self.written = 0  # bytes of records written so far, all logs
         # Called after each flush along the way (the checkpoint paces itself there).
         self.after_flush: Callable[[], None] | None = None
@@ -363,35 +365,50 @@ class EntryLogger:
         With ``nowait`` (where the system can tell), ``ReadWouldBlockError`` instead of waiting
         for the disk."""
         log_id, offset = split_location(location)
-        path = self.path(log_id)
         try:
             fd = self._fd(log_id)
-            head = (
-                _cached_pread(fd, _RECORD.size, offset)
+            # One read for the record header and an entry as long as the last one read (entries
+            # of a ledger tend to be alike); a longer entry's rest in a second read.
+            guess = self._record_guess
+            first = (
+                _cached_pread(fd, guess, offset, exact=False)
                 if nowait
-                else os.pread(fd, _RECORD.size, offset)
+                else os.pread(fd, guess, offset)
             )
-            if len(head) != _RECORD.size:
-                raise CorruptEntryError(path, offset, "record header beyond the end of the file")
-            length, expected_crc = _RECORD.unpack(head)
-            at = offset + _RECORD.size
-            entry = _cached_pread(fd, length, at) if nowait else os.pread(fd, length, at)
+            if len(first) < _RECORD.size:
+                raise CorruptEntryError(
+                    self.path(log_id), offset, "record header beyond the end of the file"
+                )
+            length, expected_crc = _RECORD.unpack_from(first)
+            end = self._record_guess = _RECORD.size + length
+            if len(first) >= end:
+                entry = bytes(first[_RECORD.size : end])
+            else:
+                at = offset + len(first)
+                rest = (
+                    _cached_pread(fd, end - len(first), at)
+                    if nowait
+                    else os.pread(fd, end - len(first), at)
+                )
+                entry = b"".join((first[_RECORD.size :], rest))
         except OSError as error:
-            raise EntryLogError(f"reading entry log {path} at {offset}: {error}") from error
+            raise EntryLogError(
+                f"reading entry log {self.path(log_id)} at {offset}: {error}"
+            ) from error
         if len(entry) != length:
             raise CorruptEntryError(
-                path, offset, f"record of {length} bytes cut short at {len(entry)}"
+                self.path(log_id), offset, f"record of {length} bytes cut short at {len(entry)}"
             )
         actual_crc = crc32c.crc32c(entry)
         if actual_crc != expected_crc:
             raise CorruptEntryError(
-                path,
+                self.path(log_id),
                 offset,
                 f"checksum mismatch (stored {expected_crc:08x}, computed {actual_crc:08x})",
             )
         if len(entry) < 16 or _IDS.unpack_from(entry, 0) != (ledger_id, entry_id):
             raise CorruptEntryError(
-                path, offset, f"record is not ledger {ledger_id} entry {entry_id}"
+                self.path(log_id), offset, f"record is not ledger {ledger_id} entry {entry_id}"
             )
         return entry
 
@@ -480,9 +497,11 @@ class EntryLogger:
         fsync_directory(self.directory)
 
 
-def _cached_pread(fd: int, size: int, offset: int) -> bytes:
+def _cached_pread(fd: int, size: int, offset: int, exact: bool = True) -> bytes | memoryview:
     """``size`` bytes at ``offset`` if the page cache holds them all; ``ReadWouldBlockError``
-    if reading them would wait for the disk (or they are cut short: the waiting read tells)."""
+    if reading them would wait for the disk (or, when ``exact``, they are cut short: the waiting
+    read tells). Not ``exact``: what the cache holds from ``offset`` on, up to ``size`` bytes
+    (fewer at the end of the file), at least one byte."""
     if not _NOWAIT:
         return os.pread(fd, size, offset)
     buffer = bytearray(size)
@@ -494,6 +513,6 @@ def _cached_pread(fd: int, size: int, offset: int) -> bytes:
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
         return os.pread(fd, size, offset)  # a file system that cannot tell: wait
-    if got != size:
+    if got != size and (exact or got == 0):
         raise ReadWouldBlockError()
-    return bytes(buffer)
+    return memoryview(buffer)[:got]
