@@ -18,6 +18,7 @@ import logging
 import ssl
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import cast
@@ -51,7 +52,17 @@ class Security:
 
 _PLAIN_ADD = v2.PLAIN_ADD_HEAD
 _PLAIN_ADD_MIN = v2.PLAIN_ADD_MIN_SIZE
-_MAX_RUN = 1024  # plain adds taken in one run
+_PLAIN_READ = v2.PLAIN_READ_HEAD
+_PLAIN_READ_SIZE = v2.PLAIN_READ_SIZE
+_MAX_RUN = 1024  # plain adds (or reads) taken in one run
+
+
+def _is_plain_add(frame: bytes) -> bool:
+    return frame.startswith(_PLAIN_ADD) and len(frame) >= _PLAIN_ADD_MIN
+
+
+def _is_plain_read(frame: bytes) -> bool:
+    return len(frame) == _PLAIN_READ_SIZE and frame.startswith(_PLAIN_READ)
 
 
 class BookieConnection(asyncio.Protocol):
@@ -197,14 +208,13 @@ class BookieConnection(asyncio.Protocol):
             if self._transport is None:
                 backlog.clear()
                 return
-            if (
-                self._protocol == 2
-                and frame.startswith(_PLAIN_ADD)
-                and len(frame) >= _PLAIN_ADD_MIN
-                and self._admitted
-            ):
-                self._plain_adds(frame)
-                continue
+            if self._protocol == 2 and self._admitted:
+                if frame.startswith(_PLAIN_ADD) and len(frame) >= _PLAIN_ADD_MIN:
+                    self._plain_adds(frame)
+                    continue
+                if len(frame) == _PLAIN_READ_SIZE and frame.startswith(_PLAIN_READ):
+                    self._plain_reads(frame)
+                    continue
             self.pending += 1
             try:
                 if self._protocol != 2:
@@ -336,22 +346,28 @@ class BookieConnection(asyncio.Protocol):
             )
             self._send(v2.encode_response(request.opcode, StatusCode.EBADREQ, -1, -1))
 
+    def _take_run(self, first: bytes, plain: Callable[[bytes], bool]) -> list[bytes] | None:
+        """``first`` and the ``plain`` frames right behind it in the backlog, counted as
+        pending; None when they would pass the connection's bound (then each was handled on
+        its own, answered ETOOMANYREQUESTS past the bound)."""
+        backlog = self._backlog
+        run = [first]
+        while backlog and len(run) < _MAX_RUN and plain(backlog[0]):
+            run.append(backlog.popleft())
+        if self.pending + len(run) > self._bookie.config.max_pending_per_connection:
+            for frame in run:
+                self.pending += 1
+                self._handle_v2(frame)
+            return None
+        self.pending += len(run)
+        return run
+
     def _plain_adds(self, first: bytes) -> None:
         """A run of plain v2 adds (``first`` and those right behind it in the backlog), stored
         in bulk: per ledger, one call to the bookie and one write of the answers."""
-        backlog = self._backlog
-        run = [first]
-        while backlog and len(run) < _MAX_RUN:
-            frame = backlog[0]
-            if not (frame.startswith(_PLAIN_ADD) and len(frame) >= _PLAIN_ADD_MIN):
-                break
-            run.append(backlog.popleft())
-        if self.pending + len(run) > self._bookie.config.max_pending_per_connection:
-            for frame in run:  # past the connection's bound: each answered on its own
-                self.pending += 1
-                self._handle_v2(frame)
+        run = self._take_run(first, _is_plain_add)
+        if run is None:
             return
-        self.pending += len(run)
         fields, add = v2.plain_add_fields, self._bookie.add_entries
         ledger_id, entry_id = fields(first)
         key = first[4:24]
@@ -368,6 +384,34 @@ class BookieConnection(asyncio.Protocol):
     def _added(self, ledger_id: int, status: StatusCode, entry_ids: list[int]) -> None:
         self.pending -= len(entry_ids)
         self._write(v2.encode_add_responses(status, ledger_id, entry_ids))
+
+    def _plain_reads(self, first: bytes) -> None:
+        """A run of plain v2 reads (not fencing), served in bulk: per ledger, one call to the
+        bookie and one write of the answers it has at once (those waiting for a disk are
+        answered when their reader thread is done)."""
+        run = self._take_run(first, _is_plain_read)
+        if run is None:
+            return
+        fields, read = v2.plain_read_fields, self._bookie.read_entries
+        ledger_id, entry_id = fields(first)
+        entry_ids = [entry_id]
+        for frame in run[1:]:
+            lid, eid = fields(frame)
+            if lid != ledger_id:
+                self._send_reads(
+                    ledger_id, read(ledger_id, entry_ids, partial(self._read, ledger_id))
+                )
+                ledger_id, entry_ids = lid, []
+            entry_ids.append(eid)
+        self._send_reads(ledger_id, read(ledger_id, entry_ids, partial(self._read, ledger_id)))
+
+    def _send_reads(self, ledger_id: int, answers: list[tuple[int, StatusCode, bytes]]) -> None:
+        if answers:
+            self.pending -= len(answers)
+            self._write(v2.encode_read_responses(ledger_id, answers))
+
+    def _read(self, ledger_id: int, entry_id: int, status: StatusCode, body: bytes) -> None:
+        self._send_reads(ledger_id, [(entry_id, status, body)])
 
     def _refuse_v2(
         self, request: v2.AddRequest | v2.ReadRequest | v2.BatchReadRequest | v2.UnsupportedRequest

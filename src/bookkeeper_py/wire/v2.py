@@ -295,6 +295,29 @@ def plain_add_fields(frame: bytes) -> tuple[int, int]:
     return _ADD_IDS.unpack_from(frame, 4 + MASTER_KEY_SIZE)
 
 
+PLAIN_READ_HEAD = _HEADER.pack(pack_header(OpCode.READ_ENTRY, FLAG_NONE))
+PLAIN_READ_SIZE = _READ_REQUEST.size  # a plain read is its header and ids, nothing more
+
+
+def plain_read_fields(frame: bytes) -> tuple[int, int]:
+    """(ledger id, entry id) of a plain read frame (``PLAIN_READ_HEAD``, ``PLAIN_READ_SIZE``
+    bytes)."""
+    return _ADD_IDS.unpack_from(frame, 4)
+
+
+def encode_read_responses(ledger_id: int, answers: list[tuple[int, StatusCode, bytes]]) -> bytes:
+    """The framed answers to reads of one ledger: (entry id, status, entry) each."""
+    pack, header = _FRAMED_RESPONSE.pack, pack_header(OpCode.READ_ENTRY, 0)
+    pieces: list[bytes] = []
+    for entry_id, status, body in answers:
+        pieces.append(
+            pack(RESPONSE_FIXED_SIZE + len(body), header, to_v2(status), ledger_id, entry_id)
+        )
+        if body:
+            pieces.append(body)
+    return b"".join(pieces)
+
+
 def encode_add_responses(status: StatusCode, ledger_id: int, entry_ids: list[int]) -> bytes:
     """The framed answers, all with ``status``, to adds of ``entry_ids`` of one ledger."""
     pack, header, rc = _FRAMED_RESPONSE.pack, pack_header(OpCode.ADD_ENTRY, 0), to_v2(status)

@@ -1,7 +1,7 @@
-"""A bookie takes runs of plain v2 adds in bulk (issue 21): per ledger one call to the bookie,
-one journal callback, one write of the answers; every answer still comes after its journal
-sync, and whatever is unusual (a fenced ledger, a wrong key, a recovery add, a bad id) gets the
-same answer as an add taken on its own."""
+"""A bookie takes runs of plain v2 adds and reads in bulk (issue 21): per ledger one call to the
+bookie, one journal callback (adds), one write of the answers; every add's answer still comes
+after its journal sync, and whatever is unusual (a fenced ledger, a wrong key, a recovery add, a
+bad id, an entry that must come from a disk) gets the same answer as a request taken alone."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from bookkeeper_py.server.bookie import Bookie
 from bookkeeper_py.server.connection import BookieConnection
+from bookkeeper_py.storage.entry_log import ReadWouldBlockError
 from bookkeeper_py.wire import v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 from bookkeeper_py.wire.framing import FrameDecoder
@@ -123,3 +124,51 @@ def test_a_run_past_the_bookies_bound_is_answered_add_by_add(
         assert sorted(answers(transport)[2:]) == [(3, e, StatusCode.EOK) for e in range(3)]
 
     run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_adds=3)
+
+
+def test_a_run_of_reads_is_answered_at_once_and_a_disk_read_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        gate.set()
+        connection, transport = serve(bookie)
+        connection.data_received(
+            b"".join(v2.encode_add_request(KEY, entry(lid, e)) for lid in (1, 2) for e in range(3))
+        )
+        await settle(lambda: connection.pending == 0)
+        transport.written.clear()
+        real_read = bookie.engine.read
+        held = threading.Event()
+
+        def read(ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
+            if (ledger_id, entry_id) == (2, 1):  # this one "is on a disk": a reader thread waits
+                if nowait:
+                    raise ReadWouldBlockError()
+                assert held.wait(10)
+            return real_read(ledger_id, entry_id, nowait)
+
+        monkeypatch.setattr(bookie.engine, "read", read)
+        requests = [(1, 2), (1, 0), (2, 1), (2, 7), (9, 0), (1, -1), (2, -5)]
+        connection.data_received(b"".join(v2.encode_read_request(lid, e) for lid, e in requests))
+        await asyncio.sleep(0.05)
+        got = {(r.ledger_id, r.entry_id): (r.status, r.body) for r in decoded(transport)}
+        assert got == {
+            (1, 2): (StatusCode.EOK, entry(1, 2)),
+            (1, 0): (StatusCode.EOK, entry(1, 0)),
+            (2, 7): (StatusCode.ENOENTRY, b""),
+            (9, 0): (StatusCode.ENOLEDGER, b""),
+            (1, -1): (StatusCode.EOK, entry(1, 2)),  # the last entry
+            (2, -5): (StatusCode.EBADREQ, b""),
+        }
+        assert connection.pending == 1  # the disk read
+        held.set()
+        await settle(lambda: connection.pending == 0)
+        last = decoded(transport)[-1]
+        assert (last.ledger_id, last.entry_id, last.status) == (2, 1, StatusCode.EOK)
+        assert last.body == entry(2, 1)
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario)
+
+
+def decoded(transport: FakeTransport) -> list[v2.Response]:
+    return [v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))]
