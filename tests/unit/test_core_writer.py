@@ -97,6 +97,25 @@ def test_at_most_max_in_flight_are_sent_and_the_rest_follow_acks() -> None:
     assert writer.add(1, 2).last_add_confirmed == 0  # the LAC rides on the next entry
 
 
+def test_pushed_adds_are_sent_together_in_order_within_the_in_flight_bound() -> None:
+    """``push`` takes entries without sending (a runtime sending once per loop pass);
+    ``send_waiting`` then sends them in order, as many as the in-flight bound allows, and
+    each carries the LAC and length of its push."""
+    writer = LedgerWriter(metadata(3, 2, 2), max_in_flight=3)
+    assert [writer.push(10) for _ in range(4)] == [0, 1, 2, 3]
+    assert writer.pushed_length == 40 and writer.last_add_confirmed == -1
+    sends = of(writer.send_waiting(5), SendAdd)
+    assert [s.entry_id for s in sends] == [0, 1, 2]  # the fourth waits for a permit
+    assert writer.send_waiting(5) == []
+    out = ack_all(writer, 0, 6)
+    assert completed(out) == [0] and [s.entry_id for s in of(out, SendAdd)] == [3]
+    assert writer.push(7) == 4 and writer.pushed_length == 47
+    assert writer.last_add_confirmed == 0  # what entry 4 carries
+    writer.on_add_answer(1, 1, "b1", StatusCode.EFENCED, 7)
+    with pytest.raises(errors.LedgerFencedError):
+        writer.push(1)
+
+
 def ack_all(writer: LedgerWriter, entry_id: int, now: int = 0) -> list[Instruction]:
     out: list[Instruction] = []
     for index, bookie in writer._targets(entry_id):

@@ -821,6 +821,7 @@ class WriteHandle(ReadHandle):
         # v2 adds go out in batches: the SendAdds of one loop pass, sent at its end as one
         # write per bookie, each bookie's answers coming back through one sink
         self._batched = not (client.config.use_v3 or deferred_sync)
+        self._pushed = False  # adds were pushed this pass: _send_pushed is scheduled
         self._sends: list[SendAdd] = []
         self._sinks: dict[tuple[int, str], _WriterSink] = {}
         self._head_length = -1  # the last entry length's request head, for the next one
@@ -842,15 +843,26 @@ class WriteHandle(ReadHandle):
         if self._closed:
             raise errors.LedgerClosedError(f"ledger {self.ledger_id} is closed by this writer")
         data = bytes(data)
+        writer = self._writer
         # raises once the writer failed, or for an entry id taken already
-        accepted = self._writer.add(len(data), self._now(), entry_id)
+        entry_id = writer.push(len(data), entry_id)
         future: asyncio.Future[int] = self._loop.create_future()
-        self._futures[accepted.entry_id] = future
-        self._entries[accepted.entry_id] = self._digest.package(
-            accepted.entry_id, accepted.last_add_confirmed, accepted.length, data
+        self._futures[entry_id] = future
+        self._entries[entry_id] = self._digest.package(
+            entry_id, writer.last_add_confirmed, writer.pushed_length, data
         )
-        self._execute(accepted.instructions)
+        if not self._pushed:  # the pass's adds are sent together, at its end
+            self._pushed = True
+            self._loop.call_soon(self._send_pushed)
         return future
+
+    def _send_pushed(self) -> None:
+        """Sends the adds pushed in this loop pass (as far as the in-flight bound allows): one
+        writer step, one clock read."""
+        self._pushed = False
+        self._execute(self._writer.send_waiting(self._now()))
+        if self._sends:
+            self._send_batches()  # now, not a pass later
 
     async def force(self) -> int:
         """Makes every acknowledged entry durable on every bookie of the ensemble and confirmed

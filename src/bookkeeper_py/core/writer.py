@@ -240,8 +240,18 @@ class LedgerWriter:
     # -- adds ----------------------------------------------------------------------------------
 
     def add(self, payload_length: int, now: int, entry_id: int | None = None) -> Accepted:
-        """Takes the next entry, or entry ``entry_id`` when the caller chooses ids; raises the
-        writer's error if it failed, ``DuplicateEntryIdError`` for an id taken already."""
+        """Takes the next entry, or entry ``entry_id`` when the caller chooses ids, and sends
+        what may be sent; raises the writer's error if it failed, ``DuplicateEntryIdError`` for
+        an id taken already."""
+        entry_id = self.push(payload_length, entry_id)
+        return Accepted(
+            entry_id, self.last_add_confirmed, self._pushed_length, self.send_waiting(now)
+        )
+
+    def push(self, payload_length: int, entry_id: int | None = None) -> int:
+        """``add`` without sending: takes the entry (it waits in order) and returns its id; the
+        entry carries ``last_add_confirmed`` and ``pushed_length`` as they are now. A runtime
+        that sends once per loop pass pushes the pass's adds and calls ``send_waiting`` once."""
         if self.error is not None:
             raise self.error
         if entry_id is None:
@@ -260,9 +270,12 @@ class LedgerWriter:
         )
         self._waiting.append(entry_id)
         self._lac_carried = max(self._lac_carried, self.last_add_confirmed)
-        return Accepted(
-            entry_id, self.last_add_confirmed, self._pushed_length, self._send_waiting(now)
-        )
+        return entry_id
+
+    @property
+    def pushed_length(self) -> int:
+        """The ledger's length including every entry taken so far."""
+        return self._pushed_length
 
     def _targets(
         self, entry_id: int, indices: list[int] | None = None
@@ -284,7 +297,8 @@ class LedgerWriter:
         members = write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size)
         return tuple((i, ensemble[i]) for i in members if indices is None or i in indices)
 
-    def _send_waiting(self, now: int) -> list[Instruction]:
+    def send_waiting(self, now: int) -> list[Instruction]:
+        """Sends the entries waiting, in order, as far as the in-flight bound allows."""
         instructions: list[Instruction] = []
         if self.changing or self.error is not None:
             return instructions
@@ -421,7 +435,7 @@ class LedgerWriter:
             add.sent_at = now
             instructions.append(SendAdd(entry_id, self._targets(entry_id, again)))
         instructions += self._complete(now)
-        instructions += self._send_waiting(now)
+        instructions += self.send_waiting(now)
         return instructions + self._maybe_change(now)
 
     def on_ensemble_change_failed(self, error: errors.BKError, now: int) -> list[Instruction]:
@@ -434,7 +448,7 @@ class LedgerWriter:
         ):
             # Carry on with fewer copies (BookKeeper does the same when no bookie is spare).
             self._failed.clear()
-            return self._complete(now) + self._send_waiting(now)
+            return self._complete(now) + self.send_waiting(now)
         if isinstance(error, errors.NotEnoughBookiesError):
             causes = "; ".join(
                 f"{bookie}: {self._why.get(bookie, '?')}"
@@ -504,7 +518,7 @@ class LedgerWriter:
             return []
         if not self.deferred_sync:
             self.last_add_confirmed, self._confirmed_length = self.last_add_completed, self.length
-        return [Completed(first, self.last_add_completed, self.length), *self._send_waiting(now)]
+        return [Completed(first, self.last_add_completed, self.length), *self.send_waiting(now)]
 
     # -- DEFERRED_SYNC ---------------------------------------------------------------------------
 
