@@ -823,6 +823,7 @@ class WriteHandle(ReadHandle):
         self._batched = not (client.config.use_v3 or deferred_sync)
         self._pushed = False  # adds were pushed this pass: _send_pushed is scheduled
         self._sends: list[SendAdd] = []
+        self._sending = False  # _send_batches is scheduled, or about to run
         self._sinks: dict[tuple[int, str], _WriterSink] = {}
         self._head_length = -1  # the last entry length's request head, for the next one
         self._head = b""
@@ -860,9 +861,9 @@ class WriteHandle(ReadHandle):
         """Sends the adds pushed in this loop pass (as far as the in-flight bound allows): one
         writer step, one clock read."""
         self._pushed = False
+        self._sending = True  # the sends go out below, not a pass later
         self._execute(self._writer.send_waiting(self._now()))
-        if self._sends:
-            self._send_batches()  # now, not a pass later
+        self._send_batches()
 
     async def force(self) -> int:
         """Makes every acknowledged entry durable on every bookie of the ensemble and confirmed
@@ -881,7 +882,8 @@ class WriteHandle(ReadHandle):
         for instruction in instructions:
             if isinstance(instruction, SendAdd):
                 if self._batched:
-                    if not self._sends:
+                    if not self._sending:
+                        self._sending = True
                         self._loop.call_soon(self._send_batches)
                     self._sends.append(instruction)
                     continue
@@ -966,6 +968,7 @@ class WriteHandle(ReadHandle):
 
     def _send_batches(self) -> None:
         """Sends this pass's adds: each entry's request encoded once, one write per bookie."""
+        self._sending = False
         sends, self._sends = self._sends, []
         entries = self._entries
         batches: dict[tuple[int, str], tuple[list[int], list[bytes]]] = {}

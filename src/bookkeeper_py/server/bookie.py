@@ -103,6 +103,19 @@ class BookieConfig:
 BACKGROUND_SLICE_S = 0.0005
 
 
+def _observe(stats: OpStats, status: StatusCode, elapsed: float) -> None:
+    """Records one request's latency under its outcome."""
+    if status == StatusCode.EOK:
+        stats.success(elapsed)
+    else:
+        stats.failure(elapsed)
+
+
+def _bad_read_ids(ledger_id: int, entry_id: int) -> bool:
+    """Ids no read may name (a read of -1 means "the last entry"): answered EBADREQ."""
+    return ledger_id < 0 or entry_id < LAST_ENTRY
+
+
 def _one(done: Callable[[StatusCode, list[int]], None], entry_id: int, status: StatusCode) -> None:
     """The answer to one add of a batch, as the batch's callback takes it."""
     done(status, [entry_id])
@@ -325,11 +338,7 @@ class Bookie:
         started = time.perf_counter()
 
         def finish(status: StatusCode, *rest: Any) -> None:
-            elapsed = time.perf_counter() - started
-            if status == StatusCode.EOK:
-                stats.success(elapsed)
-            else:
-                stats.failure(elapsed)
+            _observe(stats, status, time.perf_counter() - started)
             done(status, *rest)
 
         return finish
@@ -503,8 +512,9 @@ class Bookie:
             self.check_disks()
         info, status = self._ensure_ledger(ledger_id, master_key)
         if info is None or self._fenced_for(info, False):
+            elapsed = time.perf_counter() - started
             for _ in entry_ids:
-                stats.failure(time.perf_counter() - started)
+                stats.failure(elapsed)
             done(status if info is None else StatusCode.EFENCED, entry_ids)
             return
         lac_at = _LAC_AT.unpack_from
@@ -549,7 +559,7 @@ class Bookie:
         self, ledger_id: int, entry_id: int, fence: bool, master_key: bytes | None, done: ReadDone
     ) -> None:
         done = self._timed(self._fence_stats if fence else self._read_stats, done)
-        if ledger_id < 0 or entry_id < LAST_ENTRY:
+        if _bad_read_ids(ledger_id, entry_id):
             done(StatusCode.EBADREQ, b"")
             return
         if not fence:
@@ -755,7 +765,7 @@ class Bookie:
         answers: list[tuple[int, StatusCode, bytes]] = []
         read = self._read
         for entry_id in entry_ids:
-            if ledger_id < 0 or entry_id < LAST_ENTRY:
+            if _bad_read_ids(ledger_id, entry_id):
                 answers.append((entry_id, StatusCode.EBADREQ, b""))
                 continue
             try:
@@ -768,10 +778,7 @@ class Bookie:
             answers.append((entry_id, status, body))
         elapsed = time.perf_counter() - started
         for _, status, _ in answers:
-            if status == StatusCode.EOK:
-                stats.success(elapsed)
-            else:
-                stats.failure(elapsed)
+            _observe(stats, status, elapsed)
         return answers
 
     def _read_from_disk(self, ledger_id: int, entry_id: int, done: ReadDone) -> None:

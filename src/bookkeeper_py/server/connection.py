@@ -209,10 +209,10 @@ class BookieConnection(asyncio.Protocol):
                 backlog.clear()
                 return
             if self._protocol == 2 and self._admitted:
-                if frame.startswith(_PLAIN_ADD) and len(frame) >= _PLAIN_ADD_MIN:
+                if _is_plain_add(frame):
                     self._plain_adds(frame)
                     continue
-                if len(frame) == _PLAIN_READ_SIZE and frame.startswith(_PLAIN_READ):
+                if _is_plain_read(frame):
                     self._plain_reads(frame)
                     continue
             self.pending += 1

@@ -295,7 +295,7 @@ def plain_add_fields(frame: bytes) -> tuple[int, int]:
     return _ADD_IDS.unpack_from(frame, 4 + MASTER_KEY_SIZE)
 
 
-PLAIN_READ_HEAD = _HEADER.pack(pack_header(OpCode.READ_ENTRY, FLAG_NONE))
+PLAIN_READ_HEAD = _HEADER.pack(_PLAIN_READ_HEADER)
 PLAIN_READ_SIZE = _READ_REQUEST.size  # a plain read is its header and ids, nothing more
 
 
