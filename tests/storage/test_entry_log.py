@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper_py.storage.entry_log import EntryLogger, split_location
+from bookkeeper_py.storage import entry_log
+from bookkeeper_py.storage.entry_log import EntryLogger, ReadWouldBlockError, split_location
 
 from .fadvise import FadviseRecorder
 
@@ -53,6 +54,31 @@ def test_reads_of_entries_longer_and_shorter_than_the_last_one_read(
     order = [0, 2, 1, 3, 5, 4, 5, 2, 2, 1]
     read = [logger.read(locations[i], 7, i, nowait=nowait) for i in order]
     assert read == [entries[i] for i in order]
+    logger.close()
+
+
+@pytest.mark.skipif(not entry_log._NOWAIT, reason="no RWF_NOWAIT on this system")
+def test_a_header_only_partly_in_the_page_cache_is_a_read_that_would_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record header that crosses a page boundary with only the first page cached: the
+    read without waiting gets 4 bytes. That is a read to make from the disk, not a record
+    "beyond the end of the file" (the chaos campaign found a bookie answering such reads as
+    corrupt); the waiting read returns the entry."""
+    logger = EntryLogger(str(tmp_path))
+    stored = entry(7, 0, 1000)
+    (location,) = logger.add_many(7, [stored])
+    logger.flush()
+    real = os.preadv
+
+    def cached_up_to_4_bytes(fd: int, buffers: list[bytearray], offset: int, flags: int) -> int:
+        got = real(fd, buffers, offset, flags)
+        return min(got, 4)
+
+    monkeypatch.setattr(os, "preadv", cached_up_to_4_bytes)
+    with pytest.raises(ReadWouldBlockError):
+        logger.read(location, 7, 0, nowait=True)
+    assert logger.read(location, 7, 0) == stored
     logger.close()
 
 

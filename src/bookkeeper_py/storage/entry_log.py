@@ -376,6 +376,10 @@ class EntryLogger:
                 else os.pread(fd, guess, offset)
             )
             if len(first) < _RECORD.size:
+                if nowait:
+                    # The page cache holds the header's start only (it crosses a page): the
+                    # waiting read tells whether the file really ends there.
+                    raise ReadWouldBlockError()
                 raise CorruptEntryError(
                     self.path(log_id), offset, "record header beyond the end of the file"
                 )
