@@ -5,12 +5,16 @@ speculative reads and learn to ask it last; the long poll itself."""
 from __future__ import annotations
 
 import asyncio
+import os
+import struct
 import threading
 
+import crc32c
 import pytest
 
-from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerState, aio
+from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerHandle, LedgerState, aio
 from bookkeeper_py.core.reader import READ_WINDOW
+from bookkeeper_py.storage.entry_log import EntryLogger
 from bookkeeper_py.testing import LocalCluster
 
 from .workloads import payload
@@ -74,18 +78,16 @@ def test_the_long_poll_returns_the_next_entry_or_times_out_with_the_lac_unchange
             assert (entry.entry_id, entry.data) == (known + 1, payload(known + 1, 10))
 
 
-@pytest.mark.parametrize("quorum", [(3, 2, 2), (3, 3, 2)], ids=["per-entry", "batched"])
+@pytest.mark.parametrize("quorum", [(3, 2, 2), (3, 3, 2)], ids=["striped", "batched"])
 def test_reads_go_around_a_frozen_bookie(quorum: tuple[int, int, int]) -> None:
-    """3/2/2 reads entry by entry: speculative reads, then the frozen bookie is asked last.
+    """3/2/2 (E > Qw) reads each entry from the first replica of its write set, pipelined per
+    bookie: the stripe to the frozen bookie is given up after the speculative timeout, its
+    entries read one by one (speculative reads), and the frozen bookie is asked last.
     3/3/2 (E = Qw) reads in BATCH_READ_ENTRY requests spread over the replicas: a batch to the
     frozen bookie is given up after the speculative timeout and its entries read one by one."""
     count = 2000
     with LocalCluster(3) as cluster:
-        with BookKeeper(cluster.metadata_uri) as client:
-            writer = client.create_ledger(*quorum, DigestType.CRC32C, b"spec")
-            for future in [writer.add_entry_async(payload(i, 64)) for i in range(count)]:
-                future.result(60)
-            writer.close()
+        writer = write_closed_ledger(cluster, quorum, b"spec", count)
         frozen = cluster.bookie_ids.index(writer.metadata.ensembles[0][1][0])
         cluster.pause_bookie(frozen)
         try:
@@ -106,20 +108,18 @@ def test_reads_go_around_a_frozen_bookie(quorum: tuple[int, int, int]) -> None:
             cluster.resume_bookie(frozen)
 
 
+@pytest.mark.parametrize("quorum", [(3, 3, 2), (3, 2, 2)], ids=["batched", "striped"])
 @pytest.mark.parametrize("fault", ["killed", "frozen"])
-def test_a_batched_range_read_past_the_batches_in_flight_ends_with_a_bookie_down(
-    fault: str,
+def test_a_range_read_past_its_window_ends_with_a_bookie_down(
+    fault: str, quorum: tuple[int, int, int]
 ) -> None:
     """Issue 15, item 1: a 3/3/2 read of more batches than are in flight at once, one bookie
     killed or frozen. Each batch sent to it fails (or is given up as slow) and its entries are
-    read one by one; the next batch must take its place, or the read waits for ever."""
-    count = 8000  # 16 batches of 512: four times BATCHES_IN_FLIGHT
+    read one by one; the next batch must take its place, or the read waits for ever. The same
+    for a 3/2/2 read's stripes, over many times its window."""
+    count = 8000  # 16 batches of 512 (four times BATCHES_IN_FLIGHT); 12 stripe windows
     with LocalCluster(3) as cluster:
-        with BookKeeper(cluster.metadata_uri) as client:
-            writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, b"batch")
-            for future in [writer.add_entry_async(payload(i, 64)) for i in range(count)]:
-                future.result(60)
-            writer.close()
+        writer = write_closed_ledger(cluster, quorum, b"batch", count)
         (cluster.kill_bookie if fault == "killed" else cluster.pause_bookie)(0)
 
         async def read_all() -> list[bytes]:
@@ -137,6 +137,49 @@ def test_a_batched_range_read_past_the_batches_in_flight_ends_with_a_bookie_down
                 cluster.resume_bookie(0)
 
 
+def test_a_striped_read_takes_entries_that_fail_their_digest_on_one_replica_from_the_other() -> (
+    None
+):
+    """3/2/2 reads (each entry from the first replica of its write set, pipelined): one bookie
+    serves copies with a flipped payload byte (its own record checksum made good, so it serves
+    them as stored). The client's digest check fails those answers, and each of those entries is
+    read from its other replica."""
+    count = 600
+    with LocalCluster(3) as cluster:
+        writer = write_closed_ledger(cluster, (3, 2, 2), b"flip", count)
+        victim = cluster.bookie_ids.index(writer.metadata.ensembles[0][1][0])
+        cluster.stop_bookie(victim)  # a graceful stop: its entries are in its entry logs
+        flipped = flip_payload_bytes(
+            os.path.join(cluster.bookies[victim].directory, "ledgers"), writer.ledger_id
+        )
+        assert flipped > count // 2  # it holds 2/3 of them, the first replica of 1/3
+        cluster.start_bookie(victim)
+        with BookKeeper(cluster.metadata_uri) as reader_client:
+            reader = reader_client.open_ledger(writer.ledger_id, b"flip")
+            entries = reader.read_entries(0, count - 1)
+            assert [e.data for e in entries] == [payload(i, 64) for i in range(count)]
+
+
+def flip_payload_bytes(ledger_directory: str, ledger_id: int) -> int:
+    """Flips the last byte of every entry of ``ledger_id`` in the entry logs of a stopped
+    bookie, rewriting each record's checksum; returns how many."""
+    logger = EntryLogger(ledger_directory)
+    flipped = 0
+    try:
+        for log_id in logger.log_ids():
+            path = logger.path(log_id)
+            records = [r for r in logger.records(log_id) if r[0] == ledger_id]
+            with open(path, "r+b") as handle:
+                for _, _, offset, body in records:
+                    changed = body[:-1] + bytes([body[-1] ^ 0xFF])
+                    handle.seek(offset)
+                    handle.write(struct.pack(">II", len(changed), crc32c.crc32c(changed)) + changed)
+                    flipped += 1
+    finally:
+        logger.close()
+    return flipped
+
+
 @pytest.mark.parametrize("use_v3", [True, False])
 def test_reads_stop_waiting_on_a_frozen_replica(use_v3: bool) -> None:
     """Issue 15, item 7: with one bookie frozen, every entry whose read started on it used to
@@ -145,11 +188,7 @@ def test_reads_stop_waiting_on_a_frozen_replica(use_v3: bool) -> None:
     of speculative reads (the first window's), not one per entry."""
     count = 8000
     with LocalCluster(3) as cluster:
-        with BookKeeper(cluster.metadata_uri) as client:
-            writer = client.create_ledger(3, 3, 2, DigestType.CRC32C, b"slow")
-            for future in [writer.add_entry_async(payload(i, 64)) for i in range(count)]:
-                future.result(60)
-            writer.close()
+        writer = write_closed_ledger(cluster, (3, 3, 2), b"slow", count)
         cluster.pause_bookie(0)
         try:
             with BookKeeper(
@@ -165,6 +204,18 @@ def test_reads_stop_waiting_on_a_frozen_replica(use_v3: bool) -> None:
                 assert 0 < speculative <= 2 * READ_WINDOW, speculative
         finally:
             cluster.resume_bookie(0)
+
+
+def write_closed_ledger(
+    cluster: LocalCluster, quorum: tuple[int, int, int], password: bytes, count: int
+) -> LedgerHandle:
+    """A closed ledger of ``count`` entries (``payload(i, 64)``)."""
+    with BookKeeper(cluster.metadata_uri) as client:
+        writer = client.create_ledger(*quorum, DigestType.CRC32C, password)
+        for future in [writer.add_entry_async(payload(i, 64)) for i in range(count)]:
+            future.result(60)
+        writer.close()
+    return writer
 
 
 def test_opening_an_open_ledger_without_recovery_reads_its_lac_from_the_bookies() -> None:

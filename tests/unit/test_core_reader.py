@@ -7,14 +7,19 @@ import pytest
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.reader import (
+    STRIPE_ENTRIES,
+    STRIPE_WINDOW,
     EntryRead,
     LastConfirmedAndEntryRead,
     PollNext,
     RangeRead,
     ReadAttempt,
     ReadConfirmed,
+    ReadSend,
     RefreshMetadata,
     ReplicaHealth,
+    SendBatch,
+    SendStripe,
     Tail,
     TailEnded,
 )
@@ -232,30 +237,59 @@ def test_a_tail_reads_what_is_confirmed_polls_for_the_next_and_ends_after_the_cl
         Tail(start=-1, batch=1)
 
 
-def plan(first: int, last: int, *, batched: bool, fragments=(0,), speculative_ms=0, health=None):  # type: ignore[no-untyped-def]
+def plan(
+    first: int,
+    last: int,
+    *,
+    batched: bool,
+    striped: bool = False,
+    fragments: tuple[int, ...] = (0,),
+    speculative_ms: int = 0,
+    health: ReplicaHealth | None = None,
+) -> RangeRead:
+    """A range read of a ledger on b0, b1, b2 (E = Qw = 3) whose replicas are put in the
+    order to try them by ``health`` (the runtime's rule)."""
     ensemble = ["b0", "b1", "b2"]
+    replica_health = health or ReplicaHealth()
     return RangeRead(
         1,
         first,
         last,
         fragment_starts=list(fragments),
-        replicas=lambda entry_id: [
-            (i, ensemble[i]) for i in ((entry_id + k) % 3 for k in range(3))
-        ],
-        health=health or ReplicaHealth(),
+        replicas=lambda entry_id: replica_health.order(
+            [(i, ensemble[i]) for i in ((entry_id + k) % 3 for k in range(3))], 0
+        ),
+        health=replica_health,
         negatives_needed=1,
         batched=batched,
+        striped=striped,
+        ensemble_size=3,
         speculative_ms=speculative_ms,
         max_speculative_ms=4 * speculative_ms,
     )
 
 
+def batches(sends: list[ReadSend]) -> list[SendBatch]:
+    assert all(isinstance(send, SendBatch) for send in sends)
+    return [send for send in sends if isinstance(send, SendBatch)]
+
+
+def attempts(sends: list[ReadSend]) -> list[ReadAttempt]:
+    assert all(isinstance(send, ReadAttempt) for send in sends)
+    return [send for send in sends if isinstance(send, ReadAttempt)]
+
+
+def stripes(sends: list[ReadSend]) -> list[SendStripe]:
+    assert all(isinstance(send, SendStripe) for send in sends)
+    return [send for send in sends if isinstance(send, SendStripe)]
+
+
 def test_a_batched_range_reads_fragments_in_batches_and_asks_for_what_a_cut_answer_left() -> None:
     read = plan(0, 1199, batched=True, fragments=(0, 600))
-    batches = read.start(0)
-    assert [(b.start, b.end) for b in batches] == [(0, 511), (512, 599), (600, 1111), (1112, 1199)]
-    assert len({b.bookie for b in batches}) > 1  # the replicas in turn
-    (rest,) = read.on_batch_answer(0, StatusCode.EOK, served=100, now=1)  # cut by its size
+    sent = batches(read.start(0))
+    assert [(b.start, b.end) for b in sent] == [(0, 511), (512, 599), (600, 1111), (1112, 1199)]
+    assert len({b.bookie for b in sent}) > 1  # the replicas in turn
+    (rest,) = batches(read.on_batch_answer(0, StatusCode.EOK, served=100, now=1))  # cut short
     assert (rest.start, rest.end) == (100, 511)
     assert read.on_batch_answer(100, StatusCode.EOK, served=412, now=2) == []
     for start, end in ((512, 599), (600, 1111), (1112, 1199)):
@@ -266,8 +300,8 @@ def test_a_batched_range_reads_fragments_in_batches_and_asks_for_what_a_cut_answ
 def test_a_failed_batch_is_read_entry_by_entry_and_its_bookie_avoided() -> None:
     health = ReplicaHealth()
     read = plan(0, 9, batched=True, health=health)
-    (batch,) = read.start(0)
-    sends = read.on_batch_answer(0, StatusCode.EIO, served=3, now=1)
+    (batch,) = batches(read.start(0))
+    sends = attempts(read.on_batch_answer(0, StatusCode.EIO, served=3, now=1))
     assert health.recent_failures(batch.bookie, 1) == 1
     assert [s.entry_id for s in sends] == list(range(3, 10))  # the rest, one entry at a time
     for attempt in sends:
@@ -277,13 +311,13 @@ def test_a_failed_batch_is_read_entry_by_entry_and_its_bookie_avoided() -> None:
 
 def test_entry_reads_keep_a_window_fail_over_and_raise_when_no_replica_has_the_entry() -> None:
     read = plan(0, 199, batched=False)
-    first = read.start(0)
+    first = attempts(read.start(0))
     assert [a.entry_id for a in first] == list(range(128))  # READ_WINDOW at a time
-    more = read.on_entry_answer(first[0], StatusCode.EOK, "", now=1)
+    more = attempts(read.on_entry_answer(first[0], StatusCode.EOK, "", now=1))
     assert [a.entry_id for a in more] == [128]  # one done, the next starts
-    (failover,) = read.on_entry_answer(first[1], StatusCode.EIO, "", now=1)
+    (failover,) = attempts(read.on_entry_answer(first[1], StatusCode.EIO, "", now=1))
     assert failover.entry_id == 1 and failover.bookie != first[1].bookie
-    (last_try,) = read.on_entry_answer(failover, StatusCode.EIO, "", now=1)
+    (last_try,) = attempts(read.on_entry_answer(failover, StatusCode.EIO, "", now=1))
     with pytest.raises(errors.NoSuchEntryError):
         read.on_entry_answer(last_try, StatusCode.ENOENTRY, "", now=1)
 
@@ -291,10 +325,72 @@ def test_entry_reads_keep_a_window_fail_over_and_raise_when_no_replica_has_the_e
 def test_a_slow_batch_is_given_up_at_its_deadline() -> None:
     health = ReplicaHealth()
     read = plan(0, 9, batched=True, speculative_ms=20, health=health)
-    (batch,) = read.start(0)
+    (batch,) = batches(read.start(0))
     assert read.next_deadline() == 20
-    sends = read.tick(20)
+    sends = attempts(read.tick(20))
     assert [s.entry_id for s in sends] == list(range(10)) and read.speculative_reads == 1
     assert health.recent_failures(batch.bookie, 20) == 1  # the slow one is avoided next
     assert read.on_batch_answer(0, StatusCode.EOK, served=10, now=25) == []  # too late: ignored
     assert not read.done
+
+
+def test_a_striped_range_reads_each_entry_from_its_first_replica_in_a_bounded_window() -> None:
+    read = plan(0, 999, batched=False, striped=True, fragments=(0, 100))
+    first = stripes(read.start(0))
+    asked = sorted(e for s in first for e in s.entry_ids)
+    # the window (filled a chunk at a time), nothing asked twice
+    assert asked == list(range(len(asked)))
+    assert STRIPE_WINDOW - STRIPE_ENTRIES < len(asked) <= STRIPE_WINDOW
+    for stripe in first:
+        # each entry from the first of its write set: entry e's is b(e mod 3)
+        assert all(stripe.bookie == f"b{e % 3}" for e in stripe.entry_ids)
+        # a stripe stays within a fragment
+        assert max(stripe.entry_ids) < 100 or min(stripe.entry_ids) >= 100
+    more: list[SendStripe] = []
+    for stripe in first:
+        more += stripes(read.on_stripe_answers(stripe.bookie, stripe.entry_ids, [], now=1))
+    # the rest, as the window emptied
+    assert sorted(e for s in more for e in s.entry_ids) == list(range(len(asked), 1000))
+    assert not read.done
+    for stripe in more:
+        read.on_stripe_answers(stripe.bookie, stripe.entry_ids, [], now=2)
+    assert read.done
+
+
+def test_a_striped_entry_that_failed_goes_to_the_next_replica_and_its_bookie_is_avoided() -> None:
+    health = ReplicaHealth()
+    read = plan(0, 5, batched=False, striped=True, health=health)
+    by_bookie = {s.bookie: s for s in stripes(read.start(0))}
+    assert by_bookie["b0"].entry_ids == [0, 3]
+    (retry,) = attempts(read.on_stripe_answers("b0", [0], [(3, StatusCode.EIO)], now=1))
+    assert (retry.entry_id, retry.bookie) == (3, "b1")
+    assert health.recent_failures("b0", 1) == 1
+    # an entry the bookie does not hold is no failure of it, and goes the careful way too
+    (other,) = attempts(read.on_stripe_answers("b1", [1], [(4, StatusCode.ENOENTRY)], now=1))
+    assert other.entry_id == 4 and health.recent_failures("b1", 1) == 0
+    # answers from a bookie the entry was not sent to change nothing
+    assert read.on_stripe_answers("b0", [2, 5], [], now=1) == []
+    read.on_stripe_answers("b2", [2, 5], [], now=1)
+    read.on_entry_answer(retry, StatusCode.EOK, "", now=2)
+    assert not read.done
+    read.on_entry_answer(other, StatusCode.EOK, "", now=2)
+    assert read.done
+
+
+def test_a_slow_stripe_is_given_up_at_its_deadline_and_its_late_answers_ignored() -> None:
+    health = ReplicaHealth()
+    read = plan(0, 5, batched=False, striped=True, speculative_ms=20, health=health)
+    by_bookie = {s.bookie: s for s in stripes(read.start(0))}
+    read.on_stripe_answers("b1", [1, 4], [], now=5)
+    read.on_stripe_answers("b2", [2], [], now=5)  # 5 still out on b2
+    assert read.next_deadline() == 20
+    sends = attempts(read.tick(20))
+    # the slow ones' entries from the replica that is neither (b1 for 5, failed less lately)
+    assert sorted((s.entry_id, s.bookie) for s in sends) == [(0, "b1"), (3, "b1"), (5, "b1")]
+    assert read.speculative_reads == 2
+    assert health.recent_failures("b0", 20) == 1 and health.recent_failures("b2", 20) == 1
+    assert read.on_stripe_answers("b0", by_bookie["b0"].entry_ids, [], now=25) == []
+    assert not read.done
+    for attempt in sends:
+        read.on_entry_answer(attempt, StatusCode.EOK, "", now=26)
+    assert read.done and read.next_deadline() is None

@@ -9,7 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Coroutine
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Sequence,
+)
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Self
@@ -34,7 +41,9 @@ from bookkeeper_py.core.reader import (
     RangeRead,
     ReadAttempt,
     ReadConfirmed,
+    ReadSend,
     SendBatch,
+    SendStripe,
     Tail,
     TailEnded,
 )
@@ -593,6 +602,9 @@ class _RangeRead:
             ),
             # E = Qw: every bookie of a fragment holds all of it; BATCH_READ_ENTRY is v2's
             batched=metadata.ensemble_size == metadata.write_quorum_size and not config.use_v3,
+            # E > Qw: v2 reads are pipelined, each entry from its first replica
+            striped=not config.use_v3,
+            ensemble_size=metadata.ensemble_size,
             speculative_ms=config.speculative_read_timeout_ms,
             max_speculative_ms=config.max_speculative_read_timeout_ms,
         )
@@ -606,12 +618,14 @@ class _RangeRead:
                 self.ticker.cancel()
         return [entry for entry in self.results if entry is not None]
 
-    def _send(self, sends: list[SendBatch | ReadAttempt]) -> None:
-        """Sends the plan's requests: batch reads one by one, entry reads as one batch per
-        bookie (one sink standing for them, their answers coming back together)."""
+    def _send(self, sends: list[ReadSend]) -> None:
+        """Sends the plan's requests: batch reads one by one, stripes and entry reads as one
+        batch per bookie (one sink standing for them, their answers coming back together)."""
         by_bookie: dict[str, list[ReadAttempt]] = {}
         for send in sends:
-            if isinstance(send, SendBatch):
+            if isinstance(send, SendStripe):
+                self._read_stripe(send)
+            elif isinstance(send, SendBatch):
                 self._send_batch(send)
             elif self._v3:  # v3 requests go one by one (matched by their txnId)
                 self.handle._send_read(send, self._answer)
@@ -623,20 +637,19 @@ class _RangeRead:
             self._read_from(bookie, attempts)
         self._settle()
 
-    def _read_from(self, bookie: str, attempts: list[ReadAttempt]) -> None:
+    def _sink(self, bookie: str) -> _RangeReadSink:
         sink = self._sinks.get(bookie)
         if sink is None:
-            sink = self._sinks[bookie] = _RangeReadSink(self)
-        in_flight = sink.attempts
-        entry_ids: list[int] = []
-        for attempt in attempts:
-            if attempt.entry_id in in_flight:  # read from it once already: the request of its own
-                self.handle._send_read(attempt, self._answer)
-                continue
-            in_flight[attempt.entry_id] = attempt
-            entry_ids.append(attempt.entry_id)
-        if not entry_ids:
-            return
+            sink = self._sinks[bookie] = _RangeReadSink(self, bookie)
+        return sink
+
+    def _read_stripe(self, stripe: SendStripe) -> None:
+        # An entry is in one stripe once, before any careful read of it: not pending here yet.
+        sink = self._sink(stripe.bookie)
+        sink.attempts.update(dict.fromkeys(stripe.entry_ids))
+        self._read_batch(stripe.bookie, stripe.entry_ids, sink)
+
+    def _read_batch(self, bookie: str, entry_ids: list[int], sink: _RangeReadSink) -> None:
         ledger_id = self.handle.ledger_id
         connection = self.client.pool.ready(bookie)
         if connection is not None:
@@ -647,6 +660,19 @@ class _RangeRead:
                 partial(_read_batch, ledger_id, entry_ids, sink),
                 partial(_batch_not_sent, entry_ids, sink),
             )
+
+    def _read_from(self, bookie: str, attempts: list[ReadAttempt]) -> None:
+        sink = self._sink(bookie)
+        in_flight = sink.attempts
+        entry_ids: list[int] = []
+        for attempt in attempts:
+            if attempt.entry_id in in_flight:  # read from it once already: the request of its own
+                self.handle._send_read(attempt, self._answer)
+                continue
+            in_flight[attempt.entry_id] = attempt
+            entry_ids.append(attempt.entry_id)
+        if entry_ids:
+            self._read_batch(bookie, entry_ids, sink)
 
     def _settle(self) -> None:
         """Finished, or the timer set for the plan's next deadline."""
@@ -710,18 +736,71 @@ class _RangeRead:
                 status = None
         self._send(self.plan.on_batch_answer(batch.start, status, served, self.client.now_ms()))
 
-    def _answers(
+    def _answers(self, sink: _RangeReadSink, answers: list[tuple[int, int, bytes]]) -> None:
+        """Answers of one bookie (v2 return codes) to its stripe and entry reads, taken
+        together: what the plan sends next goes out in one batch per bookie. A stripe's entry
+        is verified and kept here, and the plan told of them all at once."""
+        pending = sink.attempts
+        delivered: list[int] = []
+        failed: list[tuple[int, StatusCode | None]] = []
+        careful: list[tuple[ReadAttempt, StatusCode | None, bytes]] = []
+        results, first, ledger_id = self.results, self.first, self.handle.ledger_id
+        payload = self.handle.digest.payload
+        for entry_id, rc, body in answers:
+            attempt = pending.pop(entry_id, _GONE)
+            if attempt is None:  # a stripe's
+                if rc == 0:
+                    try:
+                        data = payload(body, entry_id)
+                    except errors.DigestMismatchError as error:
+                        log.info("ledger %d: read from %s: %s", ledger_id, sink.bookie, error)
+                        failed.append((entry_id, None))
+                        continue
+                    results[entry_id - first] = LedgerEntry(ledger_id, entry_id, data)
+                    delivered.append(entry_id)
+                else:
+                    failed.append((entry_id, from_v2(rc)))
+            elif attempt is not _GONE:
+                careful.append((attempt, from_v2(rc), body))
+        self._answered_together(sink.bookie, delivered, failed, careful)
+
+    def _failures(self, sink: _RangeReadSink, entry_ids: list[int], error: errors.BKError) -> None:
+        """No answer will come from ``sink``'s bookie for these reads."""
+        pending = sink.attempts
+        failed: list[tuple[int, StatusCode | None]] = []
+        careful: list[tuple[ReadAttempt, StatusCode | None, bytes | errors.BKError]] = []
+        for entry_id in entry_ids:
+            attempt = pending.pop(entry_id, _GONE)
+            if attempt is None:
+                failed.append((entry_id, None))
+            elif attempt is not _GONE:
+                careful.append((attempt, None, error))
+        if failed:
+            log.info(
+                "ledger %d: %d reads from %s failed: %s",
+                self.handle.ledger_id,
+                len(failed),
+                sink.bookie,
+                error,
+            )
+        self._answered_together(sink.bookie, [], failed, careful)
+
+    def _answered_together(
         self,
-        attempts: dict[int, ReadAttempt],
-        answers: list[tuple[int, StatusCode | None, bytes | errors.BKError]],
+        bookie: str,
+        delivered: list[int],
+        failed: list[tuple[int, StatusCode | None]],
+        careful: Sequence[tuple[ReadAttempt, StatusCode | None, bytes | errors.BKError]],
     ) -> None:
-        """Answers of one bookie to entry reads of ``attempts`` (entry id -> attempt), taken
-        together: what the plan sends next goes out in one batch per bookie."""
-        sends: list[SendBatch | ReadAttempt] = []
-        for entry_id, status, body in answers:
-            attempt = attempts.pop(entry_id, None)
-            if attempt is not None:
-                sends += self._answered(attempt, status, body)
+        sends: list[ReadSend] = []
+        if delivered or failed:
+            if self.finished.done():
+                self.client.replica_health.answered(bookie, len(delivered) + len(failed))
+            else:
+                now = self.client.now_ms()
+                sends = self.plan.on_stripe_answers(bookie, delivered, failed, now)
+        for attempt, status, body in careful:
+            sends += self._answered(attempt, status, body)
         self._send(sends)
 
     def _answer(
@@ -731,7 +810,7 @@ class _RangeRead:
 
     def _answered(
         self, attempt: ReadAttempt, status: StatusCode | None, body: bytes | errors.BKError
-    ) -> list[SendBatch | ReadAttempt]:
+    ) -> list[ReadSend]:
         """Verifies and keeps an answered entry; what the plan sends next."""
         if self.finished.done():
             self.client.replica_health.answered(attempt.bookie)
@@ -758,23 +837,25 @@ class _RangeRead:
 
 
 class _RangeReadSink(ReadSink):
-    """The answers of one bookie to a range read's entry reads."""
+    """The answers of one bookie to a range read's stripe and entry reads."""
 
-    __slots__ = ("_range_read", "attempts")
+    __slots__ = ("_range_read", "attempts", "bookie")
 
-    def __init__(self, range_read: _RangeRead) -> None:
+    def __init__(self, range_read: _RangeRead, bookie: str) -> None:
         self._range_read = range_read
-        self.attempts: dict[int, ReadAttempt] = {}  # sent to the bookie, not answered yet
+        self.bookie = bookie
+        # Sent to the bookie, not answered yet: entry id -> the careful read's attempt, or
+        # None for a stripe's read.
+        self.attempts: dict[int, ReadAttempt | None] = {}
 
     def answered(self, answers: list[tuple[int, int, bytes]]) -> None:
-        self._range_read._answers(
-            self.attempts, [(entry_id, from_v2(rc), body) for entry_id, rc, body in answers]
-        )
+        self._range_read._answers(self, answers)
 
     def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
-        self._range_read._answers(
-            self.attempts, [(entry_id, None, error) for entry_id in entry_ids]
-        )
+        self._range_read._failures(self, entry_ids, error)
+
+
+_GONE = ReadAttempt(-1, "", -1)  # an answer to a read no longer pending here
 
 
 def _read_batch(

@@ -75,11 +75,11 @@ class ReplicaHealth:
             del self._failures[bookie]
         return len(times)
 
-    def sent(self, bookie: str) -> None:
-        self._pending[bookie] = self._pending.get(bookie, 0) + 1
+    def sent(self, bookie: str, count: int = 1) -> None:
+        self._pending[bookie] = self._pending.get(bookie, 0) + count
 
-    def answered(self, bookie: str) -> None:
-        left = self._pending.get(bookie, 0) - 1
+    def answered(self, bookie: str, count: int = 1) -> None:
+        left = self._pending.get(bookie, 0) - count
         if left > 0:
             self._pending[bookie] = left
         else:
@@ -422,6 +422,9 @@ class Tail:
 READ_WINDOW = 128  # entries read concurrently by a range read, one entry at a time
 BATCH_ENTRIES = 512  # entries asked for per batch
 BATCHES_IN_FLIGHT = 4
+STRIPE_ENTRIES = 128  # entries a striped range read starts together (split by replica)
+STRIPE_WINDOW = 640  # entries of a striped range read in flight at most
+_NEVER = 2**62  # the deadline of a read without speculative reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,6 +436,31 @@ class SendBatch:
     bookie: str
 
 
+@dataclass(frozen=True, slots=True)
+class SendStripe:
+    """Plain reads of ``entry_ids`` from ``bookie``, pipelined (one request per entry, sent
+    together): the entries whose write set puts ``bookie`` first in the order to try it."""
+
+    bookie: str
+    entry_ids: list[int]
+
+
+class _Stripe:
+    """The entries of one ``SendStripe`` not answered yet, and when it turns slow."""
+
+    __slots__ = ("bookie", "due", "entry_ids", "pending")
+
+    def __init__(self, bookie: str, due: int, entry_ids: list[int]) -> None:
+        self.bookie = bookie
+        self.due = due
+        self.entry_ids = entry_ids
+        self.pending = len(entry_ids)
+
+
+# What a range read asks the runtime to send.
+ReadSend = SendBatch | ReadAttempt | SendStripe
+
+
 class RangeRead:
     """Entries ``first``..``last`` of a ledger: the order and the failover of their reads.
 
@@ -441,13 +469,18 @@ class RangeRead:
     ``BATCH_ENTRIES`` entries, one fragment each, to the replicas in turn (those that failed
     lately left out while others remain); a batch cut by its size is asked for the rest; a batch
     that failed or is slow (past ``speculative_ms``) is read entry by entry, and the next batch
-    takes its place. Otherwise ``READ_WINDOW`` ``EntryRead``s at a time (one replica per entry,
-    the next on a failure, a speculative read when one is slow).
+    takes its place. Otherwise, with ``striped`` (a protocol whose reads can be pipelined),
+    up to ``STRIPE_WINDOW`` entries at a time, started ``STRIPE_ENTRIES`` together: each from
+    the first replica of its write set in the order to try it, the entries of one replica sent
+    as one ``SendStripe`` with one deadline, no state kept per entry but which stripe it is in;
+    an entry whose replica failed it, and the rest of a stripe that turned slow, go the careful
+    way below. Otherwise ``READ_WINDOW`` ``EntryRead``s at a time (one replica per entry, the
+    next on a failure, a speculative read when one is slow).
 
     ``replicas(entry_id)`` gives the write set in the order to try it; ``health`` is told of
     failures and slow replicas. The runtime sends the instructions (``SendBatch``,
     ``ReadAttempt``), verifies what comes back, reports it (``on_batch_answer``,
-    ``on_entry_answer``) and calls ``tick`` at ``next_deadline``. ``done`` once every entry
+    ``on_entry_answer``, ``on_stripe_answers``) and calls ``tick`` at ``next_deadline``. ``done`` once every entry
     came; an entry that cannot be read raises its ``EntryRead``'s error."""
 
     def __init__(
@@ -461,9 +494,12 @@ class RangeRead:
         health: ReplicaHealth,
         negatives_needed: int,
         batched: bool,
+        striped: bool = False,
+        ensemble_size: int = 0,
         speculative_ms: int = 0,
         max_speculative_ms: int = 0,
     ) -> None:
+        """``ensemble_size`` is needed ``striped``: the write sets repeat with that period."""
         self.ledger_id = ledger_id
         self.first, self.last = first, last
         self._fragment_starts = fragment_starts
@@ -471,6 +507,8 @@ class RangeRead:
         self._health = health
         self._negatives_needed = negatives_needed
         self.batched = batched and last > first
+        self.striped = striped and not self.batched and ensemble_size > 0
+        self._ensemble_size = ensemble_size
         self._speculative_ms = speculative_ms
         self._max_speculative_ms = max_speculative_ms
         self.next = first
@@ -478,17 +516,22 @@ class RangeRead:
         self.reads: dict[int, EntryRead] = {}
         self._open_batches: dict[int, tuple[int, int, str]] = {}  # start -> (end, due, bookie)
         self._batches = 0
+        self._stripe_of: dict[int, _Stripe] = {}  # entry -> its stripe, until it is answered
+        self._stripes: deque[_Stripe] = deque()  # in the order sent (so, of their deadlines)
+        self._striped_in_flight = 0
         self.speculative_reads = 0
 
     @property
     def done(self) -> bool:
         return self.left == 0
 
-    def start(self, now: int) -> list[SendBatch | ReadAttempt]:
-        sends: list[SendBatch | ReadAttempt] = []
+    def start(self, now: int) -> list[ReadSend]:
+        sends: list[ReadSend] = []
         if self.batched:
             for _ in range(BATCHES_IN_FLIGHT):
                 sends += self._next_batch(now)
+        elif self.striped:
+            sends += self._more_stripes(now)
         else:
             for _ in range(min(READ_WINDOW, self.left)):
                 sends += self._start_next(now)
@@ -496,15 +539,12 @@ class RangeRead:
 
     # -- batches ---------------------------------------------------------------------------------
 
-    def _next_batch(self, now: int) -> list[SendBatch | ReadAttempt]:
+    def _next_batch(self, now: int) -> list[ReadSend]:
         """A batch for the next entries, within one fragment."""
         start = self.next
         if start > self.last:
             return []
-        end = min(self.last, start + BATCH_ENTRIES - 1)
-        for first in self._fragment_starts:
-            if start < first <= end:
-                end = first - 1
+        end = self._last_of_chunk(start, BATCH_ENTRIES)
         self.next = end + 1
         return [self._batch(start, end, now)]
 
@@ -516,13 +556,12 @@ class RangeRead:
         candidates = healthy or replicas
         self._batches += 1
         _, bookie = candidates[self._batches % len(candidates)]
-        due = now + self._speculative_ms if self._speculative_ms > 0 else 2**62
-        self._open_batches[start] = (end, due, bookie)
+        self._open_batches[start] = (end, self._due(now), bookie)
         return SendBatch(start, end, bookie)
 
     def on_batch_answer(
         self, start: int, status: StatusCode | None, served: int, now: int
-    ) -> list[SendBatch | ReadAttempt]:
+    ) -> list[ReadSend]:
         """The answer to the batch from ``start``: its ``status`` (None: a transport error or a
         bad entry) and how many entries from ``start`` on were good (verified, delivered)."""
         opened = self._open_batches.pop(start, None)
@@ -534,7 +573,7 @@ class RangeRead:
             self._health.failed(bookie, now)
         if self.done:
             return []
-        sends: list[SendBatch | ReadAttempt] = []
+        sends: list[ReadSend] = []
         following = start + served
         if following <= end:
             if status == StatusCode.EOK and served > 0:
@@ -545,14 +584,112 @@ class RangeRead:
                 sends += self._start_entry(missing, now)
         return sends + self._next_batch(now)
 
+    def _due(self, now: int) -> int:
+        return now + self._speculative_ms if self._speculative_ms > 0 else _NEVER
+
+    def _last_of_chunk(self, start: int, size: int) -> int:
+        """The last entry of a chunk of up to ``size`` from ``start``, within one fragment."""
+        end = min(self.last, start + size - 1)
+        for first in self._fragment_starts:
+            if start < first <= end:
+                end = first - 1
+        return end
+
+    # -- stripes ---------------------------------------------------------------------------------
+
+    def _more_stripes(self, now: int) -> list[ReadSend]:
+        """Stripes for the next entries while the window has room."""
+        sends: list[ReadSend] = []
+        while self.next <= self.last and self._striped_in_flight <= STRIPE_WINDOW - STRIPE_ENTRIES:
+            start = self.next
+            end = self._last_of_chunk(start, STRIPE_ENTRIES)
+            self.next = end + 1
+            self._striped_in_flight += end - start + 1
+            # Within a fragment the write sets repeat every E entries: one order per position.
+            by_bookie: dict[str, list[int]] = {}
+            size = self._ensemble_size
+            for offset in range(min(size, end - start + 1)):
+                bookie = self._replicas(start + offset)[0][1]
+                position = range(start + offset, end + 1, size)
+                if (taken := by_bookie.get(bookie)) is None:
+                    by_bookie[bookie] = list(position)
+                else:
+                    taken += position
+            due = self._due(now)
+            for bookie, entry_ids in by_bookie.items():
+                entry_ids.sort()
+                stripe = _Stripe(bookie, due, entry_ids)
+                self._stripe_of.update(dict.fromkeys(entry_ids, stripe))
+                self._stripes.append(stripe)
+                self._health.sent(bookie, len(entry_ids))
+                sends.append(SendStripe(bookie, entry_ids))
+        return sends
+
+    def on_stripe_answers(
+        self,
+        bookie: str,
+        delivered: list[int],
+        failed: list[tuple[int, StatusCode | None]],
+        now: int,
+    ) -> list[ReadSend]:
+        """Answers of ``bookie`` to stripe reads: the entries ``delivered`` (verified and kept
+        by the runtime) and those ``failed`` with a status (None: a transport error or a bad
+        digest), which go the careful way. Answers to a stripe given up as slow change nothing
+        (its entries are being read one by one)."""
+        self._health.answered(bookie, len(delivered) + len(failed))
+        stripe_of = self._stripe_of
+        taken = 0
+        for entry_id in delivered:
+            stripe = stripe_of.get(entry_id)
+            if stripe is not None and stripe.bookie == bookie:
+                del stripe_of[entry_id]
+                stripe.pending -= 1
+                taken += 1
+        self.left -= taken
+        self._striped_in_flight -= taken
+        sends: list[ReadSend] = []
+        for entry_id, status in failed:
+            stripe = stripe_of.get(entry_id)
+            if stripe is None or stripe.bookie != bookie:
+                continue
+            del stripe_of[entry_id]
+            stripe.pending -= 1
+            self._striped_in_flight -= 1
+            if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
+                self._health.failed(bookie, now)
+            sends += self._start_entry(entry_id, now)
+        if self.done:
+            return sends
+        return sends + self._more_stripes(now)
+
+    def _give_up_stripe(self, stripe: _Stripe, now: int) -> list[ReadSend]:
+        """A slow stripe: its unanswered entries go the careful way; its bookie is avoided."""
+        self._health.failed(stripe.bookie, now)
+        self.speculative_reads += 1
+        sends: list[ReadSend] = []
+        stripe_of = self._stripe_of
+        for entry_id in stripe.entry_ids:
+            if stripe_of.get(entry_id) is stripe:
+                del stripe_of[entry_id]
+                self._striped_in_flight -= 1
+                sends += self._start_entry(entry_id, now)
+        stripe.pending = 0
+        return sends
+
+    def _first_open_stripe(self) -> _Stripe | None:
+        stripes = self._stripes
+        while stripes and stripes[0].pending == 0:
+            stripes.popleft()
+        return stripes[0] if stripes else None
+
     # -- one entry at a time ---------------------------------------------------------------------
 
-    def _start_next(self, now: int) -> list[SendBatch | ReadAttempt]:
+    def _start_next(self, now: int) -> list[ReadSend]:
         entry_id = self.next
         self.next += 1
         return self._start_entry(entry_id, now)
 
-    def _start_entry(self, entry_id: int, now: int) -> list[SendBatch | ReadAttempt]:
+    def _start_entry(self, entry_id: int, now: int) -> list[ReadSend]:
         read = EntryRead(
             self.ledger_id,
             entry_id,
@@ -564,7 +701,7 @@ class RangeRead:
         self.reads[entry_id] = read
         return self._sent(read.start(now))
 
-    def _sent(self, attempts: list[ReadAttempt]) -> list[SendBatch | ReadAttempt]:
+    def _sent(self, attempts: list[ReadAttempt]) -> list[ReadSend]:
         for attempt in attempts:
             self._health.sent(attempt.bookie)  # pending reads order the replicas too
         return list(attempts)
@@ -575,7 +712,7 @@ class RangeRead:
         status: StatusCode | None,
         problem: str,
         now: int,
-    ) -> list[SendBatch | ReadAttempt]:
+    ) -> list[ReadSend]:
         """An answer to ``attempt``: ``EOK`` once the runtime verified (and kept) the entry, a
         status, or None with ``problem``. Raises the entry's error when no replica has it."""
         self._health.answered(attempt.bookie)
@@ -593,7 +730,7 @@ class RangeRead:
                 f"ledger {self.ledger_id} entry {attempt.entry_id}: read failed"
             )
         self.left -= 1
-        if not self.done and self.next <= self.last and not self.batched:
+        if not self.done and self.next <= self.last and not (self.batched or self.striped):
             sends += self._start_next(now)
         return sends
 
@@ -601,15 +738,18 @@ class RangeRead:
 
     def next_deadline(self) -> int | None:
         """When ``tick`` has something to do: a batch or an entry read that turns slow."""
-        due = [d for _, d, _ in self._open_batches.values() if d < 2**62]
+        due = [d for _, d, _ in self._open_batches.values() if d < _NEVER]
         due += [read.deadline for read in self.reads.values() if read.deadline is not None]
+        stripe = self._first_open_stripe()
+        if stripe is not None and stripe.due < _NEVER:
+            due.append(stripe.due)
         return min(due) if due else None
 
-    def tick(self, now: int) -> list[SendBatch | ReadAttempt]:
+    def tick(self, now: int) -> list[ReadSend]:
         """Speculative reads for whatever is slow: a slow batch's entries go the careful way
         (its late answer is ignored, its bookie avoided by the next reads) and the next batch
         takes its place; a slow entry read asks the next replica."""
-        sends: list[SendBatch | ReadAttempt] = []
+        sends: list[ReadSend] = []
         for start, (end, due, bookie) in list(self._open_batches.items()):
             if due <= now:
                 del self._open_batches[start]
@@ -618,6 +758,12 @@ class RangeRead:
                 for entry_id in range(start, end + 1):
                     sends += self._start_entry(entry_id, now)
                 sends += self._next_batch(now)
+        given_up = False
+        while (stripe := self._first_open_stripe()) is not None and stripe.due <= now:
+            sends += self._give_up_stripe(stripe, now)
+            given_up = True
+        if given_up:
+            sends += self._more_stripes(now)
         for read in list(self.reads.values()):
             slow = read.asking
             attempts = read.tick(now)
