@@ -82,6 +82,38 @@ def test_a_header_only_partly_in_the_page_cache_is_a_read_that_would_wait(
     logger.close()
 
 
+@pytest.mark.parametrize("stride", [1, 3])
+def test_sequential_reads_come_from_read_ahead_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stride: int
+) -> None:
+    """Reads of one ledger's entries in order (every one, or every third as an E > Qw reader
+    asks a bookie) are served from blocks read ahead: a few preads, not one per entry, and
+    every entry as stored, records that cross a block's end included. Entries written after a
+    block was read (past the log's synced end then) read as written."""
+    logger = EntryLogger(str(tmp_path))
+    sizes = [(i * 37) % 3000 + 10 for i in range(600)]
+    entries = [entry(7, i, size) for i, size in enumerate(sizes)]
+    locations = logger.add_many(7, entries)
+    logger.flush()
+    reads = 0
+    real = os.pread
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        nonlocal reads
+        reads += 1
+        return real(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    wanted = list(range(0, 600, stride))
+    assert [logger.read(locations[i], 7, i) for i in wanted] == [entries[i] for i in wanted]
+    assert reads < len(wanted) / 10
+    later = [entry(7, 600 + i, 100) for i in range(50)]
+    later_locations = logger.add_many(7, later)
+    logger.flush()
+    assert [logger.read(loc, 7, 600 + i) for i, loc in enumerate(later_locations)] == later
+    logger.close()
+
+
 def test_synced_pages_of_the_active_log_are_dropped_from_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -717,15 +717,15 @@ class _RangeRead:
             return
         served = 0
         if status == StatusCode.EOK and isinstance(body, bytes):
-            verify = self.handle.digest.verify
+            payload = self.handle.digest.payload
+            results, first, ledger_id = self.results, self.first, self.handle.ledger_id
             entry_id = batch.start
             try:
                 for raw in v2.batch_entries(body):
                     if entry_id > batch.end:
                         break
-                    entry = verify(raw, entry_id)
-                    self.results[entry_id - self.first] = LedgerEntry(
-                        self.handle.ledger_id, entry_id, entry.payload
+                    results[entry_id - first] = LedgerEntry(
+                        ledger_id, entry_id, payload(raw, entry_id)
                     )
                     entry_id += 1
                     served += 1

@@ -75,6 +75,15 @@ class ReadWouldBlockError(Exception):
 # Reads that must not wait for the disk (preadv with RWF_NOWAIT, Linux 4.14+): EAGAIN when a
 # page is not cached. Elsewhere every read may wait.
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+# Sequential reads (one ledger's entries, stored one after the other in a log) read this much
+# at once and serve the next entries from it, as DbLedgerStorage's read-ahead does; the last
+# READ_AHEAD_BLOCKS such blocks are kept (readers of several ledgers at once).
+READ_AHEAD_BYTES = 128 * 1024
+READ_AHEAD_BLOCKS = 4
+# A read that starts at most this far after the last record read counts as sequential: an
+# entry by entry reader of E > Qw asks each bookie for every E-th entry, and the bookie holds
+# Qw of every E.
+READ_AHEAD_GAP = 16 * 1024
 
 
 class CorruptEntryError(EntryLogError):
@@ -139,6 +148,14 @@ class EntryLogger:
         self._next_id = existing[-1] + 1 if existing else 0  # logs from earlier runs stay below
         self._size = 0
         self._synced_size = 0
+        # (active log id, its synced size), replaced as one: readers on other threads keep
+        # read-ahead bytes of the active log only below it (past it a failed write may be cut
+        # off and written again).
+        self._active_bound = (-1, 0)
+        # Read-ahead blocks (log id, offset, bytes), newest first, and where the last record
+        # read ended: a read that starts there (or at a block's end) reads ahead.
+        self._ahead: list[tuple[int, int, bytes | memoryview]] = []
+        self._next_offset = (-1, 0)
         self._buffer = bytearray()
         self._ledger_bytes: dict[int, int] = defaultdict(int)
 
@@ -176,6 +193,7 @@ class EntryLogger:
         fsync_directory(self.directory)
         self._active_fd, self._active_id, self._size = fd, log_id, HEADER_SIZE
         self._synced_size = self._flushed_size = HEADER_SIZE
+        self._active_bound = (log_id, HEADER_SIZE)
         self._dropped = 0
         self._ledger_bytes = defaultdict(int)
 
@@ -283,6 +301,7 @@ class EntryLogger:
         self._write_buffer()
         os.fdatasync(self._active_fd)
         self._synced_size = self._flushed_size = self._size
+        self._active_bound = (self._active_id, self._synced_size)
         self._drop_synced_pages()
 
     def _drop_synced_pages(self) -> None:
@@ -365,40 +384,9 @@ class EntryLogger:
         With ``nowait`` (where the system can tell), ``ReadWouldBlockError`` instead of waiting
         for the disk."""
         log_id, offset = split_location(location)
-        try:
-            fd = self._fd(log_id)
-            # One read for the record header and an entry as long as the last one read (entries
-            # of a ledger tend to be alike); a longer entry's rest in a second read.
-            guess = self._record_guess
-            first = (
-                _cached_pread(fd, guess, offset, exact=False)
-                if nowait
-                else os.pread(fd, guess, offset)
-            )
-            if len(first) < _RECORD.size:
-                if nowait:
-                    # The page cache holds the header's start only (it crosses a page): the
-                    # waiting read tells whether the file really ends there.
-                    raise ReadWouldBlockError()
-                raise CorruptEntryError(
-                    self.path(log_id), offset, "record header beyond the end of the file"
-                )
-            length, expected_crc = _RECORD.unpack_from(first)
-            end = self._record_guess = _RECORD.size + length
-            if len(first) >= end:
-                entry = bytes(first[_RECORD.size : end])
-            else:
-                at = offset + len(first)
-                rest = (
-                    _cached_pread(fd, end - len(first), at)
-                    if nowait
-                    else os.pread(fd, end - len(first), at)
-                )
-                entry = b"".join((first[_RECORD.size :], rest))
-        except OSError as error:
-            raise EntryLogError(
-                f"reading entry log {self.path(log_id)} at {offset}: {error}"
-            ) from error
+        length, expected_crc, entry = self._from_ahead(log_id, offset) or self._pread_record(
+            log_id, offset, nowait
+        )
         if len(entry) != length:
             raise CorruptEntryError(
                 self.path(log_id), offset, f"record of {length} bytes cut short at {len(entry)}"
@@ -415,6 +403,79 @@ class EntryLogger:
                 self.path(log_id), offset, f"record is not ledger {ledger_id} entry {entry_id}"
             )
         return entry
+
+    def _from_ahead(self, log_id: int, offset: int) -> tuple[int, int, bytes] | None:
+        """(length, checksum, entry) of the record at ``offset`` if a read-ahead block holds
+        all of it."""
+        for block_log, start, block in self._ahead:
+            if block_log != log_id or not start <= offset < start + len(block):
+                continue
+            at = offset - start
+            if at + _RECORD.size > len(block):
+                return None
+            length, expected_crc = _RECORD.unpack_from(block, at)
+            end = at + _RECORD.size + length
+            if end > len(block):
+                return None
+            self._next_offset = (log_id, offset + _RECORD.size + length)
+            return length, expected_crc, bytes(block[at + _RECORD.size : end])
+        return None
+
+    def _pread_record(self, log_id: int, offset: int, nowait: bool) -> tuple[int, int, bytes]:
+        """(length, checksum, entry) of the record at ``offset``, read from the file. A read
+        that starts where the last record read ended, or a little after (one ledger's entries
+        follow each other in a log), reads ``READ_AHEAD_BYTES`` and keeps them as a block."""
+        try:
+            fd = self._fd(log_id)
+            # One read for the record header and an entry as long as the last one read (entries
+            # of a ledger tend to be alike); a longer entry's rest in a second read.
+            size = guess = self._record_guess
+            last_log, last_end = self._next_offset
+            if last_log == log_id and 0 <= offset - last_end <= READ_AHEAD_GAP:
+                size = max(guess, READ_AHEAD_BYTES)
+            first = (
+                _cached_pread(fd, size, offset, exact=False)
+                if nowait
+                else os.pread(fd, size, offset)
+            )
+            if len(first) < _RECORD.size:
+                if nowait:
+                    # The page cache holds the header's start only (it crosses a page): the
+                    # waiting read tells whether the file really ends there.
+                    raise ReadWouldBlockError()
+                raise CorruptEntryError(
+                    self.path(log_id), offset, "record header beyond the end of the file"
+                )
+            length, expected_crc = _RECORD.unpack_from(first)
+            end = self._record_guess = _RECORD.size + length
+            self._next_offset = (log_id, offset + end)
+            if size > guess:
+                self._keep_ahead(log_id, offset, first)
+            if len(first) >= end:
+                entry = bytes(first[_RECORD.size : end])
+            else:
+                at = offset + len(first)
+                rest = (
+                    _cached_pread(fd, end - len(first), at)
+                    if nowait
+                    else os.pread(fd, end - len(first), at)
+                )
+                entry = b"".join((first[_RECORD.size :], rest))
+        except OSError as error:
+            raise EntryLogError(
+                f"reading entry log {self.path(log_id)} at {offset}: {error}"
+            ) from error
+        return length, expected_crc, entry
+
+    def _keep_ahead(self, log_id: int, offset: int, block: bytes | memoryview) -> None:
+        active_id, synced = self._active_bound
+        if log_id == active_id:
+            if offset >= synced:
+                return  # nothing of it is stable yet
+            block = block[: synced - offset]
+        elif 0 <= active_id < log_id:
+            return  # a log being started
+        self._ahead = [(log_id, offset, block), *self._ahead[: READ_AHEAD_BLOCKS - 1]]
 
     def ledgers_map(self, log_id: int) -> dict[int, int]:
         """Ledger id -> bytes of ``log_id``: from its ledgers map, or by scanning a log without one."""
@@ -493,6 +554,7 @@ class EntryLogger:
     def delete(self, log_id: int) -> None:
         if log_id >= self.writable_floor:
             raise EntryLogError(f"cannot delete the active entry log {log_id}")
+        self._ahead = [block for block in self._ahead if block[0] != log_id]
         with self._fd_lock:
             fd = self._read_fds.pop(log_id, None)
             if fd is not None:
