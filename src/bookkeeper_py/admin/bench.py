@@ -82,6 +82,7 @@ def summary(h: HdrHistogram) -> dict[str, float]:
 @dataclass
 class _Tally:
     issued: int = 0
+    outstanding: int = 0  # adds issued and not answered yet
     acked_measured: int = 0
     failed: int = 0
     issuing: bool = True  # until every writer stopped issuing adds
@@ -320,7 +321,6 @@ async def run_writes(
     )
     limit: int | None = None if args.entries is None else int(args.entries)
     state = _Tally()
-    outstanding: set[asyncio.Future[int]] = set()
     errors_seen: list[BKError] = []
     all_done = loop.create_future()
     if args.warmup > 0:
@@ -330,7 +330,7 @@ async def run_writes(
 
     def stop_issuing() -> None:
         state.issuing = False
-        if not outstanding and not all_done.done():
+        if not state.outstanding and not all_done.done():
             all_done.set_result(None)
 
     def finished_issuing(now: float) -> bool:
@@ -341,9 +341,8 @@ async def run_writes(
         assert stop_at is not None
         return now >= stop_at
 
-    def on_ack(future: asyncio.Future[int], due: float) -> None:
-        outstanding.discard(future)
-        now = time.monotonic()
+    def on_ack(future: asyncio.Future[int], due: float, now: float) -> None:
+        state.outstanding -= 1
         if future.cancelled() or future.exception() is not None:
             state.failed += 1
         elif due >= warm_until:
@@ -353,12 +352,18 @@ async def run_writes(
                 state.first = due
             state.acked_measured += 1
             state.last = now
-        if not outstanding and not state.issuing and not all_done.done():
+        if not state.outstanding and not state.issuing and not all_done.done():
             all_done.set_result(None)
 
-    def issue(writer: int, due: float) -> asyncio.Future[int] | None:
-        """Sends one add; None once the writer failed (its error is counted, and the run ends
-        when nothing is left outstanding)."""
+    def answered(due: float, future: asyncio.Future[int]) -> None:
+        on_ack(future, due, time.monotonic())
+
+    def issue(
+        writer: int, due: float, done: Callable[[asyncio.Future[int]], None] | None = None
+    ) -> bool:
+        """Sends one add, answered to ``done`` (by default its latency is recorded); False once
+        the writer failed (its error is counted, and the run ends when nothing is left
+        outstanding). One callback per add: the bench's own CPU counts as the client's."""
         handles = writers[writer]
         handle = handles[state.issued % len(handles)]
         state.issued += 1
@@ -367,10 +372,10 @@ async def run_writes(
         except BKError as error:
             state.failed += 1
             errors_seen.append(error)
-            return None
-        outstanding.add(future)
-        future.add_done_callback(lambda f: on_ack(f, due))
-        return future
+            return False
+        state.outstanding += 1
+        future.add_done_callback(done or partial(answered, due))
+        return True
 
     if args.rate:
         # Open loop: every writer issues its share on a fixed schedule.
@@ -393,23 +398,25 @@ async def run_writes(
         await asyncio.gather(*(paced(w) for w in range(args.writers)))
         stop_issuing()
     else:
-        # Closed loop: each writer keeps --in-flight adds outstanding.
-        def refill(writer: int) -> Callable[..., None]:
-            def again(_: asyncio.Future[int] | None = None) -> None:
-                now = time.monotonic()
-                progress.tick(now)
-                if not finished_issuing(now) and not errors_seen:
-                    future = issue(writer, now)
-                    if future is not None:
-                        future.add_done_callback(again)
-                        return
+        # Closed loop: each writer keeps --in-flight adds outstanding; an answer records its
+        # add and issues the next.
+        def refill(writer: int, now: float) -> None:
+            progress.tick(now)
+            if (
+                finished_issuing(now)
+                or errors_seen
+                or not issue(writer, now, partial(again, writer, now))
+            ):
                 stop_issuing()  # every writer stops on the same condition
 
-            return again
+        def again(writer: int, due: float, future: asyncio.Future[int]) -> None:
+            now = time.monotonic()
+            on_ack(future, due, now)
+            refill(writer, now)
 
         for writer in range(args.writers):
             for _ in range(args.in_flight):
-                refill(writer)()
+                refill(writer, time.monotonic())
     await all_done
     cpu = meter.stop()
     if errors_seen and not args.quiet:
