@@ -19,13 +19,28 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import os
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import crc32c as _crc32c
 
 from bookkeeper_py.errors import DigestMismatchError
+
+# The C speedups of CRC32C entries (``_speedups.c``), where they were built and this CPU has
+# SSE 4.2; BOOKKEEPER_PY_PURE=1 keeps the pure-Python path (tests run both).
+_c_payload: Callable[[bytes, int, int], bytes | None] | None = None
+_c_package: Callable[[int, int, int, int, bytes], bytes] | None = None
+if not os.environ.get("BOOKKEEPER_PY_PURE"):
+    try:
+        from bookkeeper_py.wire import _speedups
+    except ImportError:
+        pass
+    else:
+        _c_payload, _c_package = _speedups.crc32c_payload, _speedups.crc32c_package
+SPEEDUPS = _c_payload is not None  # whether the C path is in use
 
 HEADER = struct.Struct(">qqqq")
 HEADER_SIZE = HEADER.size  # 32
@@ -122,6 +137,8 @@ class DigestManager:
 
     def package(self, entry_id: int, last_add_confirmed: int, length: int, payload: bytes) -> bytes:
         """The bytes sent to bookies for ``payload`` as entry ``entry_id``."""
+        if _c_package is not None and self.digest_type is DigestType.CRC32C:
+            return _c_package(self.ledger_id, entry_id, last_add_confirmed, length, payload)
         header = HEADER.pack(self.ledger_id, entry_id, last_add_confirmed, length)
         return b"".join((header, self._digest(header, payload), payload))
 
@@ -154,7 +171,11 @@ class DigestManager:
     def payload(self, data: bytes, entry_id: int) -> bytes:
         """``verify(data, entry_id).payload``, made without the ``Entry`` for the common
         digests (a range read's path); the same checks, the same errors."""
-        if self.digest_type is DigestType.CRC32C and len(data) >= _CRC32C_END:
+        if _c_payload is not None and self.digest_type is DigestType.CRC32C:
+            checked = _c_payload(data, self.ledger_id, entry_id)
+            if checked is not None:
+                return checked
+        elif self.digest_type is DigestType.CRC32C and len(data) >= _CRC32C_END:
             ledger_id, got_id = _IDS.unpack_from(data)
             view = memoryview(data)
             crc = _crc32c.crc32c(view[_CRC32C_END:], _crc32c.crc32c(view[:HEADER_SIZE]))

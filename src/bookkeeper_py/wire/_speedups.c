@@ -1,0 +1,139 @@
+/* The per-entry digest work of CRC32C ledgers in C (issue 21): checking an entry read from a
+ * bookie and cutting out its payload, and packaging an entry to send. The pure-Python path in
+ * digest.py does the same and is used where this module does not build or load (no C compiler,
+ * a CPU without SSE 4.2, BOOKKEEPER_PY_PURE=1); both are tested.
+ *
+ * An entry: ledgerId(8) entryId(8) lastAddConfirmed(8) length(8) crc(4) payload, big-endian; the
+ * CRC32C (Castagnoli) covers the 32-byte header and then the payload.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(__x86_64__) || !(defined(__GNUC__) || defined(__clang__))
+#error "the CRC32C speedups need x86-64 and GCC or Clang (the pure-Python path is used instead)"
+#endif
+
+#include <nmmintrin.h>
+
+#define HEADER 32
+#define CRC_END 36
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_update(uint32_t crc, const uint8_t *p,
+                                                                 Py_ssize_t n) {
+    uint64_t c = crc ^ 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = _mm_crc32_u64(c, word);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n > 0) {
+        c32 = _mm_crc32_u8(c32, *p++);
+        n--;
+    }
+    return c32 ^ 0xFFFFFFFFu;
+}
+
+static inline uint64_t load_be64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+
+static inline uint32_t load_be32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return __builtin_bswap32(v);
+}
+
+static inline void store_be64(uint8_t *p, uint64_t v) {
+    v = __builtin_bswap64(v);
+    memcpy(p, &v, 8);
+}
+
+static inline void store_be32(uint8_t *p, uint32_t v) {
+    v = __builtin_bswap32(v);
+    memcpy(p, &v, 4);
+}
+
+/* crc32c_payload(data, ledger_id, entry_id) -> bytes | None: the payload of a CRC32C entry
+ * whose digest and ids check out; None otherwise (the caller says why). */
+static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "crc32c_payload(data, ledger_id, entry_id)");
+        return NULL;
+    }
+    long long ledger_id = PyLong_AsLongLong(args[1]);
+    if (ledger_id == -1 && PyErr_Occurred()) return NULL;
+    long long entry_id = PyLong_AsLongLong(args[2]);
+    if (entry_id == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    PyObject *result = NULL;
+    if (n >= CRC_END && (long long)load_be64(p) == ledger_id &&
+        (long long)load_be64(p + 8) == entry_id) {
+        uint32_t crc = crc32c_update(0, p, HEADER);
+        crc = crc32c_update(crc, p + CRC_END, n - CRC_END);
+        if (crc == load_be32(p + HEADER)) {
+            result = PyBytes_FromStringAndSize((const char *)p + CRC_END, n - CRC_END);
+        }
+    }
+    PyBuffer_Release(&view);
+    if (result == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
+/* crc32c_package(ledger_id, entry_id, lac, length, payload) -> bytes: the entry as sent. */
+static PyObject *crc32c_package(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "crc32c_package(ledger_id, entry_id, lac, length, payload)");
+        return NULL;
+    }
+    long long ids[4];
+    for (int i = 0; i < 4; i++) {
+        ids[i] = PyLong_AsLongLong(args[i]);
+        if (ids[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[4], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, CRC_END + view.len);
+    if (out != NULL) {
+        uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
+        for (int i = 0; i < 4; i++) store_be64(q + 8 * i, (uint64_t)ids[i]);
+        memcpy(q + CRC_END, view.buf, view.len);
+        uint32_t crc = crc32c_update(0, q, HEADER);
+        crc = crc32c_update(crc, q + CRC_END, view.len);
+        store_be32(q + HEADER, crc);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"crc32c_payload", (PyCFunction)(void (*)(void))crc32c_payload, METH_FASTCALL,
+     "The payload of a CRC32C entry whose digest and ids check out, else None."},
+    {"crc32c_package", (PyCFunction)(void (*)(void))crc32c_package, METH_FASTCALL,
+     "A CRC32C entry: header, digest, payload."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "CRC32C entry digests in C (see digest.py).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("sse4.2")) {
+        PyErr_SetString(PyExc_ImportError, "this CPU has no SSE 4.2 (CRC32C instructions)");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,6 @@
+"""Types of the C speedups (``_speedups.c``)."""
+
+def crc32c_payload(data: bytes, ledger_id: int, entry_id: int, /) -> bytes | None: ...
+def crc32c_package(
+    ledger_id: int, entry_id: int, last_add_confirmed: int, length: int, payload: bytes, /
+) -> bytes: ...
