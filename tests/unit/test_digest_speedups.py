@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookkeeper_py import errors
+from bookkeeper_py import errors, speedups
 from bookkeeper_py.wire import digest
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 
-needs_speedups = pytest.mark.skipif(not digest.SPEEDUPS, reason="C speedups not built here")
+needs_speedups = pytest.mark.skipif(not speedups.SPEEDUPS, reason="C speedups not built here")
 
 
 def pure(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +29,7 @@ def pure(monkeypatch: pytest.MonkeyPatch) -> None:
     reason="no C compiler or not x86-64: the pure path is the one in use",
 )
 def test_the_install_built_the_speedups_where_it_can() -> None:
-    assert digest.SPEEDUPS
+    assert speedups.SPEEDUPS
 
 
 @needs_speedups

@@ -41,6 +41,7 @@ from itertools import accumulate, chain
 
 import crc32c
 
+from bookkeeper_py.speedups import native
 from bookkeeper_py.storage.files import fsync_directory
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,10 @@ class ReadWouldBlockError(Exception):
 # Reads that must not wait for the disk (preadv with RWF_NOWAIT, Linux 4.14+): EAGAIN when a
 # page is not cached. Elsewhere every read may wait.
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+# The C check of a record read ahead (``bookkeeper_py.speedups``), where it is in use.
+_c_record: Callable[[bytes | memoryview, int, int, int], bytes | None] | None = (
+    native.entry_log_record if native is not None else None
+)
 # Sequential reads (one ledger's entries, stored one after the other in a log) read this much
 # at once and serve the next entries from it, as DbLedgerStorage's read-ahead does; the last
 # READ_AHEAD_BLOCKS such blocks are kept (readers of several ledgers at once).
@@ -384,6 +389,10 @@ class EntryLogger:
         With ``nowait`` (where the system can tell), ``ReadWouldBlockError`` instead of waiting
         for the disk."""
         log_id, offset = split_location(location)
+        if _c_record is not None:
+            checked = self._checked_from_ahead(log_id, offset, ledger_id, entry_id)
+            if checked is not None:
+                return checked
         length, expected_crc, entry = self._from_ahead(log_id, offset) or self._pread_record(
             log_id, offset, nowait
         )
@@ -403,6 +412,21 @@ class EntryLogger:
                 self.path(log_id), offset, f"record is not ledger {ledger_id} entry {entry_id}"
             )
         return entry
+
+    def _checked_from_ahead(
+        self, log_id: int, offset: int, ledger_id: int, entry_id: int
+    ) -> bytes | None:
+        """The entry at ``offset`` if a read-ahead block holds its whole record and the record
+        checks out (one C call: its checksum and ids); None sends the read the long way, which
+        also says what is wrong with a bad record."""
+        for block_log, start, block in self._ahead:
+            if block_log == log_id and start <= offset < start + len(block):
+                assert _c_record is not None
+                entry = _c_record(block, offset - start, ledger_id, entry_id)
+                if entry is not None:
+                    self._next_offset = (log_id, offset + _RECORD.size + len(entry))
+                return entry
+        return None
 
     def _from_ahead(self, log_id: int, offset: int) -> tuple[int, int, bytes] | None:
         """(length, checksum, entry) of the record at ``offset`` if a read-ahead block holds

@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-import os
 import struct
 import zlib
 from collections.abc import Callable
@@ -28,19 +27,13 @@ from dataclasses import dataclass
 import crc32c as _crc32c
 
 from bookkeeper_py.errors import DigestMismatchError
+from bookkeeper_py.speedups import native
 
-# The C speedups of CRC32C entries (``_speedups.c``), where they were built and this CPU has
-# SSE 4.2; BOOKKEEPER_PY_PURE=1 keeps the pure-Python path (tests run both).
+# The C speedups (``bookkeeper_py.speedups``), where they are in use.
 _c_payload: Callable[[bytes, int, int], bytes | None] | None = None
 _c_package: Callable[[int, int, int, int, bytes], bytes] | None = None
-if not os.environ.get("BOOKKEEPER_PY_PURE"):
-    try:
-        from bookkeeper_py.wire import _speedups
-    except ImportError:
-        pass
-    else:
-        _c_payload, _c_package = _speedups.crc32c_payload, _speedups.crc32c_package
-SPEEDUPS = _c_payload is not None  # whether the C path is in use
+if native is not None:
+    _c_payload, _c_package = native.crc32c_payload, native.crc32c_package
 
 HEADER = struct.Struct(">qqqq")
 HEADER_SIZE = HEADER.size  # 32

@@ -4,3 +4,6 @@ def crc32c_payload(data: bytes, ledger_id: int, entry_id: int, /) -> bytes | Non
 def crc32c_package(
     ledger_id: int, entry_id: int, last_add_confirmed: int, length: int, payload: bytes, /
 ) -> bytes: ...
+def entry_log_record(
+    block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
+) -> bytes | None: ...

@@ -1,7 +1,8 @@
-/* The per-entry digest work of CRC32C ledgers in C (issue 21): checking an entry read from a
- * bookie and cutting out its payload, and packaging an entry to send. The pure-Python path in
- * digest.py does the same and is used where this module does not build or load (no C compiler,
- * a CPU without SSE 4.2, BOOKKEEPER_PY_PURE=1); both are tested.
+/* The per-entry CRC32C work in C (issue 21): checking an entry read from a bookie and cutting
+ * out its payload, packaging an entry to send (wire/digest.py), and a bookie's check of an
+ * entry-log record read ahead (storage/entry_log.py). Those modules' pure-Python paths do the
+ * same and are used where this module does not build or load (no C compiler, a CPU without
+ * SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are tested.
  *
  * An entry: ledgerId(8) entryId(8) lastAddConfirmed(8) length(8) crc(4) payload, big-endian; the
  * CRC32C (Castagnoli) covers the 32-byte header and then the payload.
@@ -60,19 +61,37 @@ static inline void store_be32(uint8_t *p, uint32_t v) {
     memcpy(p, &v, 4);
 }
 
+/* The integers args[first..first+count-1] into out; 0, or -1 with the error set. The call
+ * must have had ``expected`` arguments (``usage`` says which). */
+static int int_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected,
+                    const char *usage, int first, int count, long long *out) {
+    if (nargs != expected) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        out[i] = PyLong_AsLongLong(args[first + i]);
+        if (out[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* A buffer in args[0] and ``count`` integers after it (see int_args); 0, or -1 with the error
+ * set. The caller releases the buffer. */
+static int buffer_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, int count,
+                       long long *ids, Py_buffer *view) {
+    if (int_args(args, nargs, count + 1, usage, 1, count, ids) < 0) return -1;
+    return PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE);
+}
+
 /* crc32c_payload(data, ledger_id, entry_id) -> bytes | None: the payload of a CRC32C entry
  * whose digest and ids check out; None otherwise (the caller says why). */
 static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "crc32c_payload(data, ledger_id, entry_id)");
-        return NULL;
-    }
-    long long ledger_id = PyLong_AsLongLong(args[1]);
-    if (ledger_id == -1 && PyErr_Occurred()) return NULL;
-    long long entry_id = PyLong_AsLongLong(args[2]);
-    if (entry_id == -1 && PyErr_Occurred()) return NULL;
+    long long ids[2];
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (buffer_args(args, nargs, "crc32c_payload(data, ledger_id, entry_id)", 2, ids, &view) < 0)
+        return NULL;
+    long long ledger_id = ids[0], entry_id = ids[1];
     const uint8_t *p = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len;
     PyObject *result = NULL;
@@ -91,16 +110,10 @@ static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_
 
 /* crc32c_package(ledger_id, entry_id, lac, length, payload) -> bytes: the entry as sent. */
 static PyObject *crc32c_package(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "crc32c_package(ledger_id, entry_id, lac, length, payload)");
-        return NULL;
-    }
     long long ids[4];
-    for (int i = 0; i < 4; i++) {
-        ids[i] = PyLong_AsLongLong(args[i]);
-        if (ids[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (int_args(args, nargs, 5, "crc32c_package(ledger_id, entry_id, lac, length, payload)", 0,
+                 4, ids) < 0)
+        return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[4], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, CRC_END + view.len);
@@ -116,7 +129,40 @@ static PyObject *crc32c_package(PyObject *self, PyObject *const *args, Py_ssize_
     return out;
 }
 
+/* entry_log_record(block, at, ledger_id, entry_id) -> bytes | None: the entry of the entry-log
+ * record at ``at`` in ``block`` ([uint32 length][uint32 CRC32C of the entry][entry], the entry
+ * starting with its ledger and entry ids) if the record is whole in the block, its checksum
+ * matches and it is the entry asked for; None otherwise (the caller reads it the long way and
+ * says what is wrong). */
+static PyObject *entry_log_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long ids[3];
+    Py_buffer view;
+    if (buffer_args(args, nargs, "entry_log_record(block, at, ledger_id, entry_id)", 3, ids,
+                    &view) < 0)
+        return NULL;
+    Py_ssize_t at = (Py_ssize_t)ids[0];
+    long long ledger_id = ids[1], entry_id = ids[2];
+    const uint8_t *p = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    PyObject *result = NULL;
+    if (at >= 0 && at <= n - 8) {
+        Py_ssize_t length = (Py_ssize_t)load_be32(p + at);
+        const uint8_t *entry = p + at + 8;
+        if (length >= 16 && length <= n - at - 8 &&
+            (long long)load_be64(entry) == ledger_id &&
+            (long long)load_be64(entry + 8) == entry_id &&
+            crc32c_update(0, entry, length) == load_be32(p + at + 4)) {
+            result = PyBytes_FromStringAndSize((const char *)entry, length);
+        }
+    }
+    PyBuffer_Release(&view);
+    if (result == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,
+     "The entry of a whole, checked entry-log record in a block, else None."},
     {"crc32c_payload", (PyCFunction)(void (*)(void))crc32c_payload, METH_FASTCALL,
      "The payload of a CRC32C entry whose digest and ids check out, else None."},
     {"crc32c_package", (PyCFunction)(void (*)(void))crc32c_package, METH_FASTCALL,
@@ -125,7 +171,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_speedups", "CRC32C entry digests in C (see digest.py).", -1,
+    PyModuleDef_HEAD_INIT, "_speedups", "Per-entry CRC32C work in C (see speedups.py).", -1,
     methods,
 };
 
