@@ -1,4 +1,4 @@
-"""The C speedups of CRC32C entries (``wire/_speedups.c``) against the pure-Python path: the
+"""The C speedups of CRC32C entries (``_speedups.c``) against the pure-Python path: the
 same bytes packaged, the same payloads accepted, the same entries refused (with the pure path's
 error). Where a C compiler and an x86-64 CPU are at hand (CI), the speedups must have been built
 by the install, so that the suite runs on them."""
