@@ -479,9 +479,10 @@ class RangeRead:
 
     ``replicas(entry_id)`` gives the write set in the order to try it; ``health`` is told of
     failures and slow replicas. The runtime sends the instructions (``SendBatch``,
-    ``ReadAttempt``), verifies what comes back, reports it (``on_batch_answer``,
-    ``on_entry_answer``, ``on_stripe_answers``) and calls ``tick`` at ``next_deadline``. ``done`` once every entry
-    came; an entry that cannot be read raises its ``EntryRead``'s error."""
+    ``SendStripe``, ``ReadAttempt``), verifies what comes back, reports it
+    (``on_batch_answer``, ``on_stripe_answers``, ``on_entry_answer``) and calls ``tick`` at
+    ``next_deadline``. ``done`` once every entry came; an entry that cannot be read raises its
+    ``EntryRead``'s error."""
 
     def __init__(
         self,
@@ -737,7 +738,7 @@ class RangeRead:
     # -- time ------------------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
-        """When ``tick`` has something to do: a batch or an entry read that turns slow."""
+        """When ``tick`` has something to do: a batch, a stripe or an entry read that turns slow."""
         due = [d for _, d, _ in self._open_batches.values() if d < _NEVER]
         due += [read.deadline for read in self.reads.values() if read.deadline is not None]
         stripe = self._first_open_stripe()
@@ -748,7 +749,8 @@ class RangeRead:
     def tick(self, now: int) -> list[ReadSend]:
         """Speculative reads for whatever is slow: a slow batch's entries go the careful way
         (its late answer is ignored, its bookie avoided by the next reads) and the next batch
-        takes its place; a slow entry read asks the next replica."""
+        takes its place; so do a slow stripe's unanswered entries, and more stripes fill the
+        window; a slow entry read asks the next replica."""
         sends: list[ReadSend] = []
         for start, (end, due, bookie) in list(self._open_batches.items()):
             if due <= now:

@@ -242,7 +242,8 @@ class LedgerWriter:
     def add(self, payload_length: int, now: int, entry_id: int | None = None) -> Accepted:
         """Takes the next entry, or entry ``entry_id`` when the caller chooses ids, and sends
         what may be sent; raises the writer's error if it failed, ``DuplicateEntryIdError`` for
-        an id taken already."""
+        an id taken already. The one-step form of ``push`` and ``send_waiting`` (the client's
+        handle pushes a loop pass's adds and sends once)."""
         entry_id = self.push(payload_length, entry_id)
         return Accepted(
             entry_id, self.last_add_confirmed, self._pushed_length, self.send_waiting(now)

@@ -389,13 +389,16 @@ class EntryLogger:
         With ``nowait`` (where the system can tell), ``ReadWouldBlockError`` instead of waiting
         for the disk."""
         log_id, offset = split_location(location)
-        if _c_record is not None:
-            checked = self._checked_from_ahead(log_id, offset, ledger_id, entry_id)
+        found = self._block_at(log_id, offset)
+        if found is not None and _c_record is not None:
+            # One C call checks the record (checksum and ids); a record that fails it is
+            # checked again below, which says what is wrong.
+            checked = _c_record(found[0], found[1], ledger_id, entry_id)
             if checked is not None:
+                self._next_offset = (log_id, offset + _RECORD.size + len(checked))
                 return checked
-        length, expected_crc, entry = self._from_ahead(log_id, offset) or self._pread_record(
-            log_id, offset, nowait
-        )
+        record = self._cut_record(log_id, offset, *found) if found is not None else None
+        length, expected_crc, entry = record or self._pread_record(log_id, offset, nowait)
         if len(entry) != length:
             raise CorruptEntryError(
                 self.path(log_id), offset, f"record of {length} bytes cut short at {len(entry)}"
@@ -413,37 +416,26 @@ class EntryLogger:
             )
         return entry
 
-    def _checked_from_ahead(
-        self, log_id: int, offset: int, ledger_id: int, entry_id: int
-    ) -> bytes | None:
-        """The entry at ``offset`` if a read-ahead block holds its whole record and the record
-        checks out (one C call: its checksum and ids); None sends the read the long way, which
-        also says what is wrong with a bad record."""
+    def _block_at(self, log_id: int, offset: int) -> tuple[bytes | memoryview, int] | None:
+        """The read-ahead block holding ``offset`` of the log, and where in it, if any."""
         for block_log, start, block in self._ahead:
             if block_log == log_id and start <= offset < start + len(block):
-                assert _c_record is not None
-                entry = _c_record(block, offset - start, ledger_id, entry_id)
-                if entry is not None:
-                    self._next_offset = (log_id, offset + _RECORD.size + len(entry))
-                return entry
+                return block, offset - start
         return None
 
-    def _from_ahead(self, log_id: int, offset: int) -> tuple[int, int, bytes] | None:
-        """(length, checksum, entry) of the record at ``offset`` if a read-ahead block holds
-        all of it."""
-        for block_log, start, block in self._ahead:
-            if block_log != log_id or not start <= offset < start + len(block):
-                continue
-            at = offset - start
-            if at + _RECORD.size > len(block):
-                return None
-            length, expected_crc = _RECORD.unpack_from(block, at)
-            end = at + _RECORD.size + length
-            if end > len(block):
-                return None
-            self._next_offset = (log_id, offset + _RECORD.size + length)
-            return length, expected_crc, bytes(block[at + _RECORD.size : end])
-        return None
+    def _cut_record(
+        self, log_id: int, offset: int, block: bytes | memoryview, at: int
+    ) -> tuple[int, int, bytes] | None:
+        """(length, checksum, entry) of the record at ``at`` in ``block`` if it holds all of
+        it (unchecked)."""
+        if at + _RECORD.size > len(block):
+            return None
+        length, expected_crc = _RECORD.unpack_from(block, at)
+        end = at + _RECORD.size + length
+        if end > len(block):
+            return None
+        self._next_offset = (log_id, offset + _RECORD.size + length)
+        return length, expected_crc, bytes(block[at + _RECORD.size : end])
 
     def _pread_record(self, log_id: int, offset: int, nowait: bool) -> tuple[int, int, bytes]:
         """(length, checksum, entry) of the record at ``offset``, read from the file. A read
