@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,47 @@ def test_write_cache_over_half_full_triggers_a_checkpoint(tmp_path: Path) -> Non
             break
         threading.Event().wait(0.1)
     assert engine.checkpoints >= 1
+    engine.close()
+
+
+def test_a_requested_checkpoint_is_paced_by_the_time_the_cache_took_to_fill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write cache half full asks for a checkpoint paced over half the time since the last
+    one began (not at full speed: three bookies flushing a cache at once stalled every add), and
+    never slower than a periodic one; journal disks filling up ask for one at full speed."""
+    started = time.monotonic()
+    engine, durable = open_engine(tmp_path, write_cache_max_bytes=200_000, flush_interval_s=60.0)
+    asked: list[tuple[float, bool]] = []  # (pace, hurried) of each checkpoint the thread runs
+    real_checkpoint = engine.checkpoint
+
+    def recording_checkpoint(pace_s: float = 0.0) -> list[tuple[int, int]]:
+        asked.append((pace_s, engine.storage._hurry.is_set()))
+        return real_checkpoint(0.0)
+
+    monkeypatch.setattr(engine, "checkpoint", recording_checkpoint)
+
+    def wait_for_checkpoints(count: int) -> None:
+        for _ in range(300):
+            if len(asked) >= count:
+                return
+            threading.Event().wait(0.01)
+        raise AssertionError(f"{count} checkpoints did not run in 3 s")
+
+    threading.Event().wait(0.4)
+    engine.create_ledger(1, KEY)
+    ids = list(range(800))  # ~110 KB in one batch: over half the cache, asked for once
+    engine.add_entries(1, ids, [entry(1, i) for i in ids], "batch")
+    durable.wait_for(1)
+    wait_for_checkpoints(1)
+    elapsed = time.monotonic() - started
+    pace, hurried = asked[0]
+    assert 0.2 <= pace <= elapsed / 2 and not hurried
+    engine.add_entry(1, 800, entry(1, 800), "one more")  # the journal's file holds a record
+    durable.wait_for(2)
+    engine.reclaim_journal_space([str(tmp_path / "journal")])
+    wait_for_checkpoints(2)
+    assert asked[1][1]  # hurried: the journal's space comes back as soon as it can
     engine.close()
 
 

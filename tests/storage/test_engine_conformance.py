@@ -140,6 +140,22 @@ def test_writes_are_readable_at_once_and_their_tokens_come_back_once_durable(
     assert list(dict.fromkeys(engine.entry_ids(7))) == [0, 1, 2, 3, 4]
 
 
+def test_entries_taken_together_are_readable_at_once_and_come_back_with_one_token(
+    harness: Harness,
+) -> None:
+    engine = harness.engine
+    engine.create_ledger(6, KEY)
+    engine.add_entry(6, 0, packaged(6, 0), "alone")
+    engine.add_entries(6, [1, 2, 3], [packaged(6, i) for i in (1, 2, 3)], "together")
+    assert engine.read(6, 2) == packaged(6, 2)
+    assert engine.read(6, -1) == packaged(6, 3)
+    harness.settle(2)
+    assert harness.durable.tokens == ["alone", "together"]
+    harness.restart()
+    engine = harness.engine
+    assert [engine.read(6, i) for i in range(4)] == [packaged(6, i) for i in range(4)]
+
+
 def test_absence_is_told_apart_no_ledger_from_no_entry(harness: Harness) -> None:
     engine = harness.engine
     with pytest.raises(NoLedgerError):

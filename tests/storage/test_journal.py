@@ -333,3 +333,85 @@ def test_background_records_give_way_to_foreground_ones(
     assert second[0] == write  # the foreground record first, then copies up to the budget
     assert sum(map(len, second[1:])) <= BACKGROUND_WITH_FOREGROUND + len(copies[1])
     assert [body for group in (second, *rest) for body in group if body != write] == copies[1:]
+
+
+@pytest.mark.parametrize("payload", [3000, 700_000])  # records within the zeros, and past them
+def test_idle_time_writes_zeros_ahead_of_the_records_and_never_over_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, payload: int
+) -> None:
+    """While no record waits, the journal writes zeros over the preallocated space just past the
+    records (a chunk at a time, up to a margin): each such write starts at or after the end of
+    the records of that moment, the bytes past the records read as zeros, and every record is
+    replayed as written, also when records outrun the zeros."""
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector, preallocate_bytes=4 * 1024 * 1024)
+    zero_writes: list[tuple[int, int, int]] = []  # (offset, length, end of the records then)
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        zero_writes.append((offset, len(data), journal._size))
+        assert not any(bytes(data))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    journal.open(0)
+    records = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * payload)) for i in range(8)]
+    for index, (record_type, body) in enumerate(records):
+        journal.append(record_type, body, index)
+        collector.wait_for(index + 1)
+    records_end = journal._size
+    journal.close()
+    assert zero_writes
+    assert all(offset >= end for offset, _, end in zero_writes)
+    furthest = max(offset + length for offset, length, _ in zero_writes)
+    assert furthest > records_end  # zeros lie ahead of the last record
+    data = (tmp_path / journal_name(0)).read_bytes()
+    assert len(data) == records_end  # closing gives the space ahead back
+    assert replayed(tmp_path) == records
+
+
+def test_no_zeros_are_written_ahead_without_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        calls.append(offset)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector, sync_data=False)
+    journal.open(0)
+    for index in range(4):
+        journal.append(RecordType.ENTRY, entry(1, index, b"n" * 5000), index)
+        collector.wait_for(index + 1)
+    journal.close()
+    assert calls == []
+
+
+def test_entries_appended_together_are_one_group_with_one_token(tmp_path: Path) -> None:
+    gate = threading.Event()
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector)
+    journal.open(0)
+    real_commit = journal._commit
+
+    def held_commit(batch: Any) -> None:
+        gate.wait(30)
+        real_commit(batch)
+
+    journal._commit = held_commit  # type: ignore[method-assign]
+    journal.append(RecordType.ENTRY, entry(1, 0, b"first"), "first")
+    bodies = [entry(1, i, b"b" * i) for i in range(1, 6)]
+    journal.append_entries(bodies, "batch")
+    assert journal.queued >= 5  # the batch waits behind the held group, counted by records
+    gate.set()
+    collector.wait_for(2)
+    journal.close()
+    assert [token for token, _ in collector.results] == ["first", "batch"]
+    assert journal.queued == 0
+    groups = [group_end for _, _, _, group_end in replay(str(tmp_path), None)]
+    assert len(set(groups[1:])) == 1  # the five entries went in one group
+    assert replayed(tmp_path)[1:] == [(RecordType.ENTRY, body) for body in bodies]

@@ -49,7 +49,14 @@ def stored_order(bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> list[tuple[
         order.append((ledger_id, entry_id))
         real_add(ledger_id, entry_id, data, token, *rest)
 
+    real_add_many = engine.add_entries
+
+    def add_entries(ledger_id: int, entry_ids: list[int], entries: list[bytes], token: Any) -> None:
+        order.extend((ledger_id, entry_id) for entry_id in entry_ids)
+        real_add_many(ledger_id, entry_ids, entries, token)
+
     monkeypatch.setattr(engine, "add_entry", add_entry)
+    monkeypatch.setattr(engine, "add_entries", add_entries)
     return order
 
 

@@ -534,9 +534,7 @@ class Bookie:
                 done(StatusCode.EIO, entry_ids)
 
         self.pending_adds += count
-        add, last = self.engine.add_entry, count - 1
-        for i, (entry_id, entry) in enumerate(zip(entry_ids, entries, strict=True)):
-            add(ledger_id, entry_id, entry, durable if i == last else None)
+        self.engine.add_entries(ledger_id, entry_ids, entries, durable)
 
     def _drain_throttled(self) -> None:
         """Resumes held-back adds while the write cache has room; refuses those that waited

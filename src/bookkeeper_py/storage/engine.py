@@ -46,6 +46,8 @@ from bookkeeper_py.storage.ledger_storage import LedgerInfo, LedgerStorage
 log = logging.getLogger(__name__)
 
 _LEDGER_ID = struct.Struct(">q")
+# A checkpoint asked for is paced over this share of the time since the last one began.
+REQUESTED_PACE_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,13 @@ class LedgerEngine(Protocol):
     @property
     def failure(self) -> Exception | None:
         """Why the engine takes no more writes, if it does not."""
+        ...
+
+    def add_entries(
+        self, ledger_id: int, entry_ids: list[int], entries: list[bytes], token: Any
+    ) -> None:
+        """Stores entries of one ledger that arrived together (foreground adds, ids
+        increasing); ``token`` comes back once every one of them is durable."""
         ...
 
     @property
@@ -208,6 +217,7 @@ class StorageEngine:
         self._pace_s = config.flush_interval_s * config.checkpoint_pace
         self._sync_thread: threading.Thread | None = None
         self._checkpoint_failure: Exception | None = None
+        self._hurry_next = False  # the next checkpoint goes at full speed (journal space)
         self._checkpoint_lock = threading.Lock()  # one engine checkpoint at a time
         self.last_marks: list[tuple[int, int] | None] = [None] * len(self.journals)
         self.checkpoints = 0
@@ -355,6 +365,7 @@ class StorageEngine:
                 journal.request_roll()
                 requested = True
         if requested:
+            self._hurry_next = True
             self._checkpoint_requested.set()
 
     def space_freed(self) -> None:
@@ -386,6 +397,18 @@ class StorageEngine:
             RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None
         )
         return info
+
+    def add_entries(
+        self, ledger_id: int, entry_ids: list[int], entries: list[bytes], token: Any
+    ) -> None:
+        """Stores entries of one ledger that arrived together (foreground adds); ``token`` is
+        reported once the last one, and so every one, is durable. One write-cache lock and one
+        journal hand-off for them all."""
+        self.storage.add_entries(ledger_id, entry_ids, entries)
+        self.journal_for(ledger_id).append_entries(entries, token)
+        if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+            self.storage.hurry()
+            self._checkpoint_requested.set()
 
     def add_entry(
         self, ledger_id: int, entry_id: int, entry: bytes, token: Any, background: bool = False
@@ -472,17 +495,28 @@ class StorageEngine:
         return marks
 
     def _sync_loop(self) -> None:
+        last_started = time.monotonic()
         while not self._stopping.is_set():
             requested = self._checkpoint_requested.wait(self.config.flush_interval_s)
             self._checkpoint_requested.clear()
-            # A periodic checkpoint is paced over half the period, so that it does not take the
-            # disk from the journal all at once; one asked for (the write cache half full) is not.
-            self.storage.hurry(requested)
             if self._stopping.is_set():
                 return
             started = time.monotonic()
+            # A checkpoint is paced (its entry-log writes spread out, see LedgerStorage.
+            # checkpoint) so that it takes neither the disk from the journal nor the CPU from
+            # the request path all at once: a periodic one over half the period; one asked for
+            # (the write cache half full, a journal file rolled) over half the time since the
+            # last one began, which is about the time the cache took to fill half: the cache
+            # then fills to a quarter meanwhile, and should writes speed up, the adds hurry it
+            # on (add_entry) once it is half full again. Journal disks filling up hurry it too.
+            pace = self._pace_s
+            if requested:
+                pace = min(pace, (started - last_started) * REQUESTED_PACE_SHARE)
+            self.storage.hurry(self._hurry_next)
+            self._hurry_next = False
+            last_started = started
             try:
-                self.checkpoint(0.0 if requested else self._pace_s)
+                self.checkpoint(pace)
             except Exception as error:
                 # Nothing is lost: the journal still holds every record after the old mark. Writes
                 # are refused until a checkpoint succeeds again (e.g. once space is freed).

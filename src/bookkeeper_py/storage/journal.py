@@ -23,6 +23,10 @@ runs empty), writes them with one ``writev`` and makes them durable with one ``f
 failed fsync fails every waiting record and every later one: the journal does not pretend the
 data reached the disk. A write that runs out of space fails only its own group.
 
+Preallocated space (``preallocate_bytes`` at a time, fallocated) is turned into written zeros a
+little ahead of the records while the journal thread is idle: a group synced over zeros already on
+disk costs a third less time in fdatasync than one over fallocated space.
+
 The bodies of large records go to ``writev`` as they are, with the CRC computed piece by piece,
 so a group costs no copy in this process; small ones are joined first (one copy, one CRC call,
 instead of a call per record). Whole pages that are durable are dropped from the page cache a
@@ -66,6 +70,15 @@ _IOV_MAX = 1024  # pieces one writev takes (Linux's IOV_MAX)
 # bodies; smaller ones are joined first, since a CRC call and an iovec per record cost more than
 # copying a few hundred bytes.
 _GATHER_MIN_RECORD = 4096
+# Preallocated space is made of written zeros ahead of the records, a stretch at a time while the
+# journal thread is idle: an fdatasync of records written over zeros already on disk (and in the
+# page cache) costs ~105 us here, over fallocated (unwritten) space ~175 us, since every sync then
+# also converts extents in the file system's journal. Zeros are kept up to _ZERO_AHEAD bytes past
+# the records, _ZERO_CHUNK at a time (one write and one fdatasync of ~0.3 ms, taken only when no
+# record waits).
+_ZERO_CHUNK = 256 * 1024
+_ZERO_AHEAD = 1024 * 1024
+_ZEROS = memoryview(bytes(_ZERO_CHUNK))
 _PAGE = 4096  # page cache granularity for dropping written pages (a multiple of any page size)
 # Synced pages are dropped once this many have gathered: one posix_fadvise costs ~10 µs (it may
 # drain every CPU's LRU cache), too much to pay for every small group.
@@ -318,12 +331,20 @@ class Journal:
         self._sync_stats = sync_stats
         self._records_added = records_added
         self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
+        # Bytes of the current file that hold records or written zeros (below _allocated).
+        self._zeroed = 0
+        self._zero_ahead = sync_data  # without fsyncs there is nothing for the zeros to save
         # journalRemoveFromPageCache: drop durable pages of the file; only with fsyncs (the pages
         # are clean then) and where the system has posix_fadvise.
         self._drop_pages = remove_from_page_cache and sync_data and hasattr(os, "posix_fadvise")
         self._dropped = 0  # bytes at the start of the current file dropped from the page cache
-        # (record type, body, token, background), or None: stop
-        self._queue: queue.SimpleQueue[_Record | None] = queue.SimpleQueue()
+        # Records appended together (one item, so one wake-up of the journal thread for a batch
+        # of adds), or None: stop.
+        self._queue: queue.SimpleQueue[list[_Record] | None] = queue.SimpleQueue()
+        # Records appended and records taken off the queue, each written by one thread (the
+        # appending loop, the journal thread): their difference is the queue's length.
+        self._appended = 0
+        self._taken = 0
         # Background records taken off the queue by the journal thread, not written yet.
         self._background: collections.deque[_Record] = collections.deque()
         self._failure: Exception | None = None
@@ -369,14 +390,14 @@ class Journal:
             os.close(self._fd)
         self._fd = fd
         self._file_id = file_id
-        self._size = self._allocated = FILE_HEADER.size
+        self._size = self._allocated = self._zeroed = FILE_HEADER.size
         self._dropped = 0
         self.position = (file_id, FILE_HEADER.size)
 
     @property
     def queued(self) -> int:
         """Records waiting to be written."""
-        return self._queue.qsize() + len(self._background)
+        return max(self._appended - self._taken, 0) + len(self._background)
 
     def append(
         self, record_type: RecordType, body: bytes, token: Any, background: bool = False
@@ -386,7 +407,21 @@ class Journal:
         group holds every waiting foreground record and at most ``BACKGROUND_WITH_FOREGROUND``
         bytes of background ones (one record at least), so that a live writer's fsync does not
         wait for megabytes of copies queued before it."""
-        self._queue.put((record_type, body, token, background))
+        self._appended += 1
+        self._queue.put([(record_type, body, token, background)])
+
+    def append_entries(self, bodies: list[bytes], token: Any) -> None:
+        """Queues foreground ENTRY records that arrived together as one item: the journal thread
+        is woken once for them, not once per record (each wake-up makes it contend for the GIL
+        with the thread still appending). ``token`` is reported with the last record, which is
+        durable only once every record before it is."""
+        if not bodies:
+            return
+        entry = RecordType.ENTRY
+        records: list[_Record] = [(entry, body, None, False) for body in bodies]
+        records[-1] = (entry, bodies[-1], token, False)
+        self._appended += len(records)
+        self._queue.put(records)
 
     def _run(self) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
@@ -396,39 +431,39 @@ class Journal:
         while not stop:
             batch: list[_Record] = []
             size = 0
-            if not background:
-                first = get()
-                if first is None:
-                    break
-                if first[3]:
-                    background.append(first)
-                else:
-                    batch.append(first)
-                    size = len(first[1])
-            deadline = time.monotonic() + self._max_group_wait_s
+            deadline = -1.0
             # Foreground records up to the threshold: everything queued now, and with
-            # journalMaxGroupWaitMSec more until the deadline; background ones wait aside.
+            # journalMaxGroupWaitMSec more until the deadline; background ones wait aside. An
+            # item (the records appended together) is never split.
             while size < threshold:
                 try:
-                    item = get_nowait()
+                    items = get() if not batch and not background else get_nowait()
                 except queue.Empty:
+                    if deadline < 0:
+                        deadline = time.monotonic() + self._max_group_wait_s
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     try:
-                        item = get(timeout=remaining)
+                        items = get(timeout=remaining)
                     except queue.Empty:
                         break
-                if item is None:
+                if items is None:
                     stop = True  # after writing what was queued
                     break
-                if item[3]:
-                    background.append(item)
+                self._taken += len(items)
+                if items[0][3]:
+                    background.extend(items)
                 else:
-                    batch.append(item)
-                    size += len(item[1])
+                    batch.extend(items)
+                    for record in items:
+                        size += len(record[1])
+            if not batch and not background:
+                break  # stopping with nothing queued
             limit = size + BACKGROUND_WITH_FOREGROUND if batch else threshold
             self._commit(self._with_background(batch, size, limit))
+            if not background and self._queue.empty():
+                self._write_zeros_ahead()
         while background:  # stopping: the copies still waiting, in groups
             self._commit(self._with_background([], 0, threshold))
 
@@ -447,7 +482,7 @@ class Journal:
     def request_roll(self) -> None:
         """Asks the journal thread to start a new file (if the current one holds any record),
         so that the next checkpoint can delete the current one and give its space back."""
-        self._queue.put((_ROLL, b"", None, False))
+        self._queue.put([(_ROLL, b"", None, False)])
 
     def _commit(self, batch: list[_Record]) -> None:
         if any(record[0] == _ROLL for record in batch):
@@ -537,6 +572,32 @@ class Journal:
             return
         self._on_synced(tokens, None)
 
+    def _write_zeros_ahead(self) -> None:
+        """Idle time: turns the next stretch of preallocated space into zeros on disk (one
+        ``_ZERO_CHUNK`` write and fdatasync), up to ``_ZERO_AHEAD`` bytes past the records, so
+        that the records written there later sync faster. Never touches a byte at or before the
+        end of the records, and only the journal thread writes the file, so the zeros cannot
+        land on a record. A failure costs only the speed-up, for the space allocated so far."""
+        if not self._zero_ahead or self._failure is not None:
+            return
+        start = max(self._zeroed, self._size)
+        end = min(start + _ZERO_CHUNK, self._allocated)
+        if start - self._size >= _ZERO_AHEAD or end <= start:
+            return
+        try:
+            os.pwrite(self._fd, _ZEROS[: end - start], start)
+            os.fdatasync(self._fd)
+        except OSError as error:
+            log.warning(
+                "journal %s: could not write zeros ahead of the records (%s); the next groups "
+                "are synced over unwritten space, only slower",
+                journal_name(self._file_id),
+                error,
+            )
+            self._zeroed = self._allocated
+            return
+        self._zeroed = end
+
     def _drop_durable_pages(self) -> None:
         """Drops the whole pages synced since the last drop from the page cache, once there are
         ``_DROP_EVERY`` bytes of them (the page that the next group continues stays, or the kernel
@@ -555,7 +616,7 @@ class Journal:
         try:
             os.ftruncate(self._fd, self._size)
             os.lseek(self._fd, self._size, os.SEEK_SET)
-            self._allocated = self._size
+            self._allocated = self._zeroed = self._size
         except OSError:
             log.exception("journal %s: cannot cut a partial group", journal_name(self._file_id))
             return False

@@ -94,20 +94,26 @@ def _merge_into(current: _Generation, older: _Generation) -> None:
     current.dirty_ledgers |= older.dirty_ledgers
 
 
+def _pause_for_gil() -> None:
+    """Between slices of a checkpoint's long C-level steps: a sleep, unlike a bare release, lets
+    a thread waiting for the GIL (the bookie's loop, its journal) take it before this one takes
+    it back."""
+    time.sleep(_GIL_PAUSE_S)
+
+
 def _release(generation: _Generation) -> None:
-    """Frees a flushed generation a slice at a time with a short sleep between slices. Dropped at
-    once, its entries (a write cache's worth) are freed in one C-level call holding the GIL for
-    milliseconds, which the bookie's loop and journal threads wait for; a sleep, unlike a bare
-    release, lets a waiting thread take the GIL before this one takes it back."""
+    """Frees a flushed generation a slice at a time, pausing for the GIL between slices: dropped
+    at once, its entries (a write cache's worth) are freed in one C-level call holding the GIL
+    for milliseconds, which the bookie's loop and journal threads wait for."""
     ledgers = generation.ledgers
     while ledgers:
         _, entries = ledgers.popitem()
         while len(entries) > _RELEASE_SLICE:
             for key in list(islice(entries, _RELEASE_SLICE)):
                 del entries[key]
-            time.sleep(_GIL_PAUSE_S)
+            _pause_for_gil()
         entries.clear()
-        time.sleep(_GIL_PAUSE_S)
+        _pause_for_gil()
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +236,30 @@ class LedgerStorage:
             else:  # a recovery add of an entry the cache holds already
                 current.size_bytes += len(entry) - len(previous)
 
+    def add_entries(self, ledger_id: int, entry_ids: list[int], entries: list[bytes]) -> None:
+        """``add_entry`` for entries of one ledger that arrived together, under one lock."""
+        with self._lock:
+            current = self._current
+            cached = current.ledgers.get(ledger_id)
+            if cached is None:
+                cached = current.ledgers[ledger_id] = {}
+                current.last_entry[ledger_id] = entry_ids[0]
+            last = max(entry_ids)
+            if last > current.last_entry[ledger_id]:
+                current.last_entry[ledger_id] = last
+            get = cached.get
+            grown = added = 0
+            for entry_id, entry in zip(entry_ids, entries, strict=True):
+                previous = get(entry_id)
+                cached[entry_id] = entry
+                if previous is None:
+                    grown += len(entry)
+                    added += 1
+                else:  # a copy of an entry the cache holds already
+                    grown += len(entry) - len(previous)
+            current.size_bytes += grown
+            current.count += added
+
     @property
     def write_cache_bytes(self) -> int:
         """Bytes in the write cache not yet being flushed."""
@@ -336,7 +366,7 @@ class LedgerStorage:
                             f"ledger {ledger_id} changed but its state left the cache unsaved"
                         )
                     states.append((ledger_id, info.to_proto()))
-                self.index.commit(locations, states)
+                self.index.commit(locations, states, _pause_for_gil)
             except BaseException:
                 # Nothing may be lost: the failed generation is merged back into the current one
                 # (newer entries win) before it stops being "flushing", so a reader always finds

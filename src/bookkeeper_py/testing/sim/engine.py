@@ -110,6 +110,13 @@ class SimEngine:
         self._entries.setdefault(ledger_id, {})[entry_id] = entry
         self._append(("entry", ledger_id, entry_id, entry), token)
 
+    def add_entries(
+        self, ledger_id: int, entry_ids: list[int], entries: list[bytes], token: Any
+    ) -> None:
+        last = len(entries) - 1
+        for i, (entry_id, entry) in enumerate(zip(entry_ids, entries, strict=True)):
+            self.add_entry(ledger_id, entry_id, entry, token if i == last else None)
+
     def fence(self, ledger_id: int, token: Any) -> None:
         self._ledgers[ledger_id].fenced = True
         self._append(("fence", ledger_id), token)
