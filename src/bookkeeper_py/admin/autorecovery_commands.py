@@ -196,8 +196,9 @@ def add_process_command(commands: argparse._SubParsersAction) -> None:  # type: 
 
 
 def run_process(args: argparse.Namespace) -> None:
+    from bookkeeper_py import loop as event_loop
     from bookkeeper_py.server import config
-    from bookkeeper_py.server.main import run_event_loop, start_autorecovery, stop_autorecovery
+    from bookkeeper_py.server.main import start_autorecovery, stop_autorecovery
 
     values = config.resolve(args)
     uri = values["metadataServiceUri"] or os.environ.get("BOOKKEEPER_METADATA_URI")
@@ -225,4 +226,4 @@ def run_process(args: argparse.Namespace) -> None:
         finally:
             await stop_autorecovery(service)
 
-    run_event_loop(serve())
+    event_loop.run(serve())

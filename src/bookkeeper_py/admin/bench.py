@@ -59,6 +59,7 @@ import psutil
 from hdrh.histogram import HdrHistogram
 
 from bookkeeper_py import aio
+from bookkeeper_py import loop as event_loop
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
@@ -521,7 +522,7 @@ async def _follow(uri: str, ledger_id: int, count: int, pipe: Connection) -> Non
 
 def _follower(uri: str, ledger_id: int, count: int, pipe: Connection) -> None:
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_follow(uri, ledger_id, count, pipe))
+        event_loop.run(_follow(uri, ledger_id, count, pipe))
 
 
 async def run_tail(
@@ -699,14 +700,8 @@ def run(args: argparse.Namespace) -> Report:
             f"--local {args.local} bookies cannot hold an ensemble of {args.ensemble}; start "
             "more bookies or make the ensemble smaller"
         )
-    try:
-        import uvloop
-
-        runner: Callable[[Any], Any] = uvloop.run
-    except ImportError:
-        runner = asyncio.run
     with cluster_for(args) as (uri, processes):
-        report: Report = runner(measure(uri, args, processes))
+        report = event_loop.run(measure(uri, args, processes))
     if args.json:
         print(json.dumps(report.as_dict()))
     else:

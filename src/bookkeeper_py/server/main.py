@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from bookkeeper_py import loop as event_loop
 from bookkeeper_py.auth import bookie_provider
 from bookkeeper_py.errors import BKError, MetadataStoreError, NoSuchLedgerError
 from bookkeeper_py.metadata.manager import MetadataClient
@@ -501,16 +502,6 @@ async def serve(
     await server.stop()
 
 
-def run_event_loop(coroutine) -> None:  # type: ignore[no-untyped-def]
-    """Runs ``coroutine`` on uvloop when it is installed, else on asyncio's loop."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(coroutine)
-    else:
-        uvloop.run(coroutine)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     config.add_arguments(parser)
 
@@ -537,4 +528,4 @@ def main(args: argparse.Namespace) -> None:
             "autoRecoveryDaemonEnabled needs the metadata store it audits; pass --metadata-uri "
             "or set autoRecoveryDaemonEnabled=false"
         )
-    run_event_loop(serve(bookie_config, metadata_uri, args.ready_file, autorecovery))
+    event_loop.run(serve(bookie_config, metadata_uri, args.ready_file, autorecovery))
