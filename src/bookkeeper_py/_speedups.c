@@ -108,6 +108,55 @@ static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* crc32c_batch_payloads(body, ledger_id, first_entry_id, max_count) -> list | None: the payloads
+ * of the ``[int32 length][entry]`` records of a BATCH_READ_ENTRY answer body (from offset 8, after
+ * the request id), each a CRC32C entry of the ledger with ids from first_entry_id on whose digest
+ * checks out; None if a record is cut short or fails its check, or more follow max_count (the
+ * caller's long way then says what is wrong, and serves what comes before it). */
+static PyObject *crc32c_batch_payloads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long ids[3];
+    Py_buffer view;
+    if (buffer_args(args, nargs,
+                    "crc32c_batch_payloads(body, ledger_id, first_entry_id, max_count)", 3, ids,
+                    &view) < 0)
+        return NULL;
+    long long ledger_id = ids[0], entry_id = ids[1], max_count = ids[2];
+    const uint8_t *p = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len, pos = 8;
+    PyObject *list = PyList_New(0);
+    if (list == NULL) goto failed;
+    while (pos + 4 <= n && PyList_GET_SIZE(list) < max_count) {
+        int32_t length = (int32_t)load_be32(p + pos);
+        pos += 4;
+        if (length < CRC_END || length > n - pos) goto long_way;
+        const uint8_t *e = p + pos;
+        if ((long long)load_be64(e) != ledger_id || (long long)load_be64(e + 8) != entry_id)
+            goto long_way;
+        uint32_t crc = crc32c_update(0, e, HEADER);
+        crc = crc32c_update(crc, e + CRC_END, (size_t)length - CRC_END);
+        if (crc != load_be32(e + HEADER)) goto long_way;
+        PyObject *payload =
+            PyBytes_FromStringAndSize((const char *)e + CRC_END, (Py_ssize_t)length - CRC_END);
+        if (payload == NULL) goto failed;
+        int appended = PyList_Append(list, payload);
+        Py_DECREF(payload);
+        if (appended < 0) goto failed;
+        pos += length;
+        entry_id++;
+    }
+    if (pos + 4 <= n) goto long_way; /* records past max_count: the long way checks them too */
+    PyBuffer_Release(&view);
+    return list;
+long_way:
+    Py_DECREF(list);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+failed:
+    Py_XDECREF(list);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* crc32c_package(ledger_id, entry_id, lac, length, payload) -> bytes: the entry as sent. */
 static PyObject *crc32c_package(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     long long ids[4];
@@ -163,6 +212,8 @@ static PyObject *entry_log_record(PyObject *self, PyObject *const *args, Py_ssiz
 static PyMethodDef methods[] = {
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,
      "The entry of a whole, checked entry-log record in a block, else None."},
+    {"crc32c_batch_payloads", (PyCFunction)(void (*)(void))crc32c_batch_payloads, METH_FASTCALL,
+     "The payloads of a batch read answer's CRC32C entries, all checked; None otherwise."},
     {"crc32c_payload", (PyCFunction)(void (*)(void))crc32c_payload, METH_FASTCALL,
      "The payload of a CRC32C entry whose digest and ids check out, else None."},
     {"crc32c_package", (PyCFunction)(void (*)(void))crc32c_package, METH_FASTCALL,

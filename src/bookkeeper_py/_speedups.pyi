@@ -7,3 +7,6 @@ def crc32c_package(
 def entry_log_record(
     block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
 ) -> bytes | None: ...
+def crc32c_batch_payloads(
+    body: bytes, ledger_id: int, first_entry_id: int, max_count: int, /
+) -> list[bytes] | None: ...

@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookkeeper_py import errors, speedups
-from bookkeeper_py.wire import digest
+from bookkeeper_py.wire import digest, v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.errors import MalformedMessageError
 
 needs_speedups = pytest.mark.skipif(not speedups.SPEEDUPS, reason="C speedups not built here")
 
@@ -91,3 +92,77 @@ def test_the_speedups_take_any_buffer_and_leave_other_digests_to_python() -> Non
     for kind in (DigestType.CRC32, DigestType.MAC, DigestType.DUMMY):
         other = DigestManager(7, kind, b"pw")
         assert other.payload(other.package(1, 0, 5, b"hello"), 1) == b"hello"
+
+
+def batch_body(records: list[bytes]) -> bytes:
+    """A BATCH_READ_ENTRY answer body: the request id, then ``[int32 length][entry]`` records."""
+    return (7).to_bytes(8, "big") + b"".join(len(r).to_bytes(4, "big") + r for r in records)
+
+
+def long_way(manager: DigestManager, body: bytes, first: int, count: int) -> list[bytes]:
+    """The client's entry-by-entry path for a batch answer (what it serves before any fault)."""
+    served = []
+    for offset, raw in enumerate(v2.batch_entries(body)):
+        if offset >= count:
+            break
+        served.append(manager.payload(raw, first + offset))
+    return served
+
+
+@needs_speedups
+@given(
+    payloads=st.lists(st.binary(max_size=1500), max_size=12),
+    first=st.integers(0, 2**40),
+    extra=st.integers(0, 3),
+    damage=st.sampled_from(
+        ["none", "payload bit", "digest bit", "other entry", "length overrun", "too short", "cut"]
+    ),
+    where=st.integers(0, 11),
+)
+def test_a_batch_answer_checked_in_one_c_call_is_what_the_long_way_serves(
+    payloads: list[bytes], first: int, extra: int, damage: str, where: int
+) -> None:
+    """The C path takes a batch answer only when every record is whole and good, and then gives
+    the payloads the entry-by-entry path gives; anything else (a damaged record anywhere, more
+    records than asked for) goes the long way, which names the fault."""
+    manager = DigestManager(42, DigestType.CRC32C, b"pw")
+    records = [manager.package(first + i, first + i - 1, 0, p) for i, p in enumerate(payloads)]
+    body = batch_body(records)
+    if records and damage != "none":
+        at = where % len(records)
+        record = bytearray(records[at])
+        if damage == "payload bit":
+            record[-1 if len(record) > 36 else 20] ^= 0x01
+        elif damage == "digest bit":
+            record[33] ^= 0x80
+        elif damage == "other entry":
+            record[8:16] = (first + at + 1).to_bytes(8, "big")
+        records[at] = bytes(record)
+        body = batch_body(records)
+        if damage == "length overrun":
+            body = body[:-1]  # the last record's length now overruns the body
+        elif damage == "too short":
+            records[at] = records[at][:20]
+            body = batch_body(records)
+        elif damage == "cut":
+            body = body[: 8 + 4 + 10]
+    count = max(len(records) - extra, 0)
+    fast = manager.batch_payloads(body, first, count)
+    try:
+        slow: list[bytes] | Exception = long_way(manager, body, first, count)
+    except (errors.DigestMismatchError, MalformedMessageError, ValueError) as error:
+        slow = error
+    if fast is not None:
+        assert fast == slow
+    if damage == "none" and extra == 0:
+        assert fast == payloads
+
+
+def test_without_the_c_path_a_batch_answer_goes_the_long_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(digest, "_c_batch", None)
+    manager = DigestManager(1, DigestType.CRC32C, b"pw")
+    body = batch_body([manager.package(0, -1, 0, b"x")])
+    assert manager.batch_payloads(body, 0, 1) is None
+    assert DigestManager(1, DigestType.MAC, b"pw").batch_payloads(body, 0, 1) is None
