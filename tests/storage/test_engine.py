@@ -390,3 +390,26 @@ def test_several_journal_directories(tmp_path: Path) -> None:
     assert engine.read(3, 10) == entry(3, 10) and engine.read(4, 10) == entry(4, 10)
     assert all(engine.read(lid, e) == entry(lid, e) for lid in range(6) for e in range(10))
     engine.close()
+
+
+def test_a_paced_checkpoint_rests_between_the_slices_of_its_long_steps_unless_hurried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A paced checkpoint's index puts and release rest three times as long as each slice took
+    (at most 2 ms), so three bookies ending a checkpoint at once do not take both cores; hurried,
+    they only hand the GIL over."""
+    from bookkeeper_py.storage import ledger_storage
+
+    clock = [100.0]
+    slept: list[float] = []
+    monkeypatch.setattr(ledger_storage.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(ledger_storage.time, "sleep", slept.append)
+    hurry = threading.Event()
+    pause = ledger_storage._resting_pause(hurry)
+    for work in (0.0002, 0.0005, 0.01):  # slices of 0.2 ms, 0.5 ms, 10 ms
+        clock[0] += work
+        pause()
+    hurry.set()
+    clock[0] += 0.001
+    pause()
+    assert slept == pytest.approx([0.0006, 0.0015, 0.002, ledger_storage._GIL_PAUSE_S])
