@@ -413,3 +413,34 @@ def test_a_paced_checkpoint_rests_between_the_slices_of_its_long_steps_unless_hu
     clock[0] += 0.001
     pause()
     assert slept == pytest.approx([0.0006, 0.0015, 0.002, ledger_storage._GIL_PAUSE_S])
+
+
+def test_a_checkpoint_writes_each_ledger_in_entry_order_whatever_order_the_adds_came_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries that came in increasing order are written in that order a slice at a time, the
+    others sorted first (out of order, or a batch that is not increasing): in the entry log every
+    ledger's entries lie in entry order, and all are read back after the checkpoint."""
+    from bookkeeper_py.storage import ledger_storage
+
+    monkeypatch.setattr(ledger_storage, "_GATHER_SLICE", 7)
+    engine, durable = open_engine(tmp_path)
+    for ledger_id in (1, 2, 3):
+        engine.create_ledger(ledger_id, KEY)
+    for start in range(0, 50, 10):  # in order, in batches
+        ids = list(range(start, start + 10))
+        engine.add_entries(1, ids, [entry(1, i) for i in ids], ("one", start))
+    for entry_id in reversed(range(30)):  # one at a time, backwards
+        engine.add_entry(2, entry_id, entry(2, entry_id), ("two", entry_id))
+    engine.add_entries(3, [0, 1, 2], [entry(3, i) for i in (0, 1, 2)], "three")
+    engine.add_entries(3, [5, 3, 4], [entry(3, i) for i in (5, 3, 4)], "three, not increasing")
+    durable.wait_for(5 + 30 + 2)
+    assert engine.storage._current.unordered == {2, 3}
+    engine.checkpoint()
+    for ledger_id, count in ((1, 50), (2, 30), (3, 6)):
+        places = [engine.storage.index.location(ledger_id, i) for i in range(count)]
+        assert None not in places and places == sorted(places)  # type: ignore[type-var]
+        assert [engine.read(ledger_id, i) for i in range(count)] == [
+            entry(ledger_id, i) for i in range(count)
+        ]
+    engine.close()
