@@ -84,6 +84,18 @@ static int buffer_args(PyObject *const *args, Py_ssize_t nargs, const char *usag
     return PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE);
 }
 
+/* Whether the ``n`` bytes at ``p`` are a CRC32C entry of the ledger and entry asked for whose
+ * digest checks out (its payload then starts at p + CRC_END). */
+static int entry_checks_out(const uint8_t *p, Py_ssize_t n, long long ledger_id,
+                            long long entry_id) {
+    if (n < CRC_END || (long long)load_be64(p) != ledger_id ||
+        (long long)load_be64(p + 8) != entry_id)
+        return 0;
+    uint32_t crc = crc32c_update(0, p, HEADER);
+    crc = crc32c_update(crc, p + CRC_END, n - CRC_END);
+    return crc == load_be32(p + HEADER);
+}
+
 /* crc32c_payload(data, ledger_id, entry_id) -> bytes | None: the payload of a CRC32C entry
  * whose digest and ids check out; None otherwise (the caller says why). */
 static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -95,14 +107,8 @@ static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_
     const uint8_t *p = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len;
     PyObject *result = NULL;
-    if (n >= CRC_END && (long long)load_be64(p) == ledger_id &&
-        (long long)load_be64(p + 8) == entry_id) {
-        uint32_t crc = crc32c_update(0, p, HEADER);
-        crc = crc32c_update(crc, p + CRC_END, n - CRC_END);
-        if (crc == load_be32(p + HEADER)) {
-            result = PyBytes_FromStringAndSize((const char *)p + CRC_END, n - CRC_END);
-        }
-    }
+    if (entry_checks_out(p, n, ledger_id, entry_id))
+        result = PyBytes_FromStringAndSize((const char *)p + CRC_END, n - CRC_END);
     PyBuffer_Release(&view);
     if (result == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
     return result;
@@ -128,13 +134,9 @@ static PyObject *crc32c_batch_payloads(PyObject *self, PyObject *const *args, Py
     while (pos + 4 <= n && PyList_GET_SIZE(list) < max_count) {
         int32_t length = (int32_t)load_be32(p + pos);
         pos += 4;
-        if (length < CRC_END || length > n - pos) goto long_way;
+        if (length < 0 || length > n - pos) goto long_way;
         const uint8_t *e = p + pos;
-        if ((long long)load_be64(e) != ledger_id || (long long)load_be64(e + 8) != entry_id)
-            goto long_way;
-        uint32_t crc = crc32c_update(0, e, HEADER);
-        crc = crc32c_update(crc, e + CRC_END, (size_t)length - CRC_END);
-        if (crc != load_be32(e + HEADER)) goto long_way;
+        if (!entry_checks_out(e, length, ledger_id, entry_id)) goto long_way;
         PyObject *payload =
             PyBytes_FromStringAndSize((const char *)e + CRC_END, (Py_ssize_t)length - CRC_END);
         if (payload == NULL) goto failed;

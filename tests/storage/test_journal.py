@@ -415,3 +415,32 @@ def test_entries_appended_together_are_one_group_with_one_token(tmp_path: Path) 
     groups = [group_end for _, _, _, group_end in replay(str(tmp_path), None)]
     assert len(set(groups[1:])) == 1  # the five entries went in one group
     assert replayed(tmp_path)[1:] == [(RecordType.ENTRY, body) for body in bodies]
+
+
+def test_the_queue_length_counts_records_not_roll_requests(tmp_path: Path) -> None:
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector)
+    journal.open(0)
+    journal.append(RecordType.ENTRY, entry(1, 0, b"a"), 0)
+    collector.wait_for(1)
+    journal.request_roll()
+    journal.append(RecordType.ENTRY, entry(1, 1, b"b"), 1)
+    collector.wait_for(2)
+    gate, holding = threading.Event(), threading.Event()
+    real_commit = journal._commit
+
+    def held_commit(batch: Any) -> None:
+        holding.set()
+        gate.wait(30)
+        real_commit(batch)
+
+    journal._commit = held_commit  # type: ignore[method-assign]
+    journal.append(RecordType.ENTRY, entry(1, 2, b"c"), 2)
+    assert holding.wait(30)  # the journal thread holds that record in its commit
+    journal.append(RecordType.ENTRY, entry(1, 3, b"d"), 3)
+    journal.append(RecordType.ENTRY, entry(1, 4, b"e"), 4)
+    assert journal.queued == 2
+    gate.set()
+    collector.wait_for(5)
+    journal.close()
+    assert journal.queued == 0

@@ -717,35 +717,27 @@ class _RangeRead:
             return
         served = 0
         if status == StatusCode.EOK and isinstance(body, bytes):
-            digest = self.handle.digest
-            payload = digest.payload
-            results, first, ledger_id = self.results, self.first, self.handle.ledger_id
-            entry_id = batch.start
-            checked = digest.batch_payloads(body, entry_id, batch.end - entry_id + 1)
-            if checked is not None:  # every record whole and good: checked in one call
-                for data in checked:
-                    results[entry_id - first] = LedgerEntry(ledger_id, entry_id, data)
-                    entry_id += 1
-                self._send(
-                    self.plan.on_batch_answer(
-                        batch.start, status, len(checked), self.client.now_ms()
+            digest, start = self.handle.digest, batch.start
+            # Checked in one call when every record is whole and good; else entry by entry up
+            # to the first fault, which is named.
+            payloads = digest.batch_payloads(body, start, batch.end - start + 1)
+            if payloads is None:
+                payloads = []
+                try:
+                    for raw in v2.batch_entries(body)[: batch.end - start + 1]:
+                        payloads.append(digest.payload(raw, start + len(payloads)))
+                except (errors.DigestMismatchError, MalformedMessageError) as error:
+                    log.info(
+                        "ledger %d: batch read from %s: %s",
+                        self.handle.ledger_id,
+                        batch.bookie,
+                        error,
                     )
-                )
-                return
-            try:
-                for raw in v2.batch_entries(body):
-                    if entry_id > batch.end:
-                        break
-                    results[entry_id - first] = LedgerEntry(
-                        ledger_id, entry_id, payload(raw, entry_id)
-                    )
-                    entry_id += 1
-                    served += 1
-            except (errors.DigestMismatchError, MalformedMessageError) as error:
-                log.info(
-                    "ledger %d: batch read from %s: %s", self.handle.ledger_id, batch.bookie, error
-                )
-                status = None
+                    status = None
+            results, ledger_id, at = self.results, self.handle.ledger_id, start - self.first
+            for offset, data in enumerate(payloads):
+                results[at + offset] = LedgerEntry(ledger_id, start + offset, data)
+            served = len(payloads)
         self._send(self.plan.on_batch_answer(batch.start, status, served, self.client.now_ms()))
 
     def _answers(self, sink: _RangeReadSink, answers: list[tuple[int, int, bytes]]) -> None:

@@ -406,17 +406,20 @@ class StorageEngine:
         journal hand-off for them all."""
         self.storage.add_entries(ledger_id, entry_ids, entries)
         self.journal_for(ledger_id).append_entries(entries, token)
-        if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
-            self.storage.hurry()
-            self._checkpoint_requested.set()
+        self._mind_write_cache()
 
     def add_entry(
         self, ledger_id: int, entry_id: int, entry: bytes, token: Any, background: bool = False
     ) -> None:
         self.storage.add_entry(ledger_id, entry_id, entry)
         self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token, background)
+        self._mind_write_cache()
+
+    def _mind_write_cache(self) -> None:
+        """After adds: a write cache over half full asks for a checkpoint, and hurries the
+        running one, if paced, so that it keeps up."""
         if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
-            self.storage.hurry()  # the running checkpoint, if paced, must keep up
+            self.storage.hurry()
             self._checkpoint_requested.set()
 
     @property

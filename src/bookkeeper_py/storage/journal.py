@@ -451,7 +451,8 @@ class Journal:
                 if items is None:
                     stop = True  # after writing what was queued
                     break
-                self._taken += len(items)
+                if items[0][0] != _ROLL:  # a roll request is no appended record
+                    self._taken += len(items)
                 if items[0][3]:
                     background.extend(items)
                 else:

@@ -249,26 +249,11 @@ class LedgerStorage:
     # -- entries -------------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, entry: bytes) -> None:
-        with self._lock:
-            current = self._current
-            entries = current.ledgers.get(ledger_id)
-            if entries is None:
-                entries = current.ledgers[ledger_id] = {}
-                current.last_entry[ledger_id] = entry_id
-            elif entry_id > current.last_entry[ledger_id]:
-                current.last_entry[ledger_id] = entry_id
-            else:
-                current.unordered.add(ledger_id)
-            previous = entries.get(entry_id)
-            entries[entry_id] = entry
-            if previous is None:
-                current.size_bytes += len(entry)
-                current.count += 1
-            else:  # a recovery add of an entry the cache holds already
-                current.size_bytes += len(entry) - len(previous)
+        self.add_entries(ledger_id, [entry_id], [entry])
 
     def add_entries(self, ledger_id: int, entry_ids: list[int], entries: list[bytes]) -> None:
-        """``add_entry`` for entries of one ledger that arrived together, under one lock."""
+        """Puts entries of one ledger that arrived together in the write cache, under one lock;
+        an entry the cache holds already (a recovery add) is replaced."""
         with self._lock:
             current = self._current
             cached = current.ledgers.get(ledger_id)
