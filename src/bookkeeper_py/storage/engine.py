@@ -102,6 +102,13 @@ class LedgerEngine(Protocol):
 
     def close(self) -> None: ...
 
+    def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
+        """Lets an idle journal write and sync a group on the thread that takes the writes (the
+        bookie's loop) instead of handing it to the journal's thread: ``defer(commit)`` schedules
+        ``commit`` there and says True, or says False (the journal thread writes). The
+        durability callback may then run on that thread."""
+        ...
+
     @property
     def failure(self) -> Exception | None:
         """Why the engine takes no more writes, if it does not."""
@@ -414,6 +421,10 @@ class StorageEngine:
         self.storage.add_entry(ledger_id, entry_id, entry)
         self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token, background)
         self._mind_write_cache()
+
+    def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
+        for journal in self.journals:
+            journal.commit_idle_groups_on(defer)
 
     def _mind_write_cache(self) -> None:
         """After adds: a write cache over half full asks for a checkpoint, and hurries the

@@ -76,6 +76,9 @@ class SimEngine:
                 assert isinstance(body, bytes)
                 self._ledgers[ledger_id].explicit_lac = body
 
+    def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
+        """The simulated journal syncs on the loop's clock already."""
+
     def stop(self) -> None:
         """A crash: queued records are never answered (the disk decides what survives)."""
         if self._sync_timer is not None:

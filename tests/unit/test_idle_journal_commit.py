@@ -1,0 +1,83 @@
+"""A bookie whose journal is idle syncs a lone add's group on its loop (two thread hops fewer),
+and keeps syncs on the journal thread while readers are about (a sync on the loop would hold
+up their answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bookkeeper_py.server.bookie import Bookie, BookieConfig
+from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
+from bookkeeper_py.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.status import StatusCode
+
+from .held_sync import settle
+
+KEY = b"l" * 20
+
+
+def entry(entry_id: int) -> bytes:
+    return DigestManager(7, DigestType.CRC32C, b"").package(entry_id, entry_id - 1, 0, b"payload")
+
+
+async def until_idle(bookie: Bookie) -> None:
+    """Until the journal has been idle longer than its last sync took (bounded)."""
+    assert isinstance(bookie.engine, StorageEngine)
+    journal = bookie.engine.journals[0]
+    for _ in range(1000):
+        if time.perf_counter() - journal._idle_since >= journal._last_sync_s:
+            return
+        await asyncio.sleep(0.001)
+
+
+def test_a_lone_add_is_synced_on_the_loop_unless_readers_are_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced_on: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        synced_on.append(threading.get_ident())
+        real_fdatasync(fd)
+
+    async def main() -> None:
+        storage = StorageConfig(str(tmp_path / "j"), str(tmp_path / "l"), flush_interval_s=3600)
+        bookie = Bookie(BookieConfig(storage), asyncio.get_running_loop())
+        bookie.start()
+        monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+        loop_thread = threading.get_ident()
+        answers: list[tuple[StatusCode, list[int]]] = []
+
+        def done(status: StatusCode, entry_ids: list[int]) -> None:
+            answers.append((status, entry_ids))
+
+        try:
+            # The ledger's first records (its key, the file's first space): the journal thread.
+            bookie.add_entries(7, KEY, [0], [entry(0)], done)
+            await settle(lambda: len(answers) == 1)
+            await until_idle(bookie)
+            synced_on.clear()
+            bookie.add_entries(7, KEY, [1, 2], [entry(1), entry(2)], done)
+            await settle(lambda: len(answers) == 2)
+            assert answers[1] == (StatusCode.EOK, [1, 2])
+            assert synced_on[0] == loop_thread  # the group's sync, before any zeros ahead
+
+            read = bookie.read_entries(7, [1], lambda *_: None)  # a reader is about now
+            assert read == [(1, StatusCode.EOK, entry(1))]
+            await until_idle(bookie)
+            synced_on.clear()
+            bookie.add_entries(7, KEY, [3], [entry(3)], done)
+            await settle(lambda: len(answers) == 3)
+            assert answers[2] == (StatusCode.EOK, [3])
+            assert synced_on and loop_thread not in synced_on
+        finally:
+            monkeypatch.undo()
+            bookie.close()
+
+    asyncio.run(main())
