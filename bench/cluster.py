@@ -28,14 +28,18 @@ import time
 from collections.abc import Callable
 
 from bookkeeper_py import aio
+from bookkeeper_py import loop as event_loop
 from bookkeeper_py.admin import bench, limits
 from bookkeeper_py.testing import LocalCluster
 
 
 def measure(cluster: LocalCluster, argv: list[str]) -> bench.Report:
-    """``bookkeeper bench ARGV`` against ``cluster``, the CPU of its bookies measured too."""
+    """``bookkeeper bench ARGV`` against ``cluster``, the CPU of its bookies measured too, on
+    the loop that command runs on (uvloop where installed)."""
     arguments = bench.build_arguments([*argv, "--quiet"])
-    return asyncio.run(bench.measure(cluster.metadata_uri, arguments, bench.bookie_pids(cluster)))
+    return event_loop.run(
+        bench.measure(cluster.metadata_uri, arguments, bench.bookie_pids(cluster))
+    )
 
 
 def cpu_line(reports: list[bench.Report]) -> str:
@@ -201,7 +205,7 @@ def main() -> None:
             f"recovery of {args.recovery_entries:,} entries beyond the LAC (3/2/2)",
             "s",
             "python bench/cluster.py (recovery_seconds)",
-            lambda: asyncio.run(recovery_seconds(uri, args.recovery_entries)),
+            lambda: event_loop.run(recovery_seconds(uri, args.recovery_entries)),
         )
     # On a cluster of its own (the others stopped), after a second of warm-up: the throughput
     # rows leave write caches full, and their checkpoints would land in this row's runs.
