@@ -6,6 +6,7 @@ test plays the bookies and the metadata store."""
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import pytest
 from hypothesis import given
@@ -22,7 +23,7 @@ from bookkeeper_py.core.writer import (
     Forced,
     Instruction,
     LedgerWriter,
-    SendAdd,
+    SendAdds,
     WriteLac,
     change_ensemble,
     close_needed,
@@ -49,13 +50,23 @@ def of(instructions: list[Instruction], kind: type) -> list:  # type: ignore[typ
     return [i for i in instructions if isinstance(i, kind)]
 
 
+class Sent(NamedTuple):
+    entry_id: int
+    targets: tuple[tuple[int, str], ...]
+
+
+def sent(instructions: list[Instruction]) -> list[Sent]:
+    """The entries the ``SendAdds`` among ``instructions`` send, one by one, in order."""
+    return [Sent(e, t) for send in of(instructions, SendAdds) for e, t in send]
+
+
 def completed(instructions: list[Instruction]) -> list[int]:
     return [e for c in of(instructions, Completed) for e in range(c.first, c.last + 1)]
 
 
 def test_adds_complete_in_order_after_qa_acks() -> None:
     writer = LedgerWriter(metadata(3, 2, 2))
-    sends = [of(writer.add(10, 0).instructions, SendAdd)[0] for _ in range(3)]
+    sends = [sent(writer.add(10, 0).instructions)[0] for _ in range(3)]
     assert [s.targets for s in sends] == [
         ((0, "b0"), (1, "b1")),
         ((1, "b1"), (2, "b2")),
@@ -90,10 +101,10 @@ def test_any_ack_order_yields_sequential_completions(order: list[tuple[int, int]
 def test_at_most_max_in_flight_are_sent_and_the_rest_follow_acks() -> None:
     writer = LedgerWriter(metadata(1, 1, 1), max_in_flight=2)
     accepted = [writer.add(1, 0) for _ in range(5)]
-    assert [len(of(a.instructions, SendAdd)) for a in accepted] == [1, 1, 0, 0, 0]
+    assert [len(sent(a.instructions)) for a in accepted] == [1, 1, 0, 0, 0]
     assert [a.last_add_confirmed for a in accepted] == [-1] * 5
     out = writer.on_add_answer(0, 0, "b0", OK, 1)
-    assert completed(out) == [0] and [s.entry_id for s in of(out, SendAdd)] == [2]
+    assert completed(out) == [0] and [s.entry_id for s in sent(out)] == [2]
     assert writer.add(1, 2).last_add_confirmed == 0  # the LAC rides on the next entry
 
 
@@ -104,11 +115,11 @@ def test_pushed_adds_are_sent_together_in_order_within_the_in_flight_bound() -> 
     writer = LedgerWriter(metadata(3, 2, 2), max_in_flight=3)
     assert [writer.push(10) for _ in range(4)] == [0, 1, 2, 3]
     assert writer.pushed_length == 40 and writer.last_add_confirmed == -1
-    sends = of(writer.send_waiting(5), SendAdd)
+    sends = sent(writer.send_waiting(5))
     assert [s.entry_id for s in sends] == [0, 1, 2]  # the fourth waits for a permit
     assert writer.send_waiting(5) == []
     out = ack_all(writer, 0, 6)
-    assert completed(out) == [0] and [s.entry_id for s in of(out, SendAdd)] == [3]
+    assert completed(out) == [0] and [s.entry_id for s in sent(out)] == [3]
     assert writer.push(7) == 4 and writer.pushed_length == 47
     assert writer.last_add_confirmed == 0  # what entry 4 carries
     writer.on_add_answer(1, 1, "b1", StatusCode.EFENCED, 7)
@@ -143,7 +154,7 @@ def test_a_failed_bookie_is_replaced_from_lac_plus_one_and_unacked_entries_resen
         (1, ("b0", "b9", "b2")),
     )
     out = writer.on_ensemble_changed(stored, 3)
-    resent = {s.entry_id: s.targets for s in of(out, SendAdd)}
+    resent = {s.entry_id: s.targets for s in sent(out)}
     # entries 1-3 re-sent to b9 only; entry 4 (never sent) goes to its whole write set
     assert resent == {
         1: ((1, "b9"),),
@@ -303,7 +314,7 @@ def test_caller_chosen_entry_ids_complete_in_id_order() -> None:
     for entry_id in (2, 0, 3):
         accepted = writer.add(10 + entry_id, 0, entry_id)
         assert accepted.entry_id == entry_id
-        sends[entry_id] = of(accepted.instructions, SendAdd)[0]
+        sends[entry_id] = sent(accepted.instructions)[0]
     assert sends[2].targets == ((2, "b2"), (0, "b0"))  # the write set of the id, not the call
     assert completed(ack_all(writer, sends[2].entry_id) + ack_all(writer, sends[3].entry_id)) == []
     assert completed(ack_all(writer, sends[0].entry_id)) == [0]  # 1 is missing: 2 and 3 wait for it
@@ -349,7 +360,7 @@ def test_a_failed_force_leaves_the_lac_and_says_why() -> None:
 
 def test_a_deferred_sync_ledger_fails_instead_of_changing_its_ensemble() -> None:
     writer = LedgerWriter(metadata(3, 2, 2), deferred_sync=True)
-    send = of(writer.add(5, 0).instructions, SendAdd)[0]
+    send = sent(writer.add(5, 0).instructions)[0]
     out = writer.on_add_answer(0, 0, "b0", None, 1, "connection reset")
     assert of(out, ChangeEnsemble) == []
     (failed,) = of(out, Failed)

@@ -55,7 +55,7 @@ from bookkeeper_py.core.writer import (
     Forced,
     Instruction,
     LedgerWriter,
-    SendAdd,
+    SendAdds,
     WriteLac,
     change_ensemble,
     close_needed,
@@ -907,7 +907,7 @@ class WriteHandle(ReadHandle):
         # write per bookie, each bookie's answers coming back through one sink
         self._batched = not (client.config.use_v3 or deferred_sync)
         self._pushed = False  # adds were pushed this pass: _send_pushed is scheduled
-        self._sends: list[SendAdd] = []
+        self._sends: list[SendAdds] = []
         self._sending = False  # _send_batches is scheduled, or about to run
         self._sinks: dict[tuple[int, str], _WriterSink] = {}
         self._head_length = -1  # the last entry length's request head, for the next one
@@ -965,22 +965,23 @@ class WriteHandle(ReadHandle):
 
     def _execute(self, instructions: list[Instruction]) -> None:
         for instruction in instructions:
-            if isinstance(instruction, SendAdd):
+            if isinstance(instruction, SendAdds):
                 if self._batched:
                     if not self._sending:
                         self._sending = True
                         self._loop.call_soon(self._send_batches)
                     self._sends.append(instruction)
                     continue
-                entry = self._entries[instruction.entry_id]
-                # Encoded once, the same bytes to every bookie of the write set.
-                frame = (
-                    None
-                    if self._client.config.use_v3 or self.deferred_sync
-                    else (v2.encode_add_request(self._master_key, entry))
-                )
-                for index, bookie in instruction.targets:
-                    self._send_add(bookie, index, instruction.entry_id, entry, frame)
+                for entry_id, targets in instruction:
+                    entry = self._entries[entry_id]
+                    # Encoded once, the same bytes to every bookie of the write set.
+                    frame = (
+                        None
+                        if self._client.config.use_v3 or self.deferred_sync
+                        else (v2.encode_add_request(self._master_key, entry))
+                    )
+                    for index, bookie in targets:
+                        self._send_add(bookie, index, entry_id, entry, frame)
             elif isinstance(instruction, Completed):
                 self.last_add_confirmed = self._writer.last_add_confirmed
                 self.length = instruction.length
@@ -1058,20 +1059,20 @@ class WriteHandle(ReadHandle):
         entries = self._entries
         batches: dict[tuple[int, str], tuple[list[int], list[bytes]]] = {}
         for send in sends:
-            entry_id = send.entry_id
-            entry = entries.get(entry_id)
-            if entry is None:
-                continue  # failed (the ledger closed, the writer fenced) before it went out
-            if len(entry) != self._head_length:
-                self._head = v2.add_request_head(self._master_key, len(entry))
-                self._head_length = len(entry)
-            head = self._head
-            for target in send.targets:
-                batch = batches.get(target)
-                if batch is None:
-                    batch = batches[target] = ([], [])
-                batch[0].append(entry_id)
-                batch[1].extend((head, entry))
+            for entry_id, targets in send:
+                entry = entries.get(entry_id)
+                if entry is None:
+                    continue  # failed (the ledger closed, the writer fenced) before it went out
+                if len(entry) != self._head_length:
+                    self._head = v2.add_request_head(self._master_key, len(entry))
+                    self._head_length = len(entry)
+                head = self._head
+                for target in targets:
+                    batch = batches.get(target)
+                    if batch is None:
+                        batch = batches[target] = ([], [])
+                    batch[0].append(entry_id)
+                    batch[1].extend((head, entry))
         pool = self._client.pool
         for (index, bookie_id), (entry_ids, chunks) in batches.items():
             sink = self._sinks.get((index, bookie_id))

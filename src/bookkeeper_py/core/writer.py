@@ -40,7 +40,7 @@ Times are milliseconds given by the caller; nothing here reads a clock or does I
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from bookkeeper_py import errors
@@ -52,13 +52,18 @@ from bookkeeper_py.wire.status import StatusCode
 # -- instructions ------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)  # not frozen: one per entry, and frozen __init__ costs 3.5x
-class SendAdd:
-    """Send the packaged entry ``entry_id`` to each (index, bookie) of ``targets``; answer each
-    with ``on_add_answer``."""
+@dataclass(slots=True)
+class SendAdds:
+    """Send the packaged entries ``entry_ids``, in this order, each to the (index, bookie)
+    pairs of its ``targets`` (the list beside it); answer each with ``on_add_answer`` or
+    ``on_add_acks``. One instruction for the entries sent together, not one per entry."""
 
-    entry_id: int
-    targets: tuple[tuple[int, str], ...]
+    entry_ids: list[int]
+    targets: list[tuple[tuple[int, str], ...]]
+
+    def __iter__(self) -> Iterator[tuple[int, tuple[tuple[int, str], ...]]]:
+        """Each entry id with its targets."""
+        return zip(self.entry_ids, self.targets, strict=True)
 
 
 @dataclass(slots=True)  # not frozen: one per entry, and frozen __init__ costs 3.5x
@@ -117,7 +122,7 @@ class Forced:
     error: errors.BKError | None = None
 
 
-Instruction = SendAdd | Completed | Failed | ChangeEnsemble | WriteLac | Force | Forced
+Instruction = SendAdds | Completed | Failed | ChangeEnsemble | WriteLac | Force | Forced
 
 
 @dataclass(slots=True)  # not frozen: one per entry, and frozen __init__ costs 3.5x
@@ -278,38 +283,52 @@ class LedgerWriter:
         """The ledger's length including every entry taken so far."""
         return self._pushed_length
 
+    def _write_set_table(self) -> tuple[list[tuple[tuple[int, str], ...]], int]:
+        """The last fragment's write sets, by entry id mod E, and the fragment's first entry."""
+        metadata = self.metadata
+        if self._write_sets_of is not metadata:
+            start, bookies = metadata.last_ensemble
+            size = metadata.ensemble_size
+            self._write_sets = [
+                tuple((i, bookies[i]) for i in write_set(k, size, metadata.write_quorum_size))
+                for k in range(size)
+            ]
+            self._write_sets_from = start
+            self._write_sets_of = metadata
+        return self._write_sets, self._write_sets_from
+
     def _targets(
         self, entry_id: int, indices: list[int] | None = None
     ) -> tuple[tuple[int, str], ...]:
         if indices is None:  # the hot path: write sets of the last fragment, by entry id mod E
-            metadata = self.metadata
-            if self._write_sets_of is not metadata:
-                start, bookies = metadata.last_ensemble
-                size = metadata.ensemble_size
-                self._write_sets = [
-                    tuple((i, bookies[i]) for i in write_set(k, size, metadata.write_quorum_size))
-                    for k in range(size)
-                ]
-                self._write_sets_from = start
-                self._write_sets_of = metadata
-            if entry_id >= self._write_sets_from:
-                return self._write_sets[entry_id % len(self._write_sets)]
+            table, start = self._write_set_table()
+            if entry_id >= start:
+                return table[entry_id % len(table)]
         ensemble = self.metadata.ensemble_at(entry_id)
         members = write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum_size)
         return tuple((i, ensemble[i]) for i in members if indices is None or i in indices)
 
     def send_waiting(self, now: int) -> list[Instruction]:
-        """Sends the entries waiting, in order, as far as the in-flight bound allows."""
-        instructions: list[Instruction] = []
+        """Sends the entries waiting, in order, as far as the in-flight bound allows: one
+        ``SendAdds`` for them all."""
         if self.changing or self.error is not None:
-            return instructions
-        while self._waiting and self._in_flight < self.max_in_flight:
-            entry_id = self._waiting.popleft()
-            self._adds[entry_id].sent_at = now
-            self._in_flight += 1
-            self._last_send = now
-            instructions.append(SendAdd(entry_id, self._targets(entry_id)))
-        return instructions
+            return []
+        count = min(len(self._waiting), self.max_in_flight - self._in_flight)
+        if count <= 0:
+            return []
+        waiting, adds, targets_of = self._waiting, self._adds, self._targets
+        table, start = self._write_set_table()
+        size = len(table)
+        entry_ids: list[int] = []
+        targets: list[tuple[tuple[int, str], ...]] = []
+        for _ in range(count):
+            entry_id = waiting.popleft()
+            adds[entry_id].sent_at = now
+            entry_ids.append(entry_id)
+            targets.append(table[entry_id % size] if entry_id >= start else targets_of(entry_id))
+        self._in_flight += count
+        self._last_send = now
+        return [SendAdds(entry_ids, targets)]
 
     # -- answers -------------------------------------------------------------------------------
 
@@ -423,6 +442,7 @@ class LedgerWriter:
         for index in replaced:
             self._failed.pop(index, None)
         instructions: list[Instruction] = []
+        resent = SendAdds([], [])
         for entry_id in sorted(self._adds):
             add = self._adds[entry_id]
             if entry_id < start or add.sent_at < 0:
@@ -434,7 +454,10 @@ class LedgerWriter:
             for index in again:
                 add.forget(index)
             add.sent_at = now
-            instructions.append(SendAdd(entry_id, self._targets(entry_id, again)))
+            resent.entry_ids.append(entry_id)
+            resent.targets.append(self._targets(entry_id, again))
+        if resent.entry_ids:
+            instructions.append(resent)
         instructions += self._complete(now)
         instructions += self.send_waiting(now)
         return instructions + self._maybe_change(now)
