@@ -1,6 +1,7 @@
 /* The per-entry CRC32C work in C (issue 21): checking an entry read from a bookie and cutting
  * out its payload, packaging an entry to send (wire/digest.py), and a bookie's check of an
- * entry-log record read ahead (storage/entry_log.py). Those modules' pure-Python paths do the
+ * entry-log record read ahead (storage/entry_log.py); and splitting a received chunk into its
+ * frames (wire/framing.py). Those modules' pure-Python paths do the
  * same and are used where this module does not build or load (no C compiler, a CPU without
  * SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are tested.
  *
@@ -211,7 +212,46 @@ static PyObject *entry_log_record(PyObject *self, PyObject *const *args, Py_ssiz
     return result;
 }
 
+/* split_frames(data, start, max_frame) -> (frames, position): the whole length-prefixed frames
+ * (wire/framing.py: a 4-byte big-endian length, then the frame) of the bytes object ``data``
+ * from ``start``, each as bytes, and where the first that is not whole (or declares more than
+ * ``max_frame`` bytes) begins: the caller's own loop takes it from there, keeping a partial
+ * frame and raising on a frame too large. */
+static PyObject *split_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long ints[2];
+    if (int_args(args, nargs, 3, "split_frames(data, start, max_frame)", 1, 2, ints) < 0)
+        return NULL;
+    if (!PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "split_frames: data must be bytes");
+        return NULL;
+    }
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]), pos = (Py_ssize_t)ints[0];
+    long long max_frame = ints[1];
+    if (pos < 0 || pos > n) {
+        PyErr_SetString(PyExc_ValueError, "split_frames: start outside the data");
+        return NULL;
+    }
+    PyObject *frames = PyList_New(0);
+    if (frames == NULL) return NULL;
+    while (n - pos >= 4) {
+        Py_ssize_t length = (Py_ssize_t)load_be32(p + pos);
+        if ((long long)length > max_frame || length > n - pos - 4) break;
+        PyObject *frame = PyBytes_FromStringAndSize((const char *)p + pos + 4, length);
+        if (frame == NULL || PyList_Append(frames, frame) < 0) {
+            Py_XDECREF(frame);
+            Py_DECREF(frames);
+            return NULL;
+        }
+        Py_DECREF(frame);
+        pos += 4 + length;
+    }
+    return Py_BuildValue("(Nn)", frames, pos);
+}
+
 static PyMethodDef methods[] = {
+    {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
+     "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,
      "The entry of a whole, checked entry-log record in a block, else None."},
     {"crc32c_batch_payloads", (PyCFunction)(void (*)(void))crc32c_batch_payloads, METH_FASTCALL,

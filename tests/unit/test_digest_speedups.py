@@ -5,6 +5,7 @@ by the install, so that the suite runs on them."""
 
 from __future__ import annotations
 
+import itertools
 import platform
 import shutil
 
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookkeeper_py import errors, speedups
-from bookkeeper_py.wire import digest, v2
+from bookkeeper_py.wire import digest, framing, v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 from bookkeeper_py.wire.errors import MalformedMessageError
 
@@ -166,3 +167,42 @@ def test_without_the_c_path_a_batch_answer_goes_the_long_way(
     body = batch_body([manager.package(0, -1, 0, b"x")])
     assert manager.batch_payloads(body, 0, 1) is None
     assert DigestManager(1, DigestType.MAC, b"pw").batch_payloads(body, 0, 1) is None
+
+
+def decoded(chunks: list[bytes], max_frame: int) -> tuple[list[bytes], str | None, int]:
+    """What a FrameDecoder makes of ``chunks``: the frames, the error that stopped it, and the
+    bytes it holds back."""
+    decoder = framing.FrameDecoder(max_frame_size=max_frame)
+    frames: list[bytes] = []
+    for chunk in chunks:
+        try:
+            frames += decoder.feed(chunk)
+        except framing.FrameError as error:
+            return frames, str(error), decoder.buffered
+    return frames, None, decoder.buffered
+
+
+@needs_speedups
+@given(
+    bodies=st.lists(st.binary(max_size=300), max_size=30),
+    cuts=st.lists(st.integers(0, 10_000), max_size=8),
+    oversize=st.booleans(),
+    tail=st.binary(max_size=6),
+)
+def test_c_and_python_split_frames_alike(
+    bodies: list[bytes], cuts: list[int], oversize: bool, tail: bytes
+) -> None:
+    """Frames cut anywhere across chunks, a frame larger than allowed, a partial tail: the C
+    splitter gives the same frames, error and held-back bytes as the pure loop."""
+    stream = b"".join(framing.encode_frame(body) for body in bodies)
+    if oversize:
+        stream += (301).to_bytes(4, "big") + bytes(301)
+    stream += tail
+    points = sorted({min(cut, len(stream)) for cut in cuts} | {0, len(stream)})
+    chunks = [stream[a:b] for a, b in itertools.pairwise(points)]
+    with_c = decoded(chunks, 300)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(framing, "_split", None)
+        assert decoded(chunks, 300) == with_c
+    if not oversize and not tail:
+        assert with_c == (bodies, None, 0)

@@ -985,10 +985,11 @@ class WriteHandle(ReadHandle):
             elif isinstance(instruction, Completed):
                 self.last_add_confirmed = self._writer.last_add_confirmed
                 self.length = instruction.length
+                forget, take = self._entries.pop, self._futures.pop
                 for entry_id in range(instruction.first, instruction.last + 1):
-                    self._entries.pop(entry_id, None)
-                    future = self._futures.pop(entry_id, None)
-                    if future is not None and not future.done():
+                    forget(entry_id, None)
+                    future = take(entry_id, None)
+                    if future is not None and not future.done():  # not cancelled by its caller
                         future.set_result(entry_id)
             elif isinstance(instruction, Failed):
                 log.warning("ledger %d writer failed: %s", self.ledger_id, instruction.error)

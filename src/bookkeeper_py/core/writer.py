@@ -529,17 +529,21 @@ class LedgerWriter:
     def _complete(self, now: int) -> list[Instruction]:
         if self.changing:
             return []  # no success callback while the ensemble is being changed
-        first = self.last_add_completed + 1
+        first = last = self.last_add_completed + 1
+        adds, length = self._adds, self.length
         while True:
-            head = self._adds.get(self.last_add_completed + 1)
+            head = adds.get(last)
             if head is None or head.sent_at < 0 or not head.complete:
                 break
-            del self._adds[head.entry_id]
-            self._in_flight -= 1
-            self.last_add_completed = head.entry_id
-            self.length = max(self.length, head.length)
-        if self.last_add_completed < first:
+            del adds[last]
+            if head.length > length:
+                length = head.length
+            last += 1
+        if last == first:
             return []
+        self._in_flight -= last - first
+        self.last_add_completed = last - 1
+        self.length = length
         if not self.deferred_sync:
             self.last_add_confirmed, self._confirmed_length = self.last_add_completed, self.length
         return [Completed(first, self.last_add_completed, self.length), *self.send_waiting(now)]
