@@ -249,7 +249,80 @@ static PyObject *split_frames(PyObject *self, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(Nn)", frames, pos);
 }
 
+/* v2_take_acks(frames, pending, sink_type) -> (acks, stop): a client's pass over v2 answers
+ * (client/connection.py), for the common run of them: successful add answers (v2 header with a
+ * version, ADD_ENTRY, return code 0) whose request, pending[(1, ledger id, entry id)], is a tuple
+ * whose first item is a ``sink_type``. Each such request is taken out of ``pending`` and its
+ * entry id added to acks[sink] (a dict of lists, in the order answered). Stops at the first
+ * frame that is anything else (short, a read answer, a refusal, nobody waiting) and says where:
+ * the caller's own loop takes it from there. ``pending`` must hold one request per key. */
+static PyObject *v2_take_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
+        !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "v2_take_acks(frames: list, pending: dict, sink_type)");
+        return NULL;
+    }
+    PyObject *frames = args[0], *pending = args[1];
+    PyTypeObject *sink_type = (PyTypeObject *)args[2];
+    PyObject *acks = PyDict_New(), *add_opcode = PyLong_FromLong(1);
+    if (acks == NULL || add_opcode == NULL) goto failed;
+    Py_ssize_t i, n = PyList_GET_SIZE(frames);
+    for (i = 0; i < n; i++) {
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        if (!PyBytes_Check(frame) || PyBytes_GET_SIZE(frame) < 24) break;
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame);
+        if (p[0] == 0 || p[1] != 1 || load_be32(p + 4) != 0) break;
+        PyObject *ledger = PyLong_FromLongLong((long long)load_be64(p + 8));
+        PyObject *entry = PyLong_FromLongLong((long long)load_be64(p + 16));
+        PyObject *key = (ledger && entry) ? PyTuple_Pack(3, add_opcode, ledger, entry) : NULL;
+        Py_XDECREF(ledger);
+        if (key == NULL) {
+            Py_XDECREF(entry);
+            goto failed;
+        }
+        PyObject *request = PyDict_GetItemWithError(pending, key); /* borrowed */
+        PyObject *sink = NULL;
+        if (request != NULL && PyTuple_Check(request) && PyTuple_GET_SIZE(request) > 0) {
+            sink = PyTuple_GET_ITEM(request, 0);
+            if (!PyObject_TypeCheck(sink, sink_type)) sink = NULL;
+        }
+        if (sink == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(entry);
+            if (PyErr_Occurred()) goto failed;
+            break;
+        }
+        Py_INCREF(sink); /* the request goes with the key */
+        int deleted = PyDict_DelItem(pending, key);
+        Py_DECREF(key);
+        PyObject *ids = deleted < 0 ? NULL : PyDict_GetItemWithError(acks, sink);
+        int appended = -1;
+        if (deleted == 0 && ids != NULL) {
+            appended = PyList_Append(ids, entry);
+        } else if (deleted == 0 && !PyErr_Occurred()) {
+            ids = PyList_New(1);
+            if (ids != NULL) {
+                Py_INCREF(entry);
+                PyList_SET_ITEM(ids, 0, entry);
+                appended = PyDict_SetItem(acks, sink, ids);
+                Py_DECREF(ids);
+            }
+        }
+        Py_DECREF(sink);
+        Py_DECREF(entry);
+        if (appended < 0) goto failed;
+    }
+    Py_DECREF(add_opcode);
+    return Py_BuildValue("(Nn)", acks, i);
+failed:
+    Py_XDECREF(acks);
+    Py_XDECREF(add_opcode);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"v2_take_acks", (PyCFunction)(void (*)(void))v2_take_acks, METH_FASTCALL,
+     "A client's run of successful v2 add answers: their requests taken, entry ids by sink."},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,

@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bookkeeper_py import errors
+from bookkeeper_py.client import connection as connection_module
 from bookkeeper_py.client.connection import AddSink, BookieConnection, ReadSink
 from bookkeeper_py.wire import v2
 from bookkeeper_py.wire.status import StatusCode, to_v2
@@ -222,3 +225,54 @@ def test_a_batch_of_reads_goes_out_with_the_pass_and_its_answers_come_in_one_cal
             v3_conn.read_batch(7, [1], sink)
 
     asyncio.run(main())
+
+
+answer_kinds = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "refuse", "read", "stray"]),
+        st.sampled_from([7, 8]),
+        st.integers(0, 5),
+    ),
+    max_size=40,
+)
+
+
+@pytest.mark.skipif(connection_module._take_acks is None, reason="C speedups not built here")
+@given(kinds=answer_kinds, cut=st.integers(0, 40))
+def test_c_and_python_take_add_acks_alike(kinds: list[tuple[str, int, int]], cut: int) -> None:
+    """The C speedups' pass over a run of add acks and the pure loop: the same sink calls in
+    the same order, the same callbacks, the same requests left pending, whatever mix of acks,
+    refusals, read answers and answers nobody waits for arrives, in one chunk or two."""
+
+    def run(pure: bool) -> tuple[object, ...]:
+        async def main() -> tuple[object, ...]:
+            conn, _, answers = connection()
+            sinks = {7: RecordingSink(), 8: RecordingSink()}
+            for ledger_id, sink in sinks.items():
+                conn.add_batch(ledger_id, list(range(6)), [b"e"] * 6, sink)
+            conn.read(7, 3, False, None, recorder(answers, "read"))
+            frames = []
+            for kind, ledger_id, entry_id in kinds:
+                if kind == "add":
+                    frames.append((ADD, StatusCode.EOK, ledger_id, entry_id, b""))
+                elif kind == "refuse":
+                    frames.append((ADD, StatusCode.EFENCED, ledger_id, entry_id, b""))
+                elif kind == "read":
+                    frames.append((READ, StatusCode.EOK, 7, 3, b"three"))
+                else:
+                    frames.append((ADD, StatusCode.EOK, 9, entry_id, b""))
+            stream = b"".join(v2.encode_response(*frame) for frame in frames)
+            cut_at = min(cut * 28, len(stream))
+            with pytest.MonkeyPatch.context() as patch:
+                if pure:
+                    patch.setattr(connection_module, "_take_acks", None)
+                conn.data_received(stream[:cut_at])
+                conn.data_received(stream[cut_at:])
+            left = sorted(conn._v2_pending)
+            conn.close()
+            said = [(n, s, b if isinstance(b, bytes) else type(b).__name__) for n, s, b in answers]
+            return sinks[7].calls, sinks[8].calls, said, left
+
+        return asyncio.run(main())
+
+    assert run(pure=False) == run(pure=True)

@@ -27,6 +27,7 @@ from typing import cast
 from bookkeeper_py import errors
 from bookkeeper_py.auth import MAX_AUTH_ROUNDS, AuthenticationError, ClientAuthProvider
 from bookkeeper_py.client.clock import Clock, MonotonicClock
+from bookkeeper_py.speedups import native
 from bookkeeper_py.tls import TlsConfig, TlsError, TlsSession
 from bookkeeper_py.wire import v2, v3
 from bookkeeper_py.wire.errors import MalformedMessageError
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 _ADD_ENTRY = int(v2.OpCode.ADD_ENTRY)
 _READ_ENTRY = int(v2.OpCode.READ_ENTRY)
 _RESPONSE_HEAD = v2.RESPONSE_HEAD
+# The C speedups' pass over a run of successful add answers, where they are in use.
+_take_acks = native.v2_take_acks if native is not None else None
 
 # Called with (status, body) on an answer, or (None, error) when the request failed locally.
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
@@ -708,6 +711,12 @@ class BookieConnection(asyncio.Protocol):
         unpack, pending, complete = _RESPONSE_HEAD.unpack_from, self._v2_pending, self._complete
         acks: dict[AddSink, list[int]] | None = None
         reads: dict[ReadSink, list[tuple[int, int, bytes]]] | None = None
+        if _take_acks is not None and not self._v2_more:
+            # The C speedups take the run of plain add acks at the start; this loop the rest.
+            taken, start = _take_acks(frames, pending, AddSink)
+            acks = taken or None
+            if start:
+                frames = frames[start:]
         for frame in frames:
             if len(frame) < v2.RESPONSE_FIXED_SIZE:
                 raise MalformedMessageError(f"v2 response of {len(frame)} bytes is shorter than 24")
