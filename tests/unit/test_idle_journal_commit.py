@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper_py.server.bookie import Bookie, BookieConfig
+from bookkeeper_py.server.bookie import READERS_QUIET_S, Bookie, BookieConfig
 from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 from bookkeeper_py.wire.status import StatusCode
@@ -68,14 +68,21 @@ def test_a_lone_add_is_synced_on_the_loop_unless_readers_are_about(
             assert answers[1] == (StatusCode.EOK, [1, 2])
             assert synced_on[0] == loop_thread  # the group's sync, before any zeros ahead
 
-            read = bookie.read_entries(7, [1], lambda *_: None)  # a reader is about now
-            assert read == [(1, StatusCode.EOK, entry(1))]
-            await until_idle(bookie)
-            synced_on.clear()
-            bookie.add_entries(7, KEY, [3], [entry(3)], done)
-            await settle(lambda: len(answers) == 3)
-            assert answers[2] == (StatusCode.EOK, [3])
-            assert synced_on and loop_thread not in synced_on
+            # A reader is about now, by any of the read requests: the syncs stay off the loop.
+            reads = [
+                lambda: bookie.read_entries(7, [1], lambda *_: None),
+                lambda: bookie.batch_read(7, 1, 2, 1 << 20),
+                lambda: bookie.read_lac(7),
+            ]
+            for number, read in enumerate(reads, start=3):
+                bookie._read_at = -READERS_QUIET_S  # as if no read came for a while
+                read()
+                await until_idle(bookie)
+                synced_on.clear()
+                bookie.add_entries(7, KEY, [number], [entry(number)], done)
+                await settle(lambda number=number: len(answers) == number)
+                assert answers[-1] == (StatusCode.EOK, [number])
+                assert synced_on and loop_thread not in synced_on
         finally:
             monkeypatch.undo()
             bookie.close()

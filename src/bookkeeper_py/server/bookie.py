@@ -742,7 +742,7 @@ class Bookie:
         """Entries from ``start`` on, at most ``max_count`` of them and ``max_size`` bytes of answer
         (cut to the frame limit; the first entry is sent even if larger). The status is that of
         the first entry; the batch stops at the first entry that cannot be read."""
-        started = time.perf_counter()
+        started = self._read_at = time.perf_counter()
         if ledger_id < 0 or start < 0:
             self._batch_read_stats.failure(time.perf_counter() - started)
             return StatusCode.EBADREQ, []
@@ -872,6 +872,7 @@ class Bookie:
 
     def read_lac(self, ledger_id: int) -> tuple[StatusCode, bytes | None, bytes | None]:
         """(status, explicit LAC body, last entry) for READ_LAC."""
+        self._read_at = time.perf_counter()
         info = self.engine.ledger(ledger_id)
         if info is None:
             return StatusCode.ENOLEDGER, None, None
