@@ -760,14 +760,15 @@ class Bookie:
     ) -> tuple[StatusCode, list[bytes]]:
         budget = min(max_size, self.config.max_frame_size) - 32  # fixed part and request id
         entries: list[bytes] = []
-        for entry_id in range(start, start + max(0, min(max_count, 100_000))):
-            status, entry = self._read(ledger_id, entry_id, count=False)
-            if status != StatusCode.EOK:
-                return (status, []) if not entries else (StatusCode.EOK, entries)
-            budget -= 4 + len(entry)
-            if entries and budget < 0:
-                break
-            entries.append(entry)
+        with self.engine.read_run():
+            for entry_id in range(start, start + max(0, min(max_count, 100_000))):
+                status, entry = self._read(ledger_id, entry_id, count=False)
+                if status != StatusCode.EOK:
+                    return (status, []) if not entries else (StatusCode.EOK, entries)
+                budget -= 4 + len(entry)
+                if entries and budget < 0:
+                    break
+                entries.append(entry)
         status = StatusCode.EOK if entries else StatusCode.EBADREQ
         return status, entries
 
@@ -783,18 +784,19 @@ class Bookie:
         stats = self._read_stats
         answers: list[tuple[int, StatusCode, bytes]] = []
         read = self._read
-        for entry_id in entry_ids:
-            if _bad_read_ids(ledger_id, entry_id):
-                answers.append((entry_id, StatusCode.EBADREQ, b""))
-                continue
-            try:
-                status, body = read(ledger_id, entry_id, nowait=True)
-            except ReadWouldBlockError:
-                self._read_from_disk(
-                    ledger_id, entry_id, self._timed(stats, partial(done, entry_id))
-                )
-                continue
-            answers.append((entry_id, status, body))
+        with self.engine.read_run():
+            for entry_id in entry_ids:
+                if _bad_read_ids(ledger_id, entry_id):
+                    answers.append((entry_id, StatusCode.EBADREQ, b""))
+                    continue
+                try:
+                    status, body = read(ledger_id, entry_id, nowait=True)
+                except ReadWouldBlockError:
+                    self._read_from_disk(
+                        ledger_id, entry_id, self._timed(stats, partial(done, entry_id))
+                    )
+                    continue
+                answers.append((entry_id, status, body))
         elapsed = time.perf_counter() - started
         for _, status, _ in answers:
             _observe(stats, status, elapsed)

@@ -27,6 +27,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -149,6 +150,11 @@ class LedgerEngine(Protocol):
 
     def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
         """The entry; with ``nowait``, ``ReadWouldBlockError`` if reading it waits for a disk."""
+        ...
+
+    def read_run(self) -> AbstractContextManager[None]:
+        """A run of reads on this thread (a batch a bookie serves together): the storage may
+        share work between them (one index transaction)."""
         ...
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
@@ -460,6 +466,9 @@ class StorageEngine:
 
     def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
         return self.storage.read(ledger_id, entry_id, nowait)
+
+    def read_run(self) -> AbstractContextManager[None]:
+        return self.storage.read_run()
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         return self.storage.entry_ids(ledger_id)

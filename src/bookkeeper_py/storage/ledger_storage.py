@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import lt
@@ -312,6 +313,10 @@ class LedgerStorage:
         cached.sort()
         indexed = (entry_id for entry_id, _ in self.index.entries(ledger_id))
         return heapq.merge(cached, indexed)
+
+    def read_run(self) -> AbstractContextManager[None]:
+        """A run of reads on this thread: their index lookups share one read transaction."""
+        return self.index.read_run()
 
     def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
         """The stored bytes of an entry; entry -1 is the last one. With ``nowait``,

@@ -11,9 +11,11 @@ journal's group commit does. A bookie restarts by replaying what the disk kept.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import random
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from bookkeeper_py.storage.ledger_storage import (
@@ -75,6 +77,10 @@ class SimEngine:
                 body = record[2]
                 assert isinstance(body, bytes)
                 self._ledgers[ledger_id].explicit_lac = body
+
+    def read_run(self) -> AbstractContextManager[None]:
+        """Reads of the simulated disk share nothing."""
+        return contextlib.nullcontext()
 
     def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
         """The simulated journal syncs on the loop's clock already."""
