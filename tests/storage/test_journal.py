@@ -452,7 +452,7 @@ def wait_until_idle(journal: Journal) -> None:
     """Until the journal has been idle longer than its last sync took (bounded), when a group
     may be written on the appending thread."""
     for _ in range(1000):
-        if time.perf_counter() - journal._idle_since >= journal._last_sync_s:
+        if journal.idle_past_a_sync:
             return
         time.sleep(0.001)
 

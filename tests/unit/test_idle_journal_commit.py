@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ async def until_idle(bookie: Bookie) -> None:
     assert isinstance(bookie.engine, StorageEngine)
     journal = bookie.engine.journals[0]
     for _ in range(1000):
-        if time.perf_counter() - journal._idle_since >= journal._last_sync_s:
+        if journal.idle_past_a_sync:
             return
         await asyncio.sleep(0.001)
 

@@ -972,16 +972,11 @@ class WriteHandle(ReadHandle):
                         self._loop.call_soon(self._send_batches)
                     self._sends.append(instruction)
                     continue
+                # v3 (or DEFERRED_SYNC) adds, one request each: v2 adds go in batches above.
                 for entry_id, targets in instruction:
                     entry = self._entries[entry_id]
-                    # Encoded once, the same bytes to every bookie of the write set.
-                    frame = (
-                        None
-                        if self._client.config.use_v3 or self.deferred_sync
-                        else (v2.encode_add_request(self._master_key, entry))
-                    )
                     for index, bookie in targets:
-                        self._send_add(bookie, index, entry_id, entry, frame)
+                        self._send_add(bookie, index, entry_id, entry)
             elif isinstance(instruction, Completed):
                 self.last_add_confirmed = self._writer.last_add_confirmed
                 self.length = instruction.length
@@ -1134,22 +1129,20 @@ class WriteHandle(ReadHandle):
             self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
         )
 
-    def _send_add(
-        self, bookie_id: str, index: int, entry_id: int, entry: bytes, frame: bytes | None
-    ) -> None:
-        """Sends entry ``entry_id`` to one bookie (``frame``: the v2 request already encoded)."""
+    def _send_add(self, bookie_id: str, index: int, entry_id: int, entry: bytes) -> None:
+        """Sends entry ``entry_id`` to one bookie on its own (a v3 or DEFERRED_SYNC add)."""
         answered = partial(self._add_answered, bookie_id, index, entry_id)
         deferred = self.deferred_sync
         connection = self._client.pool.ready(bookie_id, deferred)
-        if connection is not None:  # the hot path, without a closure
+        if connection is not None:
             connection.add(
-                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
+                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred
             )
             return
         self._on_bookie(
             bookie_id,
             lambda connection: connection.add(
-                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred, frame
+                self.ledger_id, entry_id, self._master_key, entry, False, answered, deferred
             ),
             answered,
             v3=deferred,

@@ -39,6 +39,17 @@ class LedgerIndexError(Exception):
     """The index store failed."""
 
 
+class _Run:
+    """A run of lookups on one thread: its read transaction (None until the first lookup) and
+    the index version that transaction saw."""
+
+    __slots__ = ("txn", "version")
+
+    def __init__(self) -> None:
+        self.txn: lmdb.Transaction | None = None
+        self.version = -1
+
+
 class LedgerIndex:
     """Entry locations and ledger states of one ledger directory. Thread-safe."""
 
@@ -66,7 +77,7 @@ class LedgerIndex:
         # Bumped after every write commit: a run of lookups (read_run) keeps one read
         # transaction while this stays the same, and takes a new one when it moved.
         self._version = 0
-        self._local = threading.local()  # .run: [transaction or None, version] in a run
+        self._local = threading.local()  # .run: the thread's _Run, while it is in one
 
     def close(self) -> None:
         self._env.close()
@@ -111,28 +122,28 @@ class LedgerIndex:
         if getattr(local, "run", None) is not None:
             yield  # nested: the outer run's
             return
-        run: list = [None, -1]  # type: ignore[type-arg]
-        local.run = run
+        run = local.run = _Run()
         try:
             yield
         finally:
             local.run = None
-            if run[0] is not None:
-                run[0].abort()
+            if run.txn is not None:
+                run.txn.abort()
 
     def location(self, ledger_id: int, entry_id: int) -> int | None:
-        run = getattr(self._local, "run", None)
+        run: _Run | None = getattr(self._local, "run", None)
+        value: bytes | memoryview | None
         if run is None:
             with self._env.begin(db=self._locations) as txn:
                 value = txn.get(_KEY.pack(ledger_id, entry_id))
         else:
             version = self._version  # read before the transaction begins: never newer than it
-            if run[1] != version:
-                if run[0] is not None:
-                    run[0].abort()
-                run[0] = self._env.begin(db=self._locations)
-                run[1] = version
-            value = run[0].get(_KEY.pack(ledger_id, entry_id))
+            if run.txn is None or run.version != version:
+                if run.txn is not None:
+                    run.txn.abort()
+                run.txn = self._env.begin(db=self._locations)
+                run.version = version
+            value = run.txn.get(_KEY.pack(ledger_id, entry_id))
         return None if value is None else int(_LOCATION.unpack(value)[0])
 
     def last_entry(self, ledger_id: int) -> int:

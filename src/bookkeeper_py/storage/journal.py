@@ -458,13 +458,19 @@ class Journal:
             self._defer is not None
             and len(records) <= INLINE_MAX_RECORDS
             and self._last_sync_s <= INLINE_SYNC_LIMIT_S
-            and time.perf_counter() - self._idle_since >= self._last_sync_s
+            and self.idle_past_a_sync
             and self._defer(self._commit_gathered)
         ):
             self._here = records
             return
         self._appended += len(records)
         self._queue.put(records)
+
+    @property
+    def idle_past_a_sync(self) -> bool:
+        """Whether the journal has been idle longer than its last sync took: a group written
+        now would not have overlapped a sync in progress (see ``INLINE_SYNC_LIMIT_S``)."""
+        return time.perf_counter() - self._idle_since >= self._last_sync_s
 
     def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
         """Lets an idle journal's groups be written on the appending thread (see
