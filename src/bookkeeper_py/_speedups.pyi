@@ -7,6 +7,15 @@ def crc32c_package(
 def entry_log_record(
     block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
 ) -> bytes | None: ...
+def entry_log_run(
+    block: bytes | memoryview,
+    at: int,
+    ledger_id: int,
+    entry_id: int,
+    max_count: int,
+    max_bytes: int,
+    /,
+) -> tuple[list[bytes], int]: ...
 def crc32c_batch_payloads(
     body: bytes, ledger_id: int, first_entry_id: int, max_count: int, /
 ) -> list[bytes] | None: ...

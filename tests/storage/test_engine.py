@@ -104,6 +104,34 @@ def test_entries_are_read_from_cache_then_from_entry_log_after_checkpoint(tmp_pa
     engine.close()
 
 
+def test_a_range_read_takes_the_entry_logs_then_the_write_cache_and_stops_at_a_gap(
+    tmp_path: Path,
+) -> None:
+    """A batch read's entries: those checkpointed (one ledger's entries one after another in a
+    log, the other ledgers' around them) and those still in the write cache, in order, within
+    the count and the byte budget (the first entry in any case); it stops before a missing
+    entry and raises for a missing first one."""
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(1, 4), 50)
+    engine.checkpoint()
+    for entry_id in (50, 51, 52, 54):
+        engine.add_entry(2, entry_id, entry(2, entry_id), entry_id)
+    durable.wait_for(154)
+    wanted = [entry(2, i) for i in range(40, 53)]
+    assert engine.read_range(2, 40, 100, 2**30) == wanted  # 53 is missing
+    assert engine.read_range(2, 0, 50, 2**30) == [entry(2, i) for i in range(50)]
+    assert engine.read_range(2, 45, 3, 2**30) == wanted[5:8]
+    budget = sum(4 + len(e) for e in wanted[:4])
+    assert engine.read_range(2, 40, 100, budget) == wanted[:4]
+    assert engine.read_range(2, 40, 100, 1) == wanted[:1]
+    assert engine.read_range(2, 54, 100, 2**30) == [entry(2, 54)]
+    with pytest.raises(NoEntryError):
+        engine.read_range(2, 53, 100, 2**30)
+    with pytest.raises(NoLedgerError):
+        engine.read_range(99, 0, 100, 2**30)
+    engine.close()
+
+
 def test_entry_ids_merge_the_write_cache_and_the_index(tmp_path: Path) -> None:
     engine, durable = open_engine(tmp_path)
     engine.create_ledger(1, KEY)

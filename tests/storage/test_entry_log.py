@@ -19,6 +19,19 @@ def entry(ledger_id: int, entry_id: int, size: int) -> bytes:
     return struct.pack(">qq", ledger_id, entry_id) + bytes([entry_id % 251]) * size
 
 
+def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, the size of every ``os.pread`` made, in a list."""
+    reads: list[int] = []
+    real = os.pread
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        reads.append(size)
+        return real(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    return reads
+
+
 @pytest.mark.parametrize(
     "sizes",
     [
@@ -95,18 +108,10 @@ def test_sequential_reads_come_from_read_ahead_blocks(
     entries = [entry(7, i, size) for i, size in enumerate(sizes)]
     locations = logger.add_many(7, entries)
     logger.flush()
-    reads = 0
-    real = os.pread
-
-    def counted(fd: int, size: int, offset: int) -> bytes:
-        nonlocal reads
-        reads += 1
-        return real(fd, size, offset)
-
-    monkeypatch.setattr(os, "pread", counted)
+    reads = count_preads(monkeypatch)
     wanted = list(range(0, 600, stride))
     assert [logger.read(locations[i], 7, i) for i in wanted] == [entries[i] for i in wanted]
-    assert reads < len(wanted) / 10
+    assert len(reads) < len(wanted) / 10
     later = [entry(7, 600 + i, 100) for i in range(50)]
     later_locations = logger.add_many(7, later)
     logger.flush()
@@ -140,6 +145,70 @@ def test_a_damaged_record_in_a_read_ahead_block_is_refused_and_named(
     with pytest.raises(entry_log.CorruptEntryError, match="is not ledger 7 entry 12"):
         logger.read(locations[11], 7, 12)
     assert [logger.read(locations[i], 7, i) for i in range(12, 20)] == entries[12:]
+    logger.close()
+
+
+def _walker(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    if path == "python":
+        monkeypatch.setattr(entry_log, "_c_run", None)
+    elif entry_log._c_run is None:
+        pytest.skip("C speedups not built here")
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_run_of_a_ledgers_entries_comes_from_few_reads_and_ends_at_another_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A batch read's entries that follow one another in a log come from reads of whole spans
+    (cut anywhere: a record across two spans, one longer than a span), checked by the C pass
+    or in Python, up to the count and the byte budget (4 bytes counted per entry), and not
+    past the ledger's last record there: another ledger's record ends the run."""
+    _walker(monkeypatch, path)
+    monkeypatch.setattr(entry_log, "READ_RUN_BYTES", 16 * 1024)
+    logger = EntryLogger(str(tmp_path))
+    sizes = [(i * 37) % 3000 + 10 for i in range(300)]
+    sizes[100] = 40 * 1024  # longer than a span
+    entries = [entry(7, i, size) for i, size in enumerate(sizes)]
+    locations = logger.add_many(7, entries)
+    logger.add_many(8, [entry(8, 0, 100)])
+    later = logger.add_many(7, [entry(7, 300, 100)])
+    logger.flush()
+    reads = count_preads(monkeypatch)
+    assert logger.read_run(locations[0], 7, 0, 1000, 2**30) == entries
+    assert len(reads) < 100
+    assert logger.read_run(locations[5], 7, 5, 10, 2**30) == entries[5:15]
+    budget = sum(4 + len(e) for e in entries[20:27])
+    assert logger.read_run(locations[20], 7, 20, 100, budget) == entries[20:27]
+    assert logger.read_run(locations[20], 7, 20, 100, budget - 1) == entries[20:26]
+    assert logger.read_run(later[0], 7, 300, 10, 2**30) == [entry(7, 300, 100)]
+    assert logger.read_run(locations[3], 7, 4, 10, 2**30) == []  # not the entry asked for
+    logger.close()
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_run_stops_before_a_damaged_record_and_before_what_is_not_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A flipped byte ends a run before its record (the one-entry read then names it); in the
+    active log a run ends at the synced end, though later records of the ledger are written."""
+    _walker(monkeypatch, path)
+    logger = EntryLogger(str(tmp_path))
+    entries = [entry(7, i, 200) for i in range(20)]
+    locations = logger.add_many(7, entries)
+    logger.flush()
+    log_id, offset = split_location(locations[10])
+    with open(logger.path(log_id), "r+b") as handle:
+        handle.seek(offset + 8 + 100)
+        handle.write(b"\xff")
+    assert logger.read_run(locations[0], 7, 0, 100, 2**30) == entries[:10]
+    assert logger.read_run(locations[10], 7, 10, 100, 2**30) == []
+    assert logger.read_run(locations[11], 7, 11, 100, 2**30) == entries[11:]
+    unsynced = [entry(7, 20 + i, 200) for i in range(5)]
+    logger.add_many(7, unsynced)
+    logger._write_buffer()  # in the file, not synced
+    assert logger.read_run(locations[11], 7, 11, 100, 2**30) == entries[11:]
+    logger.flush()
+    assert logger.read_run(locations[11], 7, 11, 100, 2**30) == entries[11:] + unsynced
     logger.close()
 
 

@@ -759,18 +759,15 @@ class Bookie:
         self, ledger_id: int, start: int, max_count: int, max_size: int
     ) -> tuple[StatusCode, list[bytes]]:
         budget = min(max_size, self.config.max_frame_size) - 32  # fixed part and request id
-        entries: list[bytes] = []
-        with self.engine.read_run():
-            for entry_id in range(start, start + max(0, min(max_count, 100_000))):
-                status, entry = self._read(ledger_id, entry_id, count=False)
-                if status != StatusCode.EOK:
-                    return (status, []) if not entries else (StatusCode.EOK, entries)
-                budget -= 4 + len(entry)
-                if entries and budget < 0:
-                    break
-                entries.append(entry)
-        status = StatusCode.EOK if entries else StatusCode.EBADREQ
-        return status, entries
+        count = max(0, min(max_count, 100_000))
+        if count == 0:
+            return StatusCode.EBADREQ, []
+        unknown = self.limbo.active and self.limbo.unknown(ledger_id)
+        try:
+            entries = self.engine.read_range(ledger_id, start, count, budget)
+        except (NoLedgerError, NoEntryError, StorageIOError) as error:
+            return self._read_failed(ledger_id, start, error, unknown), []
+        return StatusCode.EOK, entries
 
     def read_entries(
         self, ledger_id: int, entry_ids: list[int], done: Callable[[int, StatusCode, bytes], None]
@@ -836,20 +833,22 @@ class Bookie:
             return StatusCode.EUNKNOWNLEDGERSTATE, b""  # its last entry may be among the lost
         try:
             entry = self.engine.read(ledger_id, entry_id, nowait)
-            if count:
-                self._read_bytes.inc(len(entry))
-            return StatusCode.EOK, entry
-        except NoLedgerError:
-            if unknown:
-                return StatusCode.EUNKNOWNLEDGERSTATE, b""
-            return StatusCode.ENOLEDGER, b""
-        except NoEntryError:
-            if unknown:
-                return StatusCode.EUNKNOWNLEDGERSTATE, b""
-            return StatusCode.ENOENTRY, b""
-        except StorageIOError as error:
+        except (NoLedgerError, NoEntryError, StorageIOError) as error:
+            return self._read_failed(ledger_id, entry_id, error, unknown), b""
+        if count:
+            self._read_bytes.inc(len(entry))
+        return StatusCode.EOK, entry
+
+    @staticmethod
+    def _read_failed(ledger_id: int, entry_id: int, error: Exception, unknown: bool) -> StatusCode:
+        """The answer to a read the storage could not serve; ``unknown``: the ledger is in
+        limbo (an absent entry may have been lost)."""
+        if isinstance(error, StorageIOError):
             log.error("ledger %d entry %d: %s", ledger_id, entry_id, error)
-            return StatusCode.EIO, b""
+            return StatusCode.EIO
+        if unknown:
+            return StatusCode.EUNKNOWNLEDGERSTATE
+        return StatusCode.ENOLEDGER if isinstance(error, NoLedgerError) else StatusCode.ENOENTRY
 
     def write_lac(self, ledger_id: int, master_key: bytes, body: bytes, done: StatusDone) -> None:
         done = self._timed(self._write_lac_stats, done)

@@ -157,6 +157,12 @@ class LedgerEngine(Protocol):
         share work between them (one index transaction)."""
         ...
 
+    def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
+        """Entries ``first``, ``first + 1``, ... (a batch read): at most ``max_count``, as many
+        as fit in ``max_bytes`` counting 4 bytes more per entry, the first in any case; raises
+        as ``read`` does for the first, stops before the first later entry it cannot read."""
+        ...
+
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         """The entry ids held of the ledger, increasing (repeats possible)."""
         ...
@@ -469,6 +475,9 @@ class StorageEngine:
 
     def read_run(self) -> AbstractContextManager[None]:
         return self.storage.read_run()
+
+    def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
+        return self.storage.read_range(ledger_id, first, max_count, max_bytes)
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         return self.storage.entry_ids(ledger_id)

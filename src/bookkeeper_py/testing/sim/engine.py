@@ -82,6 +82,21 @@ class SimEngine:
         """Reads of the simulated disk share nothing."""
         return contextlib.nullcontext()
 
+    def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
+        """One ``read`` after another (each may fail as the simulation decides)."""
+        entries = [self.read(ledger_id, first)]
+        budget = max_bytes - 4 - len(entries[0])
+        for entry_id in range(first + 1, first + max_count):
+            try:
+                entry = self.read(ledger_id, entry_id)
+            except (StorageIOError, NoEntryError, NoLedgerError):
+                break
+            budget -= 4 + len(entry)
+            if budget < 0:
+                break
+            entries.append(entry)
+        return entries
+
     def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
         """The simulated journal syncs on the loop's clock already."""
 
