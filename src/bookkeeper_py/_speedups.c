@@ -300,32 +300,55 @@ static PyObject *split_frames(PyObject *self, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(Nn)", frames, pos);
 }
 
-/* v2_take_acks(frames, pending, sink_type) -> (acks, stop): a client's pass over v2 answers
- * (client/connection.py), for the common run of them: successful add answers (v2 header with a
- * version, ADD_ENTRY, return code 0) whose request, pending[(1, ledger id, entry id)], is a tuple
- * whose first item is a ``sink_type``. Each such request is taken out of ``pending`` and its
- * entry id added to acks[sink] (a dict of lists, in the order answered). Stops at the first
- * frame that is anything else (short, a read answer, a refusal, nobody waiting) and says where:
- * the caller's own loop takes it from there. ``pending`` must hold one request per key. */
-static PyObject *v2_take_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
-        !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "v2_take_acks(frames: list, pending: dict, sink_type)");
+/* Appends ``item`` to the list under ``key`` in the dict ``groups`` (made if missing); 0 or -1. */
+static int append_grouped(PyObject *groups, PyObject *key, PyObject *item) {
+    PyObject *items = PyDict_GetItemWithError(groups, key); /* borrowed */
+    if (items != NULL) return PyList_Append(items, item);
+    if (PyErr_Occurred()) return -1;
+    items = PyList_New(1);
+    if (items == NULL) return -1;
+    Py_INCREF(item);
+    PyList_SET_ITEM(items, 0, item);
+    int set = PyDict_SetItem(groups, key, items);
+    Py_DECREF(items);
+    return set;
+}
+
+/* v2_take_answers(frames, pending, add_sink_type, read_sink_type) -> (acks, reads, stop): a
+ * client's pass over v2 answers (client/connection.py), for the common run of them: successful
+ * add answers (a v2 header with a version, ADD_ENTRY, return code 0) whose request,
+ * pending[(1, ledger id, entry id)], is a tuple whose first item is an ``add_sink_type``, and
+ * read answers (READ_ENTRY, any return code) whose request, pending[(2, ledger id, entry id)], is
+ * one whose first item is a ``read_sink_type``. Each such request is taken out of ``pending``; an
+ * ack's entry id goes to acks[sink], a read answer's (entry id, return code, body) to
+ * reads[sink] (dicts of lists, in the order answered). Stops at the first frame that is anything
+ * else (short, a refusal, another kind of answer, nobody waiting) and says where: the caller's
+ * own loop takes it from there. ``pending`` must hold one request per key. */
+static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
+        !PyType_Check(args[2]) || !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "v2_take_answers(frames: list, pending: dict, add_sink_type, "
+                        "read_sink_type)");
         return NULL;
     }
     PyObject *frames = args[0], *pending = args[1];
-    PyTypeObject *sink_type = (PyTypeObject *)args[2];
-    PyObject *acks = PyDict_New(), *add_opcode = PyLong_FromLong(1);
-    if (acks == NULL || add_opcode == NULL) goto failed;
+    PyTypeObject *add_type = (PyTypeObject *)args[2], *read_type = (PyTypeObject *)args[3];
+    PyObject *acks = PyDict_New(), *reads = PyDict_New();
+    PyObject *opcodes[3] = {NULL, PyLong_FromLong(1), PyLong_FromLong(2)};
+    if (acks == NULL || reads == NULL || opcodes[1] == NULL || opcodes[2] == NULL) goto failed;
     Py_ssize_t i, n = PyList_GET_SIZE(frames);
     for (i = 0; i < n; i++) {
         PyObject *frame = PyList_GET_ITEM(frames, i);
         if (!PyBytes_Check(frame) || PyBytes_GET_SIZE(frame) < 24) break;
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame);
-        if (p[0] == 0 || p[1] != 1 || load_be32(p + 4) != 0) break;
+        int opcode = p[1];
+        int32_t rc = (int32_t)load_be32(p + 4);
+        if (p[0] == 0 || (opcode != 1 && opcode != 2) || (opcode == 1 && rc != 0)) break;
         PyObject *ledger = PyLong_FromLongLong((long long)load_be64(p + 8));
         PyObject *entry = PyLong_FromLongLong((long long)load_be64(p + 16));
-        PyObject *key = (ledger && entry) ? PyTuple_Pack(3, add_opcode, ledger, entry) : NULL;
+        PyObject *key = (ledger && entry) ? PyTuple_Pack(3, opcodes[opcode], ledger, entry)
+                                          : NULL;
         Py_XDECREF(ledger);
         if (key == NULL) {
             Py_XDECREF(entry);
@@ -335,7 +358,7 @@ static PyObject *v2_take_acks(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyObject *sink = NULL;
         if (request != NULL && PyTuple_Check(request) && PyTuple_GET_SIZE(request) > 0) {
             sink = PyTuple_GET_ITEM(request, 0);
-            if (!PyObject_TypeCheck(sink, sink_type)) sink = NULL;
+            if (!PyObject_TypeCheck(sink, opcode == 1 ? add_type : read_type)) sink = NULL;
         }
         if (sink == NULL) {
             Py_DECREF(key);
@@ -344,36 +367,34 @@ static PyObject *v2_take_acks(PyObject *self, PyObject *const *args, Py_ssize_t 
             break;
         }
         Py_INCREF(sink); /* the request goes with the key */
-        int deleted = PyDict_DelItem(pending, key);
+        int done = PyDict_DelItem(pending, key);
         Py_DECREF(key);
-        PyObject *ids = deleted < 0 ? NULL : PyDict_GetItemWithError(acks, sink);
-        int appended = -1;
-        if (deleted == 0 && ids != NULL) {
-            appended = PyList_Append(ids, entry);
-        } else if (deleted == 0 && !PyErr_Occurred()) {
-            ids = PyList_New(1);
-            if (ids != NULL) {
-                Py_INCREF(entry);
-                PyList_SET_ITEM(ids, 0, entry);
-                appended = PyDict_SetItem(acks, sink, ids);
-                Py_DECREF(ids);
-            }
+        if (done == 0 && opcode == 1) {
+            done = append_grouped(acks, sink, entry);
+        } else if (done == 0) {
+            Py_ssize_t size = PyBytes_GET_SIZE(frame) - 24;
+            PyObject *answer = Py_BuildValue("(Oiy#)", entry, (int)rc, (const char *)p + 24, size);
+            done = answer == NULL ? -1 : append_grouped(reads, sink, answer);
+            Py_XDECREF(answer);
         }
         Py_DECREF(sink);
         Py_DECREF(entry);
-        if (appended < 0) goto failed;
+        if (done < 0) goto failed;
     }
-    Py_DECREF(add_opcode);
-    return Py_BuildValue("(Nn)", acks, i);
+    Py_DECREF(opcodes[1]);
+    Py_DECREF(opcodes[2]);
+    return Py_BuildValue("(NNn)", acks, reads, i);
 failed:
     Py_XDECREF(acks);
-    Py_XDECREF(add_opcode);
+    Py_XDECREF(reads);
+    Py_XDECREF(opcodes[1]);
+    Py_XDECREF(opcodes[2]);
     return NULL;
 }
 
 static PyMethodDef methods[] = {
-    {"v2_take_acks", (PyCFunction)(void (*)(void))v2_take_acks, METH_FASTCALL,
-     "A client's run of successful v2 add answers: their requests taken, entry ids by sink."},
+    {"v2_take_answers", (PyCFunction)(void (*)(void))v2_take_answers, METH_FASTCALL,
+     "A client's run of v2 add acks and read answers: their requests taken, grouped by sink."},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,

@@ -229,7 +229,7 @@ def test_a_batch_of_reads_goes_out_with_the_pass_and_its_answers_come_in_one_cal
 
 answer_kinds = st.lists(
     st.tuples(
-        st.sampled_from(["add", "add", "add", "refuse", "read", "stray"]),
+        st.sampled_from(["add", "add", "add", "refuse", "read", "stray", "sread", "sfail"]),
         st.sampled_from([7, 8]),
         st.integers(0, 5),
     ),
@@ -237,12 +237,15 @@ answer_kinds = st.lists(
 )
 
 
-@pytest.mark.skipif(connection_module._take_acks is None, reason="C speedups not built here")
+@pytest.mark.skipif(connection_module._take_answers is None, reason="C speedups not built here")
 @given(kinds=answer_kinds, cut=st.integers(0, 40))
-def test_c_and_python_take_add_acks_alike(kinds: list[tuple[str, int, int]], cut: int) -> None:
-    """The C speedups' pass over a run of add acks and the pure loop: the same sink calls in
-    the same order, the same callbacks, the same requests left pending, whatever mix of acks,
-    refusals, read answers and answers nobody waits for arrives, in one chunk or two."""
+def test_c_and_python_take_add_acks_and_read_answers_alike(
+    kinds: list[tuple[str, int, int]], cut: int
+) -> None:
+    """The C speedups' pass over a run of add acks and read answers and the pure loop: the same
+    sink calls in the same order, the same callbacks, the same requests left pending, whatever
+    mix of acks, refusals, answers to a batch of reads (entries or errors), a lone read's answer
+    and answers nobody waits for arrives, in one chunk or two."""
 
     def run(pure: bool) -> tuple[object, ...]:
         async def main() -> tuple[object, ...]:
@@ -251,6 +254,8 @@ def test_c_and_python_take_add_acks_alike(kinds: list[tuple[str, int, int]], cut
             for ledger_id, sink in sinks.items():
                 conn.add_batch(ledger_id, list(range(6)), [b"e"] * 6, sink)
             conn.read(7, 3, False, None, recorder(answers, "read"))
+            reads = ReadRecorder()
+            conn.read_batch(8, list(range(6)), reads)
             frames = []
             for kind, ledger_id, entry_id in kinds:
                 if kind == "add":
@@ -259,19 +264,23 @@ def test_c_and_python_take_add_acks_alike(kinds: list[tuple[str, int, int]], cut
                     frames.append((ADD, StatusCode.EFENCED, ledger_id, entry_id, b""))
                 elif kind == "read":
                     frames.append((READ, StatusCode.EOK, 7, 3, b"three"))
+                elif kind == "sread":
+                    frames.append((READ, StatusCode.EOK, 8, entry_id, b"x%d" % entry_id))
+                elif kind == "sfail":
+                    frames.append((READ, StatusCode.ENOENTRY, 8, entry_id, b""))
                 else:
                     frames.append((ADD, StatusCode.EOK, 9, entry_id, b""))
             stream = b"".join(v2.encode_response(*frame) for frame in frames)
             cut_at = min(cut * 28, len(stream))
             with pytest.MonkeyPatch.context() as patch:
                 if pure:
-                    patch.setattr(connection_module, "_take_acks", None)
+                    patch.setattr(connection_module, "_take_answers", None)
                 conn.data_received(stream[:cut_at])
                 conn.data_received(stream[cut_at:])
             left = sorted(conn._v2_pending)
             conn.close()
             said = [(n, s, b if isinstance(b, bytes) else type(b).__name__) for n, s, b in answers]
-            return sinks[7].calls, sinks[8].calls, said, left
+            return sinks[7].calls, sinks[8].calls, reads.calls, said, left
 
         return asyncio.run(main())
 

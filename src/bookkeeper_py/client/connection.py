@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 _ADD_ENTRY = int(v2.OpCode.ADD_ENTRY)
 _READ_ENTRY = int(v2.OpCode.READ_ENTRY)
 _RESPONSE_HEAD = v2.RESPONSE_HEAD
-# The C speedups' pass over a run of successful add answers, where they are in use.
-_take_acks = native.v2_take_acks if native is not None else None
+# The C speedups' pass over a run of add acks and read answers, where they are in use.
+_take_answers = native.v2_take_answers if native is not None else None
 
 # Called with (status, body) on an answer, or (None, error) when the request failed locally.
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
@@ -711,10 +711,12 @@ class BookieConnection(asyncio.Protocol):
         unpack, pending, complete = _RESPONSE_HEAD.unpack_from, self._v2_pending, self._complete
         acks: dict[AddSink, list[int]] | None = None
         reads: dict[ReadSink, list[tuple[int, int, bytes]]] | None = None
-        if _take_acks is not None and not self._v2_more:
-            # The C speedups take the run of plain add acks at the start; this loop the rest.
-            taken, start = _take_acks(frames, pending, AddSink)
+        if _take_answers is not None and not self._v2_more:
+            # The C speedups take the run of plain add acks and read answers at the start;
+            # this loop the rest.
+            taken, answered, start = _take_answers(frames, pending, AddSink, ReadSink)
             acks = taken or None
+            reads = answered or None
             if start:
                 frames = frames[start:]
         for frame in frames:
