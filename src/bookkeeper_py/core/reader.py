@@ -422,8 +422,11 @@ class Tail:
 READ_WINDOW = 128  # entries read concurrently by a range read, one entry at a time
 BATCH_ENTRIES = 512  # entries asked for per batch
 BATCHES_IN_FLIGHT = 4
-STRIPE_ENTRIES = 128  # entries a striped range read starts together (split by replica)
-STRIPE_WINDOW = 640  # entries of a striped range read in flight at most
+# Entries a striped range read starts together (split by replica), and in flight at most:
+# larger stripes mean fewer, fuller sends and answer chunks per entry (128/640 -> 512/2048:
+# 3/2/2 catch-up reads ~160 -> ~175 MB/s, the client 3.6 -> 3.2 us per entry).
+STRIPE_ENTRIES = 512
+STRIPE_WINDOW = 2048
 _NEVER = 2**62  # the deadline of a read without speculative reads
 
 
