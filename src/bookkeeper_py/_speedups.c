@@ -263,6 +263,66 @@ fail:
     return NULL;
 }
 
+/* entry_log_pick(block, at, ledger_id, wanted, start) -> (entries, index, at): a walk over the
+ * entry-log records that follow one another in ``block`` from ``at``, all of the ledger and with
+ * increasing entry ids (one checkpoint's records of it), taking the checked entries of the ids
+ * ``wanted[start]``, ``wanted[start + 1]``, ... (a list of increasing ints) and stepping over the
+ * records of other ids. Stops at a record not whole in the block, another ledger's, one whose id
+ * does not increase, one past a wanted id not met, or a wanted one whose checksum fails (the
+ * one-entry path reads that and reports it); returns the entries taken, the index in ``wanted``
+ * of the first not taken and where the record the walk stopped at begins. */
+static PyObject *entry_log_pick(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "entry_log_pick(block, at, ledger_id, wanted: list, start)");
+        return NULL;
+    }
+    Py_ssize_t at = PyLong_AsSsize_t(args[1]);
+    long long ledger_id = PyLong_AsLongLong(args[2]);
+    Py_ssize_t index = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *wanted = args[3];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len, count = PyList_GET_SIZE(wanted);
+    PyObject *entries = PyList_New(0);
+    if (entries == NULL) goto fail;
+    if (at < 0 || at > n || index < 0) {
+        PyErr_SetString(PyExc_ValueError, "entry_log_pick: at or start out of range");
+        goto fail;
+    }
+    long long last = -1;
+    while (index < count && at <= n - 8) {
+        long long want = PyLong_AsLongLong(PyList_GET_ITEM(wanted, index));
+        if (want == -1 && PyErr_Occurred()) goto fail;
+        Py_ssize_t length = (Py_ssize_t)load_be32(p + at);
+        const uint8_t *entry = p + at + 8;
+        if (length < 16 || length > n - at - 8 || (long long)load_be64(entry) != ledger_id)
+            break;
+        long long id = (long long)load_be64(entry + 8);
+        if (id <= last || id > want) break;
+        if (id == want) {
+            if (crc32c_update(0, entry, length) != load_be32(p + at + 4)) break;
+            PyObject *item = PyBytes_FromStringAndSize((const char *)entry, length);
+            if (item == NULL || PyList_Append(entries, item) < 0) {
+                Py_XDECREF(item);
+                goto fail;
+            }
+            Py_DECREF(item);
+            index++;
+        }
+        last = id;
+        at += 8 + length;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nnn)", entries, index, at);
+fail:
+    Py_XDECREF(entries);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* split_frames(data, start, max_frame) -> (frames, position): the whole length-prefixed frames
  * (wire/framing.py: a 4-byte big-endian length, then the frame) of the bytes object ``data``
  * from ``start``, each as bytes, and where the first that is not whole (or declares more than
@@ -401,6 +461,8 @@ static PyMethodDef methods[] = {
      "The entry of a whole, checked entry-log record in a block, else None."},
     {"entry_log_run", (PyCFunction)(void (*)(void))entry_log_run, METH_FASTCALL,
      "A ledger's consecutive entries in an entry-log block, and where the walk stopped."},
+    {"entry_log_pick", (PyCFunction)(void (*)(void))entry_log_pick, METH_FASTCALL,
+     "The wanted entries of a ledger's records in an entry-log block, and where it stopped."},
     {"crc32c_batch_payloads", (PyCFunction)(void (*)(void))crc32c_batch_payloads, METH_FASTCALL,
      "The payloads of a batch read answer's CRC32C entries, all checked; None otherwise."},
     {"crc32c_payload", (PyCFunction)(void (*)(void))crc32c_payload, METH_FASTCALL,

@@ -16,6 +16,9 @@ def entry_log_run(
     max_bytes: int,
     /,
 ) -> tuple[list[bytes], int]: ...
+def entry_log_pick(
+    block: bytes | memoryview, at: int, ledger_id: int, wanted: list[int], start: int, /
+) -> tuple[list[bytes], int, int]: ...
 def crc32c_batch_payloads(
     body: bytes, ledger_id: int, first_entry_id: int, max_count: int, /
 ) -> list[bytes] | None: ...

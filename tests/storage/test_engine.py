@@ -132,6 +132,26 @@ def test_a_range_read_takes_the_entry_logs_then_the_write_cache_and_stops_at_a_g
     engine.close()
 
 
+def test_many_reads_take_the_write_cache_and_walks_over_the_logs_until_an_entry_is_missing(
+    tmp_path: Path,
+) -> None:
+    """A bookie's share of a striped read: entries of the write cache and of the entry logs
+    in one call, as many from the start as it serves together; it stops before a missing
+    entry (the one-entry read then says what is wrong) and serves nothing of a missing ledger."""
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(1, 4), 50)
+    engine.checkpoint()
+    for entry_id in (50, 53):
+        engine.add_entry(2, entry_id, entry(2, entry_id), entry_id)
+    durable.wait_for(152)
+    wanted = [1, 4, 7, 44, 47, 50, 53, 56, 59]
+    assert engine.read_many(2, wanted, 0) == [entry(2, i) for i in wanted[:7]]
+    assert engine.read_many(2, wanted, 3) == [entry(2, i) for i in wanted[3:7]]
+    assert engine.read_many(2, wanted, 7) == []
+    assert engine.read_many(99, [0, 1], 0) == []
+    engine.close()
+
+
 def test_entry_ids_merge_the_write_cache_and_the_index(tmp_path: Path) -> None:
     engine, durable = open_engine(tmp_path)
     engine.create_ledger(1, KEY)

@@ -212,6 +212,50 @@ def test_a_run_stops_before_a_damaged_record_and_before_what_is_not_synced(
     logger.close()
 
 
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_picked_entries_come_from_a_walk_over_the_ledgers_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A bookie's share of a striped read (every third entry of those it holds) comes from a
+    walk over the ledger's records in spans, stepping over the entries not asked for, checked
+    by the C pass or in Python; the walk ends before a wanted entry it does not meet (not held
+    there, or after another ledger's record), before a damaged one, and, without waiting, where
+    the page cache ends."""
+    _walker(monkeypatch, path)
+    monkeypatch.setattr(entry_log, "READ_RUN_BYTES", 16 * 1024)
+    logger = EntryLogger(str(tmp_path))
+    held = [i for i in range(900) if i % 3 != 1]  # a 3/2/2 bookie's entries
+    sizes = {i: (i * 37) % 3000 + 10 for i in held}
+    stored = {i: entry(7, i, sizes[i]) for i in held}
+    locations = dict(zip(held, logger.add_many(7, [stored[i] for i in held]), strict=True))
+    logger.add_many(8, [entry(8, 0, 100)])
+    logger.flush()
+    reads = count_preads(monkeypatch)
+    wanted = list(range(0, 900, 3))
+    assert logger.read_picked(locations[0], 7, wanted, 0) == [stored[i] for i in wanted]
+    assert len(reads) < len(wanted) / 4  # spans, not a read per entry
+    assert logger.read_picked(locations[30], 7, wanted, 10) == [stored[i] for i in wanted[10:]]
+    # a wanted entry not held here ends the walk before it
+    assert logger.read_picked(locations[0], 7, [0, 2, 4, 6], 0) == [stored[0], stored[2]]
+    # nothing past the ledger's records: another ledger's comes next
+    assert logger.read_picked(locations[897], 7, [897, 899, 900], 0) == [stored[897], stored[899]]
+    log_id, offset = split_location(locations[300])
+    with open(logger.path(log_id), "r+b") as handle:
+        handle.seek(offset + 8 + 20)
+        handle.write(b"\xff")
+    got = logger.read_picked(locations[0], 7, wanted, 0)
+    assert got == [stored[i] for i in wanted if i < 300]
+    assert logger.read_picked(locations[299], 7, [299, 302], 0) == [stored[299], stored[302]]
+    if entry_log._NOWAIT:
+
+        def not_cached(fd: int, buffers: list[bytearray], offset: int, flags: int) -> int:
+            raise BlockingIOError()
+
+        monkeypatch.setattr(os, "preadv", not_cached)
+        assert logger.read_picked(locations[0], 7, wanted, 0, nowait=True) == []
+    logger.close()
+
+
 def test_synced_pages_of_the_active_log_are_dropped_from_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -584,7 +584,9 @@ class Bookie:
             try:
                 answer = self._read(ledger_id, entry_id, nowait=True)
             except ReadWouldBlockError:
-                self._read_from_disk(ledger_id, entry_id, done)
+                self._read_rest_from_disk(
+                    ledger_id, [entry_id], lambda _, status, body: done(status, body)
+                )
             else:
                 done(*answer)
             return
@@ -774,46 +776,84 @@ class Bookie:
     ) -> list[tuple[int, StatusCode, bytes]]:
         """Plain reads (no fencing) of one ledger that arrived together: returns the answers
         (entry id, status, entry) it can give at once, from the write cache or the page cache;
-        an entry that must come from a disk is read on a reader thread and answered through
-        ``done(entry_id, status, entry)``. Each read's latency is recorded as for ``read_entry``
-        (all of them took the time the whole run took)."""
+        from the first entry that must come from a disk on, the rest are read on a reader thread
+        and answered through ``done(entry_id, status, entry)``. Each read's latency is recorded
+        as for ``read_entry`` (all of them took the time the whole run took)."""
         started = self._read_at = time.perf_counter()
         stats = self._read_stats
         answers: list[tuple[int, StatusCode, bytes]] = []
-        read = self._read
-        with self.engine.read_run():
-            for entry_id in entry_ids:
-                if _bad_read_ids(ledger_id, entry_id):
-                    answers.append((entry_id, StatusCode.EBADREQ, b""))
-                    continue
-                try:
-                    status, body = read(ledger_id, entry_id, nowait=True)
-                except ReadWouldBlockError:
-                    self._read_from_disk(
-                        ledger_id, entry_id, self._timed(stats, partial(done, entry_id))
-                    )
-                    continue
-                answers.append((entry_id, status, body))
+        taken = self._serve_reads(ledger_id, entry_ids, answers, nowait=True)
+        if taken < len(entry_ids):
+            self._read_rest_from_disk(ledger_id, entry_ids[taken:], done, (started, stats))
         elapsed = time.perf_counter() - started
         for _, status, _ in answers:
             _observe(stats, status, elapsed)
         return answers
 
-    def _read_from_disk(self, ledger_id: int, entry_id: int, done: ReadDone) -> None:
-        """A read whose entry the page cache does not hold: on a reader thread (the loop's
-        executor), so that the loop serves other requests (a writer's adds) while the disk
-        works; answered on the loop."""
+    def _serve_reads(
+        self,
+        ledger_id: int,
+        entry_ids: list[int],
+        answers: list[tuple[int, StatusCode, bytes]],
+        nowait: bool,
+    ) -> int:
+        """Answers ``entry_ids`` in order into ``answers``: runs of them as the storage serves
+        them together (``read_many``), each other one on its own. With ``nowait``, stops at the
+        first that must come from a disk; how many were answered."""
+        at, count = 0, len(entry_ids)
+        read_many, read = self.engine.read_many, self._read
+        with self.engine.read_run():
+            while at < count:
+                run = read_many(ledger_id, entry_ids, at, nowait)
+                if run:
+                    self._read_bytes.inc(sum(len(entry) for entry in run))
+                    for entry in run:
+                        answers.append((entry_ids[at], StatusCode.EOK, entry))
+                        at += 1
+                    if at == count:
+                        break
+                entry_id = entry_ids[at]
+                if _bad_read_ids(ledger_id, entry_id):
+                    answers.append((entry_id, StatusCode.EBADREQ, b""))
+                else:
+                    try:
+                        status, body = read(ledger_id, entry_id, nowait=nowait)
+                    except ReadWouldBlockError:
+                        return at
+                    answers.append((entry_id, status, body))
+                at += 1
+        return at
+
+    def _read_rest_from_disk(
+        self,
+        ledger_id: int,
+        entry_ids: list[int],
+        done: Callable[[int, StatusCode, bytes], None],
+        timed: tuple[float, OpStats] | None = None,
+    ) -> None:
+        """Reads entries that must come from a disk (a read, or the rest of a run) on a reader
+        thread (the loop's executor), so that the loop serves other requests (a writer's adds)
+        meanwhile; they are answered on the loop, in order, each latency recorded in ``timed``
+        (since when, where) if given."""
         self._disk_reads.inc()
 
-        def answer(future: asyncio.Future[tuple[StatusCode, bytes]]) -> None:
-            try:
-                status, body = future.result()
-            except Exception:
-                log.exception("ledger %d entry %d: reading it failed", ledger_id, entry_id)
-                status, body = StatusCode.EIO, b""
-            done(status, body)
+        def serve() -> list[tuple[int, StatusCode, bytes]]:
+            answers: list[tuple[int, StatusCode, bytes]] = []
+            self._serve_reads(ledger_id, entry_ids, answers, nowait=False)
+            return answers
 
-        self._loop.run_in_executor(None, self._read, ledger_id, entry_id).add_done_callback(answer)
+        def answer(future: asyncio.Future[list[tuple[int, StatusCode, bytes]]]) -> None:
+            try:
+                answers = future.result()
+            except Exception:
+                log.exception("ledger %d: reading %d entries failed", ledger_id, len(entry_ids))
+                answers = [(entry_id, StatusCode.EIO, b"") for entry_id in entry_ids]
+            for entry_id, status, body in answers:
+                if timed is not None:
+                    _observe(timed[1], status, time.perf_counter() - timed[0])
+                done(entry_id, status, body)
+
+        self._loop.run_in_executor(None, serve).add_done_callback(answer)
 
     def _read(
         self,

@@ -163,6 +163,14 @@ class LedgerEngine(Protocol):
         as ``read`` does for the first, stops before the first later entry it cannot read."""
         ...
 
+    def read_many(
+        self, ledger_id: int, entry_ids: list[int], start: int, nowait: bool = False
+    ) -> list[bytes]:
+        """Entries ``entry_ids[start]``, ... (increasing ids), as many from the start as the
+        storage serves together, maybe none (the next is then read with ``read``); with
+        ``nowait``, without waiting for a disk."""
+        ...
+
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         """The entry ids held of the ledger, increasing (repeats possible)."""
         ...
@@ -478,6 +486,11 @@ class StorageEngine:
 
     def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
         return self.storage.read_range(ledger_id, first, max_count, max_bytes)
+
+    def read_many(
+        self, ledger_id: int, entry_ids: list[int], start: int, nowait: bool = False
+    ) -> list[bytes]:
+        return self.storage.read_many(ledger_id, entry_ids, start, nowait)
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         return self.storage.entry_ids(ledger_id)

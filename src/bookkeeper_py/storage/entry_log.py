@@ -428,41 +428,91 @@ class EntryLogger:
         as ``read`` checks it. Stops before the first record that is not the next entry
         (another ledger's, past what is stable, damaged: ``read`` of that entry says what is
         wrong), so maybe at once. Waits for the disk."""
+        walk = _c_run or _walk_records
+        budget = max_bytes
+
+        def span_size(taken: int) -> int:
+            return min(READ_RUN_BYTES, (max_count - taken) * self._record_guess)
+
+        def step(span: bytes | memoryview, taken: int) -> tuple[list[bytes], int]:
+            nonlocal budget
+            got, at = walk(span, 0, ledger_id, entry_id + taken, max_count - taken, budget)
+            budget -= sum(len(entry) for entry in got) + 4 * len(got)
+            return got, at
+
+        return self._read_spans(location, span_size, step, nowait=False)
+
+    def read_picked(
+        self, location: int, ledger_id: int, wanted: list[int], start: int, nowait: bool = False
+    ) -> list[bytes]:
+        """The ledger's entries ``wanted[start]``, ``wanted[start + 1]``, ... (increasing ids,
+        as an E > Qw reader asks a bookie for every E-th entry) whose records come in the log
+        from ``location`` on, among records of the ledger's other entries stepped over; read in
+        spans as ``read_run`` does, each entry taken checked. Stops before the first wanted entry
+        not met there (maybe at once). With ``nowait``, only from what the page cache holds."""
+        pick = _c_pick or _pick_records
+
+        def span_size(taken: int) -> int:
+            at = start + taken
+            if at >= len(wanted):
+                return 0
+            return min(READ_RUN_BYTES, (wanted[-1] - wanted[at] + 1) * self._record_guess)
+
+        def step(span: bytes | memoryview, taken: int) -> tuple[list[bytes], int]:
+            got, _, at = pick(span, 0, ledger_id, wanted, start + taken)
+            return got, at
+
+        return self._read_spans(location, span_size, step, nowait)
+
+    def _read_spans(
+        self,
+        location: int,
+        span_size: Callable[[int], int],
+        step: Callable[[bytes | memoryview, int], tuple[list[bytes], int]],
+        nowait: bool,
+    ) -> list[bytes]:
+        """The walk of ``read_run`` and ``read_picked``: spans of the log from ``location`` of
+        ``span_size(entries taken so far)`` bytes (0: done), each handed to ``step``, which
+        returns the entries it took and where in the span it stopped; on while a record was
+        cut by the span's end. Nothing past the active log's synced end."""
         log_id, offset = split_location(location)
         entries: list[bytes] = []
         active_id, synced = self._active_bound
         if 0 <= active_id < log_id:
             return entries  # a log being started
         end = synced if log_id == active_id else None  # past it nothing is stable yet
-        walk = _c_run or _walk_records
-        budget, need = max_bytes, 0
+        need = 0
         try:
             fd = self._fd(log_id)
-            while len(entries) < max_count:
-                left = max_count - len(entries)
-                want = max(need, min(READ_RUN_BYTES, left * self._record_guess))
+            while (size := span_size(len(entries))) > 0:
+                want = max(need, size)
                 if end is not None:
                     want = min(want, end - offset)
                 if want < _RECORD.size:
                     break
-                span = os.pread(fd, want, offset)
-                got, at = walk(span, 0, ledger_id, entry_id + len(entries), left, budget)
+                span = (
+                    _cached_pread(fd, want, offset, exact=False)
+                    if nowait
+                    else os.pread(fd, want, offset)
+                )
+                got, at = step(span, len(entries))
                 entries += got
-                budget -= sum(len(entry) for entry in got) + 4 * len(got)
                 offset += at
+                if at:
+                    need = 0  # on from where the walk stopped
                 if at + _RECORD.size > len(span):
                     if len(span) < want:
-                        break  # the end of the file
+                        break  # the end of the file (or of what the page cache holds)
                     continue  # the next record's header was cut by the span
                 length = _RECORD.unpack_from(span, at)[0]
                 if at + _RECORD.size + length <= len(span) or len(span) < want:
-                    break  # whole but not the next entry, or cut by the file's end
-                if got:
-                    need = 0  # cut by the span: read on from it
-                elif need:
-                    break  # still cut: by the end of what is stable
-                else:
+                    break  # whole but not taken, or cut by the end of the file or cache
+                if not at:  # the first record is cut
+                    if need:
+                        break  # even in a span read to hold it: by the end of what is stable
                     need = _RECORD.size + length  # longer than a span: read it whole
+        except ReadWouldBlockError:
+            pass  # the rest is on the disk: the one-entry way reads it off the loop
         except OSError:
             pass  # a log deleted meanwhile (compaction): ``read`` follows the entry
         if entries:
@@ -661,8 +711,39 @@ def _walk_records(
     return entries, at
 
 
+def _pick_records(
+    block: bytes | memoryview, at: int, ledger_id: int, wanted: list[int], start: int
+) -> tuple[list[bytes], int, int]:
+    """The pure-Python ``entry_log_pick`` of the C speedups (see ``EntryLogger.read_picked``):
+    the checked entries of ``wanted[start:]`` among the ledger's records following one another
+    in ``block`` from ``at`` with increasing ids; the index of the first not taken, and where
+    the walk stopped."""
+    entries: list[bytes] = []
+    last = -1
+    while start < len(wanted) and at + _RECORD.size <= len(block):
+        length, expected_crc = _RECORD.unpack_from(block, at)
+        stop = at + _RECORD.size + length
+        if length < 16 or stop > len(block):
+            break
+        ledger, entry_id = _IDS.unpack_from(block, at + _RECORD.size)
+        if ledger != ledger_id or entry_id <= last or entry_id > wanted[start]:
+            break
+        if entry_id == wanted[start]:
+            entry = bytes(block[at + _RECORD.size : stop])
+            if crc32c.crc32c(entry) != expected_crc:
+                break
+            entries.append(entry)
+            start += 1
+        last = entry_id
+        at = stop
+    return entries, start, at
+
+
 _c_run: Callable[..., tuple[list[bytes], int]] | None = (
     native.entry_log_run if native is not None else None
+)
+_c_pick: Callable[..., tuple[list[bytes], int, int]] | None = (
+    native.entry_log_pick if native is not None else None
 )
 
 

@@ -387,6 +387,36 @@ class LedgerStorage:
                 entry_id += 1
         return entries
 
+    def read_many(
+        self, ledger_id: int, entry_ids: list[int], start: int, nowait: bool = False
+    ) -> list[bytes]:
+        """Entries ``entry_ids[start]``, ``entry_ids[start + 1]``, ... (increasing ids, such as
+        a bookie's share of a striped read), as many from the start as come from the write
+        cache or from walks over the entry logs (one index lookup per walk, not per entry),
+        maybe none: the caller reads the next one the one-entry way, which says what is wrong
+        with it. With ``nowait``, only what the page cache holds."""
+        entries: list[bytes] = []
+        if self.ledger(ledger_id) is None:
+            return entries
+        at, count = start, len(entry_ids)
+        with self.index.read_run():
+            while at < count:
+                entry_id = entry_ids[at]
+                cached = self._cached(ledger_id, entry_id)
+                if cached is not None:
+                    entries.append(cached)
+                    at += 1
+                    continue
+                location = self.index.location(ledger_id, entry_id)
+                if location is None:
+                    break
+                got = self.entry_logger.read_picked(location, ledger_id, entry_ids, at, nowait)
+                if not got:
+                    break
+                entries += got
+                at += len(got)
+        return entries
+
     def _cached(self, ledger_id: int, entry_id: int) -> bytes | None:
         """The entry from the write cache, if it holds it."""
         for generation in (self._current, self._flushing):

@@ -82,6 +82,13 @@ class SimEngine:
         """Reads of the simulated disk share nothing."""
         return contextlib.nullcontext()
 
+    def read_many(
+        self, ledger_id: int, entry_ids: list[int], start: int, nowait: bool = False
+    ) -> list[bytes]:
+        """None together: each read of the simulated disk goes on its own (``read``), where the
+        simulation decides how it fails."""
+        return []
+
     def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
         """One ``read`` after another (each may fail as the simulation decides)."""
         entries = [self.read(ledger_id, first)]
