@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--recovery-entries", type=int, default=100_000)
-    parser.add_argument("--read-entries", type=int, default=200_000, help="catch-up reads")
+    parser.add_argument("--read-entries", type=int, default=600_000, help="catch-up reads")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     seconds = f"--seconds={args.seconds}"
@@ -189,9 +189,10 @@ def main() -> None:
             lambda: event_loop.run(recovery_seconds(uri, args.recovery_entries)),
         )
     # Catch-up reads on a cluster of their own whose bookies keep a 32 MiB write cache: with
-    # the default 256 MiB, the ~133 MiB each bookie takes of the bench's writes would still be
+    # the default 256 MiB, much of what each bookie takes of the bench's writes would still be
     # in the write cache when the reads start (its checkpoint is paced), and the rows would
     # measure reads from memory, not from the entry logs that a reader catching up meets.
+    # 600,000 entries (by default) give a read phase of seconds, not a fraction of one.
     small_cache = ["--write-cache-mb", "32"]
     with LocalCluster(3, bookie_args=small_cache) as three:
         for quorum in ("3,2,2", "3,3,2"):
