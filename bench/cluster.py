@@ -11,9 +11,10 @@ one bookie E=Qw=Qa=1 adds/s; three bookies at 3/2/2 and 3/3/2 adds/s (1,000 in f
 own; p99 add latency at 3/2/2 at half the rate reached (open loop, on a cluster of its own, 1 s
 of warm-up); on one more cluster, p50 with one add in flight, a tailing reader's p99 lag at
 10,000 adds/s, and recovery of a ledger whose 100,000 entries all lie beyond the LAC its bookies
-know (a DEFERRED_SYNC writer that never forced, abandoned), in seconds; catch-up reads of closed
-ledgers at 3/2/2 (entry by entry) and 3/3/2 (E = Qw: batch reads) in MB/s, on a cluster of their
-own whose bookies keep a 32 MiB write cache (so that the reads come from the entry logs).
+know (a DEFERRED_SYNC writer that never forced, abandoned), in seconds; last, catch-up reads of
+closed ledgers at 3/2/2 (entry by entry) and 3/3/2 (E = Qw: batch reads) in MB/s, each on a
+cluster of its own whose bookies keep a 32 MiB write cache (so that the reads come from the entry
+logs).
 """
 
 from __future__ import annotations
@@ -188,27 +189,41 @@ def main() -> None:
             "python bench/cluster.py (recovery_seconds)",
             lambda: event_loop.run(recovery_seconds(uri, args.recovery_entries)),
         )
-    # Catch-up reads on a cluster of their own whose bookies keep a 32 MiB write cache: with
-    # the default 256 MiB, much of what each bookie takes of the bench's writes would still be
-    # in the write cache when the reads start (its checkpoint is paced), and the rows would
-    # measure reads from memory, not from the entry logs that a reader catching up meets.
-    # 600,000 entries (by default) give a read phase of seconds, not a fraction of one.
+    # On a cluster of its own (the others stopped), after a second of warm-up: the throughput
+    # rows leave write caches full, and their checkpoints would land in this row's runs.
+    half = f"--rate={reached / 2:.0f}"
+    argv = ["writes", half, seconds, "--warmup=1"]
+    with LocalCluster(3) as fresh:
+        row(
+            f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)",
+            "ms",
+            "bookkeeper bench " + " ".join(argv) + " --local 3",
+            lambda: measure(fresh, argv),
+            lambda report: report.latency["p99_ms"],
+        )
+    # Catch-up reads, each row on a cluster of its own whose bookies keep a 32 MiB write cache:
+    # with the default 256 MiB, much of what each bookie takes of the bench's writes would
+    # still be in the write cache when the reads start (its checkpoint is paced), and the rows
+    # would measure reads from memory, not from the entry logs that a reader catching up meets.
+    # 600,000 entries (by default) give a read phase of seconds, not a fraction of one. Last:
+    # the gigabytes these rows write are deleted when their clusters stop, and on a file system
+    # mounted with online discard that keeps the disk busy for a while after.
     small_cache = ["--write-cache-mb", "32"]
-    with LocalCluster(3, bookie_args=small_cache) as three:
-        for quorum in ("3,2,2", "3,3,2"):
-            e, w, a = quorum.split(",")
-            argv = [
-                "reads",
-                f"--entries={args.read_entries}",
-                "--ledgers-per-writer=3",
-                "-e",
-                e,
-                "-w",
-                w,
-                "-a",
-                a,
-            ]
-            how = "batch reads" if e == w else "entry by entry"
+    for quorum in ("3,2,2", "3,3,2"):
+        e, w, a = quorum.split(",")
+        argv = [
+            "reads",
+            f"--entries={args.read_entries}",
+            "--ledgers-per-writer=3",
+            "-e",
+            e,
+            "-w",
+            w,
+            "-a",
+            a,
+        ]
+        how = "batch reads" if e == w else "entry by entry"
+        with LocalCluster(3, bookie_args=small_cache) as three:
 
             def reads(argv: list[str] = argv, three: LocalCluster = three) -> bench.Report:
                 return measure(three, argv)
@@ -224,18 +239,6 @@ def main() -> None:
                 reads,
                 lambda report: report.mb_per_s,
             )
-    # On a cluster of its own (the others stopped), after a second of warm-up: the throughput
-    # rows leave write caches full, and their checkpoints would land in this row's runs.
-    half = f"--rate={reached / 2:.0f}"
-    argv = ["writes", half, seconds, "--warmup=1"]
-    with LocalCluster(3) as fresh:
-        row(
-            f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)",
-            "ms",
-            "bookkeeper bench " + " ".join(argv) + " --local 3",
-            lambda: measure(fresh, argv),
-            lambda report: report.latency["p99_ms"],
-        )
     if args.json:
         print(json.dumps({"limits": raw, "rows": rows}))
 
