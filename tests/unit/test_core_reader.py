@@ -7,6 +7,7 @@ import pytest
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.reader import (
+    BATCH_REGION_ENTRIES,
     STRIPE_ENTRIES,
     STRIPE_WINDOW,
     EntryRead,
@@ -288,13 +289,36 @@ def test_a_batched_range_reads_fragments_in_batches_and_asks_for_what_a_cut_answ
     read = plan(0, 1199, batched=True, fragments=(0, 600))
     sent = batches(read.start(0))
     assert [(b.start, b.end) for b in sent] == [(0, 511), (512, 599), (600, 1111), (1112, 1199)]
-    assert len({b.bookie for b in sent}) > 1  # the replicas in turn
+    assert len({b.bookie for b in sent}) == 1  # one region of the ledger: one replica
     (rest,) = batches(read.on_batch_answer(0, StatusCode.EOK, served=100, now=1))  # cut short
     assert (rest.start, rest.end) == (100, 511)
     assert read.on_batch_answer(100, StatusCode.EOK, served=412, now=2) == []
     for start, end in ((512, 599), (600, 1111), (1112, 1199)):
         read.on_batch_answer(start, StatusCode.EOK, served=end - start + 1, now=3)
     assert read.done
+
+
+def test_batches_take_the_replicas_by_regions_of_the_ledger_in_turn() -> None:
+    """Each region of BATCH_REGION_ENTRIES entries comes from one replica, the next region from
+    the next one (by ensemble index, shifted by the ledger id: ledger 1 starts on b1), so that
+    a bookie reads long stretches of its logs; a replica that failed lately is left out."""
+    health = ReplicaHealth()
+    read = plan(0, 3 * BATCH_REGION_ENTRIES - 1, batched=True, health=health)
+    bookie_of: dict[int, set[str]] = {}
+    sends = batches(read.start(0))
+    while sends:
+        more = []
+        for batch in sends:
+            bookie_of.setdefault(batch.start // BATCH_REGION_ENTRIES, set()).add(batch.bookie)
+            more += batches(
+                read.on_batch_answer(batch.start, StatusCode.EOK, batch.end - batch.start + 1, 1)
+            )
+        sends = more
+    assert read.done
+    assert bookie_of == {0: {"b1"}, 1: {"b2"}, 2: {"b0"}}
+    health.failed("b1", 2)
+    again = plan(0, BATCH_REGION_ENTRIES - 1, batched=True, health=health)
+    assert {batch.bookie for batch in batches(again.start(2))} == {"b2"}
 
 
 def test_a_failed_batch_is_read_entry_by_entry_and_its_bookie_avoided() -> None:
