@@ -12,9 +12,9 @@ own; p99 add latency at 3/2/2 at half the rate reached (open loop, on a cluster 
 of warm-up); on one more cluster, p50 with one add in flight, a tailing reader's p99 lag at
 10,000 adds/s, and recovery of a ledger whose 100,000 entries all lie beyond the LAC its bookies
 know (a DEFERRED_SYNC writer that never forced, abandoned), in seconds; last, catch-up reads of
-closed ledgers at 3/2/2 (entry by entry) and 3/3/2 (E = Qw: batch reads) in MB/s, each on a
-cluster of its own whose bookies keep a 32 MiB write cache (so that the reads come from the entry
-logs).
+closed ledgers at 3/2/2 (entry by entry) and 3/3/2 (E = Qw: batch reads) in MB/s, each run on
+a cluster of its own whose bookies keep a 32 MiB write cache (so that the reads come from the
+entry logs).
 """
 
 from __future__ import annotations
@@ -201,11 +201,14 @@ def main() -> None:
             lambda: measure(fresh, argv),
             lambda report: report.latency["p99_ms"],
         )
-    # Catch-up reads, each row on a cluster of its own whose bookies keep a 32 MiB write cache:
+    # Catch-up reads, each run on a cluster of its own whose bookies keep a 32 MiB write cache:
     # with the default 256 MiB, much of what each bookie takes of the bench's writes would
     # still be in the write cache when the reads start (its checkpoint is paced), and the rows
     # would measure reads from memory, not from the entry logs that a reader catching up meets.
-    # 600,000 entries (by default) give a read phase of seconds, not a fraction of one. Last:
+    # 600,000 entries (by default) give a read phase of seconds, not a fraction of one. A run
+    # on the bookies of the run before read slower here (474 -> 285 -> 258 MB/s at 3/3/2) as the
+    # page cache grew past ~4-5 GB; with the caches dropped between runs it did not (479 ->
+    # 470 -> 459): a cost of this virtual machine's fresh memory, not of the reads. Last:
     # the gigabytes these rows write are deleted when their clusters stop, and on a file system
     # mounted with online discard that keeps the disk busy for a while after.
     small_cache = ["--write-cache-mb", "32"]
@@ -223,22 +226,22 @@ def main() -> None:
             a,
         ]
         how = "batch reads" if e == w else "entry by entry"
-        with LocalCluster(3, bookie_args=small_cache) as three:
 
-            def reads(argv: list[str] = argv, three: LocalCluster = three) -> bench.Report:
+        def reads(argv: list[str] = argv) -> bench.Report:
+            with LocalCluster(3, bookie_args=small_cache) as three:
                 return measure(three, argv)
 
-            row(
-                f"catch-up reads of closed ledgers ({quorum.replace(',', '/')}, {how})",
-                "MB/s",
-                "bookkeeper bench "
-                + " ".join(argv)
-                + " (3 bookies started with "
-                + " ".join(small_cache)
-                + ")",
-                reads,
-                lambda report: report.mb_per_s,
-            )
+        row(
+            f"catch-up reads of closed ledgers ({quorum.replace(',', '/')}, {how})",
+            "MB/s",
+            "bookkeeper bench "
+            + " ".join(argv)
+            + " (3 bookies started with "
+            + " ".join(small_cache)
+            + ")",
+            reads,
+            lambda report: report.mb_per_s,
+        )
     if args.json:
         print(json.dumps({"limits": raw, "rows": rows}))
 
