@@ -46,10 +46,14 @@ def measure(cluster: LocalCluster, argv: list[str]) -> bench.Report:
 
 def cpu_line(reports: list[bench.Report]) -> str:
     """The median over ``reports`` of each process's CPU per entry (µs): the client, the
-    bookies (each, in id order), a tailing reader."""
+    bookies (each, in id order within a run: runs on clusters of their own have bookies of
+    other ids), a tailing reader."""
     per_process: dict[str, list[float]] = {}
     for report in reports:
-        for name, us in report.cpu_per_entry_us.items():
+        cpu = dict(report.cpu_per_entry_us)
+        named: dict[str, float] = {n: cpu.pop(n) for n in ("client", "reader") if n in cpu}
+        named.update({f"bookie {i}": cpu[name] for i, name in enumerate(sorted(cpu))})
+        for name, us in named.items():
             per_process.setdefault(name, []).append(us)
     medians = {name: statistics.median(values) for name, values in per_process.items()}
     client = medians.pop("client", math.nan)
