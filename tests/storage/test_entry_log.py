@@ -19,6 +19,26 @@ def entry(ledger_id: int, entry_id: int, size: int) -> bytes:
     return struct.pack(">qq", ledger_id, entry_id) + bytes([entry_id % 251]) * size
 
 
+def flip_byte(logger: EntryLogger, location: int, at: int) -> None:
+    """Flips the byte ``at`` bytes into the record at ``location`` (its header is 8 bytes)."""
+    log_id, offset = split_location(location)
+    with open(logger.path(log_id), "r+b") as handle:
+        handle.seek(offset + at)
+        byte = handle.read(1)
+        handle.seek(offset + at)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+def log_with_a_flipped_byte(tmp_path: Path) -> tuple[EntryLogger, list[bytes], list[int]]:
+    """A log of ledger 7's entries 0-19 (200 bytes each), a byte of entry 10 flipped."""
+    logger = EntryLogger(str(tmp_path))
+    entries = [entry(7, i, 200) for i in range(20)]
+    locations = logger.add_many(7, entries)
+    logger.flush()
+    flip_byte(logger, locations[10], 8 + 100)
+    return logger, entries, locations
+
+
 def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """From now on, the size of every ``os.pread`` made, in a list."""
     reads: list[int] = []
@@ -130,14 +150,8 @@ def test_a_damaged_record_in_a_read_ahead_block_is_refused_and_named(
         monkeypatch.setattr(entry_log, "_c_record", None)
     elif entry_log._c_record is None:
         pytest.skip("C speedups not built here")
-    logger = EntryLogger(str(tmp_path))
-    entries = [entry(7, i, 200) for i in range(20)]
-    locations = logger.add_many(7, entries)
-    logger.flush()
-    log_id, offset = split_location(locations[10])
-    with open(logger.path(log_id), "r+b") as handle:
-        handle.seek(offset + 8 + 100)
-        handle.write(b"\xff")
+    logger, entries, locations = log_with_a_flipped_byte(tmp_path)
+    offset = split_location(locations[10])[1]
     for i in range(10):
         assert logger.read(locations[i], 7, i) == entries[i]
     with pytest.raises(entry_log.CorruptEntryError, match=f"at offset {offset}: checksum mismatch"):
@@ -192,14 +206,7 @@ def test_a_run_stops_before_a_damaged_record_and_before_what_is_not_synced(
     """A flipped byte ends a run before its record (the one-entry read then names it); in the
     active log a run ends at the synced end, though later records of the ledger are written."""
     _walker(monkeypatch, path)
-    logger = EntryLogger(str(tmp_path))
-    entries = [entry(7, i, 200) for i in range(20)]
-    locations = logger.add_many(7, entries)
-    logger.flush()
-    log_id, offset = split_location(locations[10])
-    with open(logger.path(log_id), "r+b") as handle:
-        handle.seek(offset + 8 + 100)
-        handle.write(b"\xff")
+    logger, entries, locations = log_with_a_flipped_byte(tmp_path)
     assert logger.read_run(locations[0], 7, 0, 100, 2**30) == entries[:10]
     assert logger.read_run(locations[10], 7, 10, 100, 2**30) == []
     assert logger.read_run(locations[11], 7, 11, 100, 2**30) == entries[11:]
@@ -239,10 +246,7 @@ def test_picked_entries_come_from_a_walk_over_the_ledgers_records(
     assert logger.read_picked(locations[0], 7, [0, 2, 4, 6], 0) == [stored[0], stored[2]]
     # nothing past the ledger's records: another ledger's comes next
     assert logger.read_picked(locations[897], 7, [897, 899, 900], 0) == [stored[897], stored[899]]
-    log_id, offset = split_location(locations[300])
-    with open(logger.path(log_id), "r+b") as handle:
-        handle.seek(offset + 8 + 20)
-        handle.write(b"\xff")
+    flip_byte(logger, locations[300], 8 + 20)
     got = logger.read_picked(locations[0], 7, wanted, 0)
     assert got == [stored[i] for i in wanted if i < 300]
     assert logger.read_picked(locations[299], 7, [299, 302], 0) == [stored[299], stored[302]]
