@@ -835,7 +835,7 @@ class Bookie:
         thread (the loop's executor), so that the loop serves other requests (a writer's adds)
         meanwhile; they are answered on the loop, in order, each latency recorded in ``timed``
         (since when, where) if given."""
-        self._disk_reads.inc()
+        self._disk_reads.inc(len(entry_ids))
 
         def serve() -> list[tuple[int, StatusCode, bytes]]:
             answers: list[tuple[int, StatusCode, bytes]] = []
