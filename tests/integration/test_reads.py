@@ -13,7 +13,7 @@ import crc32c
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerHandle, LedgerState, aio
-from bookkeeper_py.core.reader import READ_WINDOW
+from bookkeeper_py.core.reader import BATCH_REGION_ENTRIES, READ_WINDOW
 from bookkeeper_py.storage.entry_log import EntryLogger
 from bookkeeper_py.testing import LocalCluster
 
@@ -185,8 +185,10 @@ def test_reads_stop_waiting_on_a_frozen_replica(use_v3: bool) -> None:
     """Issue 15, item 7: with one bookie frozen, every entry whose read started on it used to
     wait out the speculative timeout (8,000 entries over v3: 42 s instead of 0.3 s). A replica
     given up on as slow now counts as failed for later reads, which start elsewhere: a handful
-    of speculative reads (the first window's), not one per entry."""
-    count = 8000
+    of speculative reads (the first window's), not one per entry. Batch reads (v2, E = Qw)
+    take one replica per region of the ledger: three regions, so that one is the frozen one's
+    whichever the ensemble's order."""
+    count = 3 * BATCH_REGION_ENTRIES
     with LocalCluster(3) as cluster:
         writer = write_closed_ledger(cluster, (3, 3, 2), b"slow", count)
         cluster.pause_bookie(0)
