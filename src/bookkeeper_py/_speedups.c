@@ -212,74 +212,27 @@ static PyObject *entry_log_record(PyObject *self, PyObject *const *args, Py_ssiz
     return result;
 }
 
-/* entry_log_run(block, at, ledger_id, entry_id, max_count, max_bytes) -> (entries, at): the
- * entries of the entry-log records that follow one another in ``block`` from ``at``, as long as
- * each is whole in the block, its checksum matches and it is the ledger's next entry (entry_id,
- * entry_id + 1, ...), at most ``max_count`` of them and as many as fit in ``max_bytes`` counting
- * 4 bytes more per entry (a batch read answer's framing); and where the record after the last
- * one taken begins. The caller tells from there why it stopped (a record cut by the block's end,
- * or one that is not the next entry: another ledger's, or damaged, which the one-entry path
- * reads and reports). */
-static PyObject *entry_log_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    long long ints[5];
-    Py_buffer view;
-    if (buffer_args(args, nargs,
-                    "entry_log_run(block, at, ledger_id, entry_id, max_count, max_bytes)", 5,
-                    ints, &view) < 0)
-        return NULL;
-    Py_ssize_t at = (Py_ssize_t)ints[0];
-    long long ledger_id = ints[1], entry_id = ints[2], max_count = ints[3];
-    long long budget = ints[4];
-    const uint8_t *p = (const uint8_t *)view.buf;
-    Py_ssize_t n = view.len;
-    PyObject *entries = PyList_New(0);
-    if (entries == NULL) goto fail;
-    if (at < 0 || at > n) {
-        PyErr_SetString(PyExc_ValueError, "entry_log_run: at outside the block");
-        goto fail;
-    }
-    for (long long taken = 0; taken < max_count && at <= n - 8; taken++) {
-        Py_ssize_t length = (Py_ssize_t)load_be32(p + at);
-        const uint8_t *entry = p + at + 8;
-        if (length < 16 || length > n - at - 8 || budget < 4 + (long long)length) break;
-        if ((long long)load_be64(entry) != ledger_id ||
-            (long long)load_be64(entry + 8) != entry_id + taken ||
-            crc32c_update(0, entry, length) != load_be32(p + at + 4))
-            break;
-        PyObject *item = PyBytes_FromStringAndSize((const char *)entry, length);
-        if (item == NULL || PyList_Append(entries, item) < 0) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-        budget -= 4 + length;
-        at += 8 + length;
-    }
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(Nn)", entries, at);
-fail:
-    Py_XDECREF(entries);
-    PyBuffer_Release(&view);
-    return NULL;
-}
-
-/* entry_log_pick(block, at, ledger_id, wanted, start) -> (entries, index, at): a walk over the
- * entry-log records that follow one another in ``block`` from ``at``, all of the ledger and with
- * increasing entry ids (one checkpoint's records of it), taking the checked entries of the ids
- * ``wanted[start]``, ``wanted[start + 1]``, ... (a list of increasing ints) and stepping over the
- * records of other ids. Stops at a record not whole in the block, another ledger's, one whose id
- * does not increase, one past a wanted id not met, or a wanted one whose checksum fails (the
- * one-entry path reads that and reports it); returns the entries taken, the index in ``wanted``
- * of the first not taken and where the record the walk stopped at begins. */
+/* entry_log_pick(block, at, ledger_id, wanted, start, max_bytes) -> (entries, index, at): a walk
+ * over the entry-log records that follow one another in ``block`` from ``at``, all of the ledger
+ * and with increasing entry ids (one checkpoint's records of it), taking the checked entries of
+ * the ids ``wanted[start]``, ``wanted[start + 1]``, ... (a list of increasing ints: a batch
+ * read's consecutive ids, or the every E-th entry of a striped read) as long as they fit in
+ * ``max_bytes`` counting 4 bytes more per entry (a batch read answer's framing), and stepping
+ * over the records of other ids. Stops at a record not whole in the block, another ledger's, one
+ * whose id does not increase, one past a wanted id not met, or a wanted one that does not fit or
+ * whose checksum fails (the one-entry path reads that and reports it); returns the entries
+ * taken, the index in ``wanted`` of the first not taken and where the record the walk stopped at
+ * begins. */
 static PyObject *entry_log_pick(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyList_Check(args[3])) {
+    if (nargs != 6 || !PyList_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError,
-                        "entry_log_pick(block, at, ledger_id, wanted: list, start)");
+                        "entry_log_pick(block, at, ledger_id, wanted: list, start, max_bytes)");
         return NULL;
     }
     Py_ssize_t at = PyLong_AsSsize_t(args[1]);
     long long ledger_id = PyLong_AsLongLong(args[2]);
     Py_ssize_t index = PyLong_AsSsize_t(args[4]);
+    long long budget = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
     PyObject *wanted = args[3];
     Py_buffer view;
@@ -303,13 +256,16 @@ static PyObject *entry_log_pick(PyObject *self, PyObject *const *args, Py_ssize_
         long long id = (long long)load_be64(entry + 8);
         if (id <= last || id > want) break;
         if (id == want) {
-            if (crc32c_update(0, entry, length) != load_be32(p + at + 4)) break;
+            if (budget < 4 + (long long)length ||
+                crc32c_update(0, entry, length) != load_be32(p + at + 4))
+                break;
             PyObject *item = PyBytes_FromStringAndSize((const char *)entry, length);
             if (item == NULL || PyList_Append(entries, item) < 0) {
                 Py_XDECREF(item);
                 goto fail;
             }
             Py_DECREF(item);
+            budget -= 4 + length;
             index++;
         }
         last = id;
@@ -459,8 +415,6 @@ static PyMethodDef methods[] = {
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,
      "The entry of a whole, checked entry-log record in a block, else None."},
-    {"entry_log_run", (PyCFunction)(void (*)(void))entry_log_run, METH_FASTCALL,
-     "A ledger's consecutive entries in an entry-log block, and where the walk stopped."},
     {"entry_log_pick", (PyCFunction)(void (*)(void))entry_log_pick, METH_FASTCALL,
      "The wanted entries of a ledger's records in an entry-log block, and where it stopped."},
     {"crc32c_batch_payloads", (PyCFunction)(void (*)(void))crc32c_batch_payloads, METH_FASTCALL,

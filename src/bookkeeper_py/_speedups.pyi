@@ -7,17 +7,14 @@ def crc32c_package(
 def entry_log_record(
     block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
 ) -> bytes | None: ...
-def entry_log_run(
+def entry_log_pick(
     block: bytes | memoryview,
     at: int,
     ledger_id: int,
-    entry_id: int,
-    max_count: int,
+    wanted: list[int],
+    start: int,
     max_bytes: int,
     /,
-) -> tuple[list[bytes], int]: ...
-def entry_log_pick(
-    block: bytes | memoryview, at: int, ledger_id: int, wanted: list[int], start: int, /
 ) -> tuple[list[bytes], int, int]: ...
 def crc32c_batch_payloads(
     body: bytes, ledger_id: int, first_entry_id: int, max_count: int, /

@@ -19,9 +19,8 @@ every copy acknowledged (an ack quorum of the write quorum: with fewer, a bookie
 while the others acknowledge can be left without some entries, which a reader then reads around,
 the failure path rather than catching up), then read back from the start by one reader per ledger
 (``--read-batch`` entries per request, each entry from one replica), MB/s and batch latencies
-reported. ``--tail``: a reader in another
-process follows a live writer (long polls) and the lag from each add's acknowledgement to the
-reader's receipt is reported.
+reported. ``--tail``: a reader in another process follows a live writer (long polls) and the lag
+from each add's acknowledgement to the reader's receipt is reported.
 
 Catch-up reads stop after ``--seconds`` of reading if the entries are not all read by then.
 

@@ -80,7 +80,8 @@ _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 _c_record: Callable[[bytes | memoryview, int, int, int], bytes | None] | None = (
     native.entry_log_record if native is not None else None
 )
-# A run of one ledger's entries (a batch read) is read in spans of at most this many bytes.
+# A walk over a ledger's records (a batch read, a striped read's share) reads spans of at most
+# this many bytes.
 READ_RUN_BYTES = 1024 * 1024
 # Sequential reads (one ledger's entries, stored one after the other in a log) read this much
 # at once and serve the next entries from it, as DbLedgerStorage's read-ahead does; the last
@@ -424,33 +425,32 @@ class EntryLogger:
         """The ledger's entries ``entry_id``, ``entry_id + 1``, ... whose records follow one
         another in the log from ``location`` (a checkpoint writes each ledger's entries
         together), at most ``max_count`` of them and as many as fit in ``max_bytes`` counting
-        4 bytes more per entry; read in spans of up to ``READ_RUN_BYTES``, each record checked
-        as ``read`` checks it. Stops before the first record that is not the next entry
-        (another ledger's, past what is stable, damaged: ``read`` of that entry says what is
-        wrong), so maybe at once. Waits for the disk."""
-        walk = _c_run or _walk_records
-        budget = max_bytes
-
-        def span_size(taken: int) -> int:
-            return min(READ_RUN_BYTES, (max_count - taken) * self._record_guess)
-
-        def step(span: bytes | memoryview, taken: int) -> tuple[list[bytes], int]:
-            nonlocal budget
-            got, at = walk(span, 0, ledger_id, entry_id + taken, max_count - taken, budget)
-            budget -= sum(len(entry) for entry in got) + 4 * len(got)
-            return got, at
-
-        return self._read_spans(location, span_size, step, nowait=False)
+        4 bytes more per entry (a batch read): ``read_picked`` of those ids. Waits for the
+        disk."""
+        wanted = list(range(entry_id, entry_id + max_count))
+        return self.read_picked(location, ledger_id, wanted, 0, max_bytes=max_bytes)
 
     def read_picked(
-        self, location: int, ledger_id: int, wanted: list[int], start: int, nowait: bool = False
+        self,
+        location: int,
+        ledger_id: int,
+        wanted: list[int],
+        start: int,
+        nowait: bool = False,
+        max_bytes: int = 2**62,
     ) -> list[bytes]:
-        """The ledger's entries ``wanted[start]``, ``wanted[start + 1]``, ... (increasing ids,
-        as an E > Qw reader asks a bookie for every E-th entry) whose records come in the log
-        from ``location`` on, among records of the ledger's other entries stepped over; read in
-        spans as ``read_run`` does, each entry taken checked. Stops before the first wanted entry
-        not met there (maybe at once). With ``nowait``, only from what the page cache holds."""
+        """The ledger's entries ``wanted[start]``, ``wanted[start + 1]``, ... (increasing ids:
+        a batch read's, or every E-th entry, as an E > Qw reader asks a bookie) whose records
+        come in the log from ``location`` on, among records of the ledger's other entries
+        stepped over, as many as fit in ``max_bytes`` counting 4 bytes more per entry; read in
+        spans of up to ``READ_RUN_BYTES``, each entry taken checked as ``read`` checks it. Stops
+        before the first wanted entry not met there (another ledger's record, past what is
+        stable, damaged: ``read`` of that entry says what is wrong), so maybe at once: at once
+        if the record at ``location`` is not the first one wanted. With ``nowait``, only from
+        what the page cache holds."""
         pick = _c_pick or _pick_records
+        budget = max_bytes
+        first = (ledger_id, wanted[start]) if start < len(wanted) else None
 
         def span_size(taken: int) -> int:
             at = start + taken
@@ -459,7 +459,16 @@ class EntryLogger:
             return min(READ_RUN_BYTES, (wanted[-1] - wanted[at] + 1) * self._record_guess)
 
         def step(span: bytes | memoryview, taken: int) -> tuple[list[bytes], int]:
-            got, _, at = pick(span, 0, ledger_id, wanted, start + taken)
+            nonlocal budget, first
+            if first is not None:  # the record at ``location`` must be the first one wanted
+                if (
+                    len(span) < _RECORD.size + _IDS.size
+                    or _IDS.unpack_from(span, _RECORD.size) != first
+                ):
+                    return [], 0
+                first = None
+            got, _, at = pick(span, 0, ledger_id, wanted, start + taken, budget)
+            budget -= sum(len(entry) for entry in got) + 4 * len(got)
             return got, at
 
         return self._read_spans(location, span_size, step, nowait)
@@ -471,7 +480,7 @@ class EntryLogger:
         step: Callable[[bytes | memoryview, int], tuple[list[bytes], int]],
         nowait: bool,
     ) -> list[bytes]:
-        """The walk of ``read_run`` and ``read_picked``: spans of the log from ``location`` of
+        """The walk of ``read_picked``: spans of the log from ``location`` of
         ``span_size(entries taken so far)`` bytes (0: done), each handed to ``step``, which
         returns the entries it took and where in the span it stopped; on while a record was
         cut by the span's end. Nothing past the active log's synced end."""
@@ -683,41 +692,18 @@ class EntryLogger:
         fsync_directory(self.directory)
 
 
-def _walk_records(
+def _pick_records(
     block: bytes | memoryview,
     at: int,
     ledger_id: int,
-    entry_id: int,
-    max_count: int,
+    wanted: list[int],
+    start: int,
     max_bytes: int,
-) -> tuple[list[bytes], int]:
-    """The pure-Python ``entry_log_run`` of the C speedups (see ``EntryLogger.read_run``):
-    the checked entries of the records following one another in ``block`` from ``at`` that
-    are the ledger's next entries, within ``max_count`` and ``max_bytes``; where it stopped."""
-    entries: list[bytes] = []
-    while len(entries) < max_count and at + _RECORD.size <= len(block):
-        length, expected_crc = _RECORD.unpack_from(block, at)
-        start, stop = at + _RECORD.size, at + _RECORD.size + length
-        if length < 16 or stop > len(block) or max_bytes < 4 + length:
-            break
-        entry = bytes(block[start:stop])
-        if _IDS.unpack_from(entry) != (ledger_id, entry_id + len(entries)):
-            break
-        if crc32c.crc32c(entry) != expected_crc:
-            break
-        entries.append(entry)
-        max_bytes -= 4 + length
-        at = stop
-    return entries, at
-
-
-def _pick_records(
-    block: bytes | memoryview, at: int, ledger_id: int, wanted: list[int], start: int
 ) -> tuple[list[bytes], int, int]:
     """The pure-Python ``entry_log_pick`` of the C speedups (see ``EntryLogger.read_picked``):
     the checked entries of ``wanted[start:]`` among the ledger's records following one another
-    in ``block`` from ``at`` with increasing ids; the index of the first not taken, and where
-    the walk stopped."""
+    in ``block`` from ``at`` with increasing ids, within ``max_bytes`` (4 bytes more counted per
+    entry); the index of the first not taken, and where the walk stopped."""
     entries: list[bytes] = []
     last = -1
     while start < len(wanted) and at + _RECORD.size <= len(block):
@@ -730,18 +716,16 @@ def _pick_records(
             break
         if entry_id == wanted[start]:
             entry = bytes(block[at + _RECORD.size : stop])
-            if crc32c.crc32c(entry) != expected_crc:
+            if max_bytes < 4 + length or crc32c.crc32c(entry) != expected_crc:
                 break
             entries.append(entry)
+            max_bytes -= 4 + length
             start += 1
         last = entry_id
         at = stop
     return entries, start, at
 
 
-_c_run: Callable[..., tuple[list[bytes], int]] | None = (
-    native.entry_log_run if native is not None else None
-)
 _c_pick: Callable[..., tuple[list[bytes], int, int]] | None = (
     native.entry_log_pick if native is not None else None
 )

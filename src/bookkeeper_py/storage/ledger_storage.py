@@ -153,6 +153,43 @@ class CheckpointResult:
     ledgers: int
 
 
+def read_range_with(
+    read: Callable[[int, int], bytes],
+    read_following: Callable[[int, int, int, int], list[bytes]],
+    ledger_id: int,
+    first: int,
+    max_count: int,
+    max_bytes: int,
+) -> list[bytes]:
+    """A batch read's entries ``first``, ``first + 1``, ... (``read_range`` of a storage): at
+    most ``max_count``, as many as fit in ``max_bytes`` counting 4 bytes more per entry, the
+    first in any case. ``read(ledger, entry)`` reads one entry (raising for the first is the
+    batch's answer); ``read_following(ledger, entry, count, budget)`` the entries from ``entry``
+    on that the storage serves together, maybe none (``read`` then takes the next one, and a
+    later entry that it cannot read ends the batch)."""
+    entry = read(ledger_id, first)
+    entries = [entry]
+    budget = max_bytes - 4 - len(entry)
+    entry_id, end = first + 1, first + max_count
+    while entry_id < end:
+        run = read_following(ledger_id, entry_id, end - entry_id, budget)
+        if run:
+            entries += run
+            budget -= sum(len(taken) for taken in run) + 4 * len(run)
+            entry_id += len(run)
+            continue
+        try:  # in the write cache; or not where the index says (moved meanwhile?), damaged
+            entry = read(ledger_id, entry_id)
+        except (StorageIOError, NoEntryError, NoLedgerError):
+            break
+        budget -= 4 + len(entry)
+        if budget < 0:
+            break
+        entries.append(entry)
+        entry_id += 1
+    return entries
+
+
 class LedgerStorage:
     """Entries and ledger states of one ledger directory."""
 
@@ -356,36 +393,21 @@ class LedgerStorage:
         come from one read and one C pass per span (``EntryLogger.read_run``), not a lookup
         each. Waits for the disk."""
         with self.index.read_run():
-            entry = self.read(ledger_id, first)
-            entries = [entry]
-            budget = max_bytes - 4 - len(entry)
-            entry_id, end = first + 1, first + max_count
-            while entry_id < end:
-                cached = self._cached(ledger_id, entry_id)
-                if cached is not None:
-                    entry = cached
-                else:
-                    location = self.index.location(ledger_id, entry_id)
-                    if location is None:
-                        break
-                    run = self.entry_logger.read_run(
-                        location, ledger_id, entry_id, end - entry_id, budget
-                    )
-                    if run:
-                        entries += run
-                        budget -= sum(len(taken) for taken in run) + 4 * len(run)
-                        entry_id += len(run)
-                        continue
-                    try:  # not where the index says (moved meanwhile?), or damaged
-                        entry = self.read(ledger_id, entry_id)
-                    except (StorageIOError, NoEntryError, NoLedgerError):
-                        break
-                budget -= 4 + len(entry)
-                if budget < 0:
-                    break
-                entries.append(entry)
-                entry_id += 1
-        return entries
+            return read_range_with(
+                self.read, self._read_following, ledger_id, first, max_count, max_bytes
+            )
+
+    def _read_following(
+        self, ledger_id: int, entry_id: int, max_count: int, max_bytes: int
+    ) -> list[bytes]:
+        """The entries from ``entry_id`` on that an entry log holds one after the other, none
+        if the write cache holds ``entry_id`` (``read`` takes it) or nothing does."""
+        if self._cached(ledger_id, entry_id) is not None:
+            return []
+        location = self.index.location(ledger_id, entry_id)
+        if location is None:
+            return []
+        return self.entry_logger.read_run(location, ledger_id, entry_id, max_count, max_bytes)
 
     def read_many(
         self, ledger_id: int, entry_ids: list[int], start: int, nowait: bool = False

@@ -23,6 +23,7 @@ from bookkeeper_py.storage.ledger_storage import (
     NoEntryError,
     NoLedgerError,
     StorageIOError,
+    read_range_with,
 )
 from bookkeeper_py.testing.sim.disk import Disk
 from bookkeeper_py.wire.status import StatusCode
@@ -91,18 +92,7 @@ class SimEngine:
 
     def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
         """One ``read`` after another (each may fail as the simulation decides)."""
-        entries = [self.read(ledger_id, first)]
-        budget = max_bytes - 4 - len(entries[0])
-        for entry_id in range(first + 1, first + max_count):
-            try:
-                entry = self.read(ledger_id, entry_id)
-            except (StorageIOError, NoEntryError, NoLedgerError):
-                break
-            budget -= 4 + len(entry)
-            if budget < 0:
-                break
-            entries.append(entry)
-        return entries
+        return read_range_with(self.read, lambda *_: [], ledger_id, first, max_count, max_bytes)
 
     def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
         """The simulated journal syncs on the loop's clock already."""
