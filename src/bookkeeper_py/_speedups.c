@@ -1,7 +1,8 @@
 /* The per-entry CRC32C work in C (issue 21): checking an entry read from a bookie and cutting
  * out its payload, packaging an entry to send (wire/digest.py), and a bookie's check of an
- * entry-log record read ahead (storage/entry_log.py); and splitting a received chunk into its
- * frames (wire/framing.py). Those modules' pure-Python paths do the
+ * entry-log record read ahead (storage/entry_log.py); splitting a received chunk into its
+ * frames (wire/framing.py); and a ledger writer's acks and completions of pending adds
+ * (core/writer.py). Those modules' pure-Python paths do the
  * same and are used where this module does not build or load (no C compiler, a CPU without
  * SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are tested.
  *
@@ -408,7 +409,120 @@ failed:
     return NULL;
 }
 
+/* A writable buffer of 8-byte integers ("Q" or "q", as ``array`` makes them): 0, or -1 with
+ * the error set. The caller releases it. */
+static int int64_buffer(PyObject *obj, const char *format, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return -1;
+    if (view->itemsize != 8 || view->format == NULL || strcmp(view->format, format) != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "expected an array('%s')", format);
+        return -1;
+    }
+    return 0;
+}
+
+/* pending_ack(acked, failed, sent, base, entry_ids, index, ensemble_size, write_quorum, first)
+ * -> list: a writer's pass over one bookie's durable acks (core/writer.py, ``_Pending``). The
+ * arrays hold the pending adds from entry ``base`` on: ``acked`` and ``failed`` the ensemble
+ * indices that acked or failed (bits, array('Q')), ``sent`` when each was sent (array('q'),
+ * negative: not sent). For each id from ``first`` on that is pending and sent, and whose write
+ * set holds ``index`` ((index - id) mod E < Qw), the bit of ``index`` is set in ``acked`` and
+ * cleared in ``failed``; others change nothing. Ids below ``first`` (entries of earlier
+ * fragments, whose bookie the caller must check) come back in a list, in order. */
+static PyObject *pending_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long ints[4];
+    if (nargs != 9 || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "pending_ack(acked, failed, sent, base, entry_ids: list, index, "
+                        "ensemble_size, write_quorum, first)");
+        return NULL;
+    }
+    long long base = PyLong_AsLongLong(args[3]);
+    if (base == -1 && PyErr_Occurred()) return NULL;
+    for (int i = 0; i < 4; i++) {
+        ints[i] = PyLong_AsLongLong(args[5 + i]);
+        if (ints[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    long long index = ints[0], size = ints[1], write_quorum = ints[2], first = ints[3];
+    if (index < 0 || index > 63 || size < 1 || size > 64) {
+        PyErr_SetString(PyExc_ValueError, "pending_ack: ensembles of at most 64 bookies");
+        return NULL;
+    }
+    Py_buffer acked, failed, sent;
+    if (int64_buffer(args[0], "Q", &acked) < 0) return NULL;
+    if (int64_buffer(args[1], "Q", &failed) < 0) {
+        PyBuffer_Release(&acked);
+        return NULL;
+    }
+    if (int64_buffer(args[2], "q", &sent) < 0) {
+        PyBuffer_Release(&acked);
+        PyBuffer_Release(&failed);
+        return NULL;
+    }
+    PyObject *earlier = PyList_New(0);
+    Py_ssize_t count = sent.len / 8;
+    if (acked.len / 8 < count || failed.len / 8 < count) {
+        PyErr_SetString(PyExc_ValueError, "pending_ack: arrays of different lengths");
+        Py_CLEAR(earlier);
+    }
+    uint64_t *a = (uint64_t *)acked.buf, *f = (uint64_t *)failed.buf, bit = 1ULL << index;
+    int64_t *s = (int64_t *)sent.buf;
+    PyObject *ids = args[4];
+    for (Py_ssize_t i = 0; earlier != NULL && i < PyList_GET_SIZE(ids); i++) {
+        PyObject *item = PyList_GET_ITEM(ids, i);
+        long long entry_id = PyLong_AsLongLong(item);
+        if (entry_id == -1 && PyErr_Occurred()) {
+            Py_CLEAR(earlier);
+            break;
+        }
+        if (entry_id < first) {
+            if (PyList_Append(earlier, item) < 0) Py_CLEAR(earlier);
+            continue;
+        }
+        long long at = entry_id - base;
+        if (at < 0 || at >= count || s[at] < 0) continue;
+        long long member = (index - entry_id) % size;
+        if (member < 0) member += size;
+        if (member >= write_quorum) continue;
+        f[at] &= ~bit;
+        a[at] |= bit;
+    }
+    PyBuffer_Release(&acked);
+    PyBuffer_Release(&failed);
+    PyBuffer_Release(&sent);
+    return earlier;
+}
+
+/* pending_done(acked, sent, ack_quorum) -> int: how many pending adds at the head of the arrays
+ * (see pending_ack) were sent and acked by at least ``ack_quorum`` bookies, in a row. */
+static PyObject *pending_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "pending_done(acked, sent, ack_quorum)");
+        return NULL;
+    }
+    long long quorum = PyLong_AsLongLong(args[2]);
+    if (quorum == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer acked, sent;
+    if (int64_buffer(args[0], "Q", &acked) < 0) return NULL;
+    if (int64_buffer(args[1], "q", &sent) < 0) {
+        PyBuffer_Release(&acked);
+        return NULL;
+    }
+    Py_ssize_t count = sent.len / 8, done = 0;
+    if (acked.len / 8 < count) count = acked.len / 8;
+    const uint64_t *a = (const uint64_t *)acked.buf;
+    const int64_t *s = (const int64_t *)sent.buf;
+    while (done < count && s[done] >= 0 && __builtin_popcountll(a[done]) >= quorum) done++;
+    PyBuffer_Release(&acked);
+    PyBuffer_Release(&sent);
+    return PyLong_FromSsize_t(done);
+}
+
 static PyMethodDef methods[] = {
+    {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,
+     "A writer's pass over one bookie's durable acks of pending adds."},
+    {"pending_done", (PyCFunction)(void (*)(void))pending_done, METH_FASTCALL,
+     "How many pending adds at the head are sent and acked by a quorum."},
     {"v2_take_answers", (PyCFunction)(void (*)(void))v2_take_answers, METH_FASTCALL,
      "A client's run of v2 add acks and read answers: their requests taken, grouped by sink."},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,

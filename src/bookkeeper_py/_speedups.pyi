@@ -1,5 +1,7 @@
 """Types of the C speedups (``_speedups.c``)."""
 
+from array import array
+
 def crc32c_payload(data: bytes, ledger_id: int, entry_id: int, /) -> bytes | None: ...
 def crc32c_package(
     ledger_id: int, entry_id: int, last_add_confirmed: int, length: int, payload: bytes, /
@@ -19,3 +21,16 @@ def entry_log_pick(
 def crc32c_batch_payloads(
     body: bytes, ledger_id: int, first_entry_id: int, max_count: int, /
 ) -> list[bytes] | None: ...
+def pending_ack(
+    acked: array[int],
+    failed: array[int],
+    sent: array[int],
+    base: int,
+    entry_ids: list[int],
+    index: int,
+    ensemble_size: int,
+    write_quorum: int,
+    first: int,
+    /,
+) -> list[int]: ...
+def pending_done(acked: array[int], sent: array[int], ack_quorum: int, /) -> int: ...

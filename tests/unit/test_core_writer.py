@@ -6,6 +6,7 @@ test plays the bookies and the metadata store."""
 from __future__ import annotations
 
 import itertools
+from array import array
 from typing import NamedTuple
 
 import pytest
@@ -25,9 +26,12 @@ from bookkeeper_py.core.writer import (
     LedgerWriter,
     SendAdds,
     WriteLac,
+    _ack_py,
+    _done_py,
     change_ensemble,
     close_needed,
 )
+from bookkeeper_py.speedups import native
 from bookkeeper_py.wire.digest import DigestType
 from bookkeeper_py.wire.status import StatusCode
 
@@ -390,3 +394,67 @@ def test_the_close_rule_keeps_a_retried_close_and_refuses_anyone_elses_end() -> 
         close_needed(open_ledger.closed_at(7, 80), 9, 100)
     with pytest.raises(errors.LedgerFencedError, match="being recovered"):
         close_needed(open_ledger.with_state(LedgerState.IN_RECOVERY), 9, 100)
+
+
+def test_a_writer_of_an_ensemble_wider_than_64_bookies_acks_and_completes_alike() -> None:
+    # beyond 64 bookies the acks are Python ints, not 64-bit words, and no C pass is used
+    writer = LedgerWriter(metadata(66, 3, 2))
+    sends = [sent(writer.add(10, 0).instructions)[0] for _ in range(66)]
+    assert sends[65].targets == ((65, "b65"), (0, "b0"), (1, "b1"))
+    assert completed(writer.on_add_acks(65, "b65", [64, 65], 1)) == []
+    assert completed(writer.on_add_acks(0, "b0", [0, 65], 1)) == []
+    assert completed(writer.on_add_acks(1, "b1", [0], 1)) == [0]
+    for entry_id in range(1, 65):
+        writer.on_add_answer(entry_id, entry_id, f"b{entry_id}", OK, 1)
+        writer.on_add_answer(entry_id, entry_id + 1, f"b{entry_id + 1}", OK, 1)
+    assert writer.last_add_confirmed == 65 and writer.length == 660 and writer.pending == 0
+
+
+pending_ids = st.lists(st.integers(min_value=-3, max_value=40), max_size=60)
+
+
+@pytest.mark.skipif(native is None, reason="C speedups not built here")
+@given(
+    sent_at=st.lists(st.sampled_from([-2, -1, 0, 5]), max_size=30),
+    entry_ids=pending_ids,
+    index=st.integers(min_value=0, max_value=5),
+    shape=st.sampled_from([(6, 3, 2), (3, 2, 2), (5, 5, 3), (1, 1, 1)]),
+    base=st.integers(min_value=0, max_value=4),
+    first=st.integers(min_value=0, max_value=12),
+    masks=st.lists(st.integers(min_value=0, max_value=63), min_size=30, max_size=30),
+)
+def test_c_and_python_passes_over_pending_adds_agree(
+    sent_at: list[int],
+    entry_ids: list[int],
+    index: int,
+    shape: tuple[int, int, int],
+    base: int,
+    first: int,
+    masks: list[int],
+) -> None:
+    assert native is not None
+    size, write_quorum, ack_quorum = shape
+    index %= size
+    count = len(sent_at)
+    arrays = []
+    for ack in (native.pending_ack, _ack_py):
+        acked, failed = array("Q", masks[:count]), array("Q", masks[::-1][:count])
+        sent = array("q", sent_at)
+        earlier = ack(acked, failed, sent, base, entry_ids, index, size, write_quorum, first)
+        arrays.append((acked.tolist(), failed.tolist(), earlier))
+        assert native.pending_done(acked, sent, ack_quorum) == _done_py(acked, sent, ack_quorum)
+    assert arrays[0] == arrays[1]
+
+
+@pytest.mark.skipif(native is None, reason="C speedups not built here")
+def test_the_c_passes_over_pending_adds_refuse_other_arrays() -> None:
+    assert native is not None
+    words, times = array("Q", [0]), array("q", [0])
+    with pytest.raises(TypeError, match=r"array\('Q'\)"):
+        native.pending_ack(array("q", [0]), words, times, 0, [0], 0, 1, 1, 0)
+    with pytest.raises(TypeError, match=r"array\('q'\)"):
+        native.pending_done(words, array("Q", [0]), 1)
+    with pytest.raises(ValueError, match="64 bookies"):
+        native.pending_ack(words, words, times, 0, [0], 0, 65, 1, 0)
+    with pytest.raises(TypeError):
+        native.pending_ack(words, words, times, 0, (0,), 0, 1, 1, 0)

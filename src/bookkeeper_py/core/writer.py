@@ -40,13 +40,15 @@ Times are milliseconds given by the caller; nothing here reads a clock or does I
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Iterator, Mapping, MutableSequence
 from dataclasses import dataclass
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
 from bookkeeper_py.core.placement import ChangeRate
-from bookkeeper_py.core.quorum import AckSet, write_set
+from bookkeeper_py.core.quorum import write_set
+from bookkeeper_py.speedups import native
 from bookkeeper_py.wire.status import StatusCode
 
 # -- instructions ------------------------------------------------------------------------------
@@ -176,20 +178,183 @@ def change_ensemble(
 # -- the writer --------------------------------------------------------------------------------
 
 
-class _Add(AckSet):
-    """An entry pending: its acks (it is its own ``AckSet``: one object per entry added, not
-    two), its id, the ledger's length including it, and when it was sent (-1: waiting for a
-    permit)."""
+WAITING = -1  # ``_Pending.sent``: taken, not sent yet (waiting for a permit)
+HOLE = -2  # ``_Pending.sent``: an id not taken yet, below one that was (caller-chosen ids)
 
-    __slots__ = ("entry_id", "length", "sent_at")
 
-    def __init__(
-        self, entry_id: int, length: int, write_quorum_size: int, ack_quorum_size: int
-    ) -> None:
-        super().__init__(write_quorum_size, ack_quorum_size)
-        self.entry_id = entry_id
-        self.length = length
-        self.sent_at = -1
+def _ack_py(
+    acked: MutableSequence[int],
+    failed: MutableSequence[int],
+    sent: MutableSequence[int],
+    base: int,
+    entry_ids: list[int],
+    index: int,
+    ensemble_size: int,
+    write_quorum: int,
+    first: int,
+) -> list[int]:
+    """``speedups.native.pending_ack`` in Python (see ``_Pending.ack``)."""
+    bit = 1 << index
+    keep = ~bit
+    count = len(sent)
+    earlier: list[int] = []
+    for entry_id in entry_ids:
+        if entry_id < first:
+            earlier.append(entry_id)
+            continue
+        at = entry_id - base
+        if (
+            at < 0
+            or at >= count
+            or sent[at] < 0
+            or (index - entry_id) % ensemble_size >= (write_quorum)
+        ):
+            continue
+        failed[at] &= keep
+        acked[at] |= bit
+    return earlier
+
+
+def _done_py(acked: MutableSequence[int], sent: MutableSequence[int], ack_quorum: int) -> int:
+    """``speedups.native.pending_done`` in Python (see ``_Pending.done``)."""
+    done = 0
+    for mask, sent_at in zip(acked, sent, strict=False):
+        if sent_at < 0 or mask.bit_count() < ack_quorum:
+            break
+        done += 1
+    return done
+
+
+class _Pending:
+    """The adds taken and not completed, by entry id from ``base`` (the first not completed):
+    for each, the ensemble indices that acked it durably and that failed it (bits), the
+    ledger's length with it, and when it was sent (ms; ``WAITING`` until then; ``HOLE`` for an
+    id not taken yet when the caller chooses ids). Arrays rather than an object per entry: the
+    acks of a batch of answers and the completions at the head are one pass each, in C where
+    the speedups are built (``pending_ack``, ``pending_done``) and ensembles have at most 64
+    bookies (bits of 64-bit words), in Python otherwise."""
+
+    __slots__ = ("_ack", "_done", "acked", "base", "failed", "lengths", "sent", "taken")
+
+    def __init__(self, ensemble_size: int) -> None:
+        self.base = 0
+        self.taken = 0  # ids taken (holes not counted)
+        self.lengths = array("q")
+        self.sent = array("q")
+        self.acked: MutableSequence[int]
+        self.failed: MutableSequence[int]
+        if ensemble_size <= 64:
+            self.acked, self.failed = array("Q"), array("Q")
+        else:  # wider than a word: Python ints
+            self.acked, self.failed = [], []
+        fast = native is not None and ensemble_size <= 64
+        self._ack = native.pending_ack if fast and native is not None else _ack_py
+        self._done = native.pending_done if fast and native is not None else _done_py
+
+    def take(self, entry_id: int, length: int) -> bool:
+        """Takes ``entry_id`` (above every completed one), waiting to be sent; False if it was
+        taken already."""
+        at = entry_id - self.base
+        sent = self.sent
+        count = len(sent)
+        if at == count:  # the next id
+            self.acked.append(0)
+            self.failed.append(0)
+            self.lengths.append(length)
+            sent.append(WAITING)
+        elif at > count:
+            gap = at - count
+            self.acked.extend([0] * (gap + 1))
+            self.failed.extend([0] * (gap + 1))
+            self.lengths.extend([0] * gap + [length])
+            sent.extend([HOLE] * gap + [WAITING])
+        elif sent[at] == HOLE:
+            self.lengths[at] = length
+            sent[at] = WAITING
+        else:
+            return False
+        self.taken += 1
+        return True
+
+    def __contains__(self, entry_id: int) -> bool:
+        at = entry_id - self.base
+        return 0 <= at < len(self.sent) and self.sent[at] != HOLE
+
+    def ids(self) -> list[int]:
+        """The ids taken, in order."""
+        base = self.base
+        return [base + at for at, sent_at in enumerate(self.sent) if sent_at != HOLE]
+
+    def sent_at(self, entry_id: int) -> int:
+        return self.sent[entry_id - self.base]
+
+    def set_sent(self, entry_id: int, now: int) -> None:
+        self.sent[entry_id - self.base] = now
+
+    def ack(
+        self,
+        index: int,
+        entry_ids: list[int],
+        ensemble_size: int,
+        write_quorum: int,
+        first: int,
+    ) -> list[int]:
+        """Records durable acks of the bookie at ensemble ``index`` for the ``entry_ids`` from
+        ``first`` on that are taken, sent and of its write sets; returns those below ``first``
+        for the caller to look at one by one."""
+        return self._ack(
+            self.acked,
+            self.failed,
+            self.sent,
+            self.base,
+            entry_ids,
+            index,
+            ensemble_size,
+            write_quorum,
+            first,
+        )
+
+    def ack_one(self, entry_id: int, index: int) -> None:
+        at = entry_id - self.base
+        self.failed[at] &= ~(1 << index)
+        self.acked[at] |= 1 << index
+
+    def acked_by(self, entry_id: int, index: int) -> bool:
+        return bool(self.acked[entry_id - self.base] >> index & 1)
+
+    def fail(self, entry_id: int, index: int) -> None:
+        """Records a failed write to one member of the entry's write set (not after its ack)."""
+        at = entry_id - self.base
+        if not self.acked[at] >> index & 1:
+            self.failed[at] |= 1 << index
+
+    def forget(self, entry_id: int, index: int) -> None:
+        """Drops what one member answered (it was replaced: its copy is of an old fragment)."""
+        at = entry_id - self.base
+        keep = ~(1 << index)
+        self.acked[at] &= keep
+        self.failed[at] &= keep
+
+    def still_possible(self, entry_id: int, write_quorum: int, ack_quorum: int) -> bool:
+        """Whether the entry can still reach Qa acks without the members that failed."""
+        return write_quorum - self.failed[entry_id - self.base].bit_count() >= ack_quorum
+
+    def done(self, ack_quorum: int) -> int:
+        """How many adds at the head were sent and acked by Qa bookies, in a row."""
+        return self._done(self.acked, self.sent, ack_quorum)
+
+    def pop(self, count: int) -> int:
+        """Drops the first ``count`` adds (completed); returns the longest length among them."""
+        longest = max(self.lengths[:count])
+        del self.acked[:count], self.failed[:count], self.lengths[:count], self.sent[:count]
+        self.base += count
+        self.taken -= count
+        return longest
+
+    def clear(self) -> None:
+        self.base += len(self.sent)
+        self.taken = 0
+        del self.acked[:], self.failed[:], self.lengths[:], self.sent[:]
 
 
 class LedgerWriter:
@@ -217,7 +382,7 @@ class LedgerWriter:
         self.last_add_pushed = -1
         self.length = 0  # of the confirmed entries
         self._pushed_length = 0
-        self._adds: dict[int, _Add] = {}  # pushed, not completed (sent or waiting)
+        self._pending = _Pending(metadata.ensemble_size)  # pushed, not completed
         self._waiting: collections.deque[int] = collections.deque()
         self._in_flight = 0
         self.changing = False
@@ -262,20 +427,19 @@ class LedgerWriter:
             raise self.error
         if entry_id is None:
             entry_id = self.last_add_pushed + 1
-        elif entry_id <= self.last_add_completed or entry_id in self._adds:
+        elif entry_id <= self.last_add_completed or entry_id in self._pending:
             raise errors.DuplicateEntryIdError(
                 f"ledger {self.metadata.ledger_id}: entry {entry_id} was added already"
             )
         elif entry_id < 0:
             raise errors.IncorrectParameterError(f"entry ids start at 0, not {entry_id}")
-        self.last_add_pushed = max(self.last_add_pushed, entry_id)
+        if entry_id > self.last_add_pushed:
+            self.last_add_pushed = entry_id
         self._pushed_length += payload_length
-        metadata = self.metadata
-        self._adds[entry_id] = _Add(
-            entry_id, self._pushed_length, metadata.write_quorum_size, metadata.ack_quorum_size
-        )
+        self._pending.take(entry_id, self._pushed_length)
         self._waiting.append(entry_id)
-        self._lac_carried = max(self._lac_carried, self.last_add_confirmed)
+        if self.last_add_confirmed > self._lac_carried:
+            self._lac_carried = self.last_add_confirmed
         return entry_id
 
     @property
@@ -316,14 +480,15 @@ class LedgerWriter:
         count = min(len(self._waiting), self.max_in_flight - self._in_flight)
         if count <= 0:
             return []
-        waiting, adds, targets_of = self._waiting, self._adds, self._targets
+        waiting, targets_of = self._waiting, self._targets
+        sent, base = self._pending.sent, self._pending.base
         table, start = self._write_set_table()
         size = len(table)
         entry_ids: list[int] = []
         targets: list[tuple[tuple[int, str], ...]] = []
         for _ in range(count):
             entry_id = waiting.popleft()
-            adds[entry_id].sent_at = now
+            sent[entry_id - base] = now
             entry_ids.append(entry_id)
             targets.append(table[entry_id % size] if entry_id >= start else targets_of(entry_id))
         self._in_flight += count
@@ -345,8 +510,8 @@ class LedgerWriter:
         ``problem`` says what went wrong, for the error the adds fail with if it comes to that)."""
         if status == StatusCode.EOK:
             return self.on_add_acks(bookie_index, bookie, [entry_id], now)
-        add = self._adds.get(entry_id)
-        if self.error is not None or add is None or add.sent_at < 0:
+        pending = self._pending
+        if self.error is not None or entry_id not in pending or pending.sent_at(entry_id) < 0:
             return []  # failed already, completed already, or not sent yet (a stray answer)
         metadata = self.metadata
         in_write_set = (bookie_index - entry_id) % metadata.ensemble_size < (
@@ -369,7 +534,7 @@ class LedgerWriter:
                 )
             )
         why = problem or (status.name if status is not None else "no answer")
-        return self._bookie_failed(add, bookie_index, bookie, why, now)
+        return self._bookie_failed(entry_id, bookie_index, bookie, why, now)
 
     def on_add_acks(
         self, bookie_index: int, bookie: str, entry_ids: list[int], now: int
@@ -383,26 +548,28 @@ class LedgerWriter:
         metadata = self.metadata
         size, write_quorum = metadata.ensemble_size, metadata.write_quorum_size
         start, last = metadata.ensembles[-1]
-        current = bookie_index < len(last) and last[bookie_index] == bookie
-        adds = self._adds
-        for entry_id in entry_ids:
-            add = adds.get(entry_id)
-            if add is None or add.sent_at < 0 or (bookie_index - entry_id) % size >= write_quorum:
-                continue
-            if entry_id >= start:
-                if not current:
-                    continue
-            elif metadata.ensemble_at(entry_id)[bookie_index] != bookie:
-                continue
-            add.ack(bookie_index)
+        pending = self._pending
+        if bookie_index < len(last) and last[bookie_index] == bookie:
+            earlier = pending.ack(bookie_index, entry_ids, size, write_quorum, start)
+        else:  # replaced: only its acks of earlier fragments count
+            earlier = [entry_id for entry_id in entry_ids if entry_id < start]
+        for entry_id in earlier:  # entries of earlier fragments (rare): their own ensemble
+            if (
+                entry_id in pending
+                and pending.sent_at(entry_id) >= 0
+                and (bookie_index - entry_id) % size < write_quorum
+                and metadata.ensemble_at(entry_id)[bookie_index] == bookie
+            ):
+                pending.ack_one(entry_id, bookie_index)
         return self._complete(now)
 
     def _bookie_failed(
-        self, add: _Add, index: int, bookie: str, why: str, now: int
+        self, entry_id: int, index: int, bookie: str, why: str, now: int
     ) -> list[Instruction]:
-        if add.acked(index):
+        pending = self._pending
+        if pending.acked_by(entry_id, index):
             return []  # a failure after its durable ack changes nothing for this entry
-        add.fail(index)
+        pending.fail(entry_id, index)
         self._why[bookie] = why
         if self.deferred_sync:
             return self._fail_all(
@@ -415,7 +582,7 @@ class LedgerWriter:
         # Every pending entry is in the last fragment: a new fragment starts at LAC+1 and no
         # entry completes while it is being made.
         self._failed[index] = bookie
-        if self.delay_ensemble_change and add.still_possible:
+        if self.delay_ensemble_change and self._still_possible(entry_id):
             return []  # replaced with the next change, once some entry needs it
         return self._maybe_change(now)
 
@@ -443,17 +610,17 @@ class LedgerWriter:
             self._failed.pop(index, None)
         instructions: list[Instruction] = []
         resent = SendAdds([], [])
-        for entry_id in sorted(self._adds):
-            add = self._adds[entry_id]
-            if entry_id < start or add.sent_at < 0:
+        pending = self._pending
+        for entry_id in pending.ids():
+            if entry_id < start or pending.sent_at(entry_id) < 0:
                 continue
             members = set(write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size))
             again = sorted(members & replaced)
             if not again:
                 continue
             for index in again:
-                add.forget(index)
-            add.sent_at = now
+                pending.forget(entry_id, index)
+            pending.set_sent(entry_id, now)
             resent.entry_ids.append(entry_id)
             resent.targets.append(self._targets(entry_id, again))
         if resent.entry_ids:
@@ -467,9 +634,7 @@ class LedgerWriter:
         if self.error is not None:
             return []
         self.changing = False
-        if isinstance(error, errors.NotEnoughBookiesError) and all(
-            add.still_possible for add in self._adds.values()
-        ):
+        if isinstance(error, errors.NotEnoughBookiesError) and self._all_possible():
             # Carry on with fewer copies (BookKeeper does the same when no bookie is spare).
             self._failed.clear()
             return self._complete(now) + self.send_waiting(now)
@@ -493,28 +658,34 @@ class LedgerWriter:
         if self.error is not None:
             return instructions
         if self.add_timeout_ms is not None and not self.changing:
-            for add in list(self._adds.values()):
-                if add.sent_at < 0 or now - add.sent_at < self.add_timeout_ms:
+            pending = self._pending
+            for entry_id in pending.ids():
+                if self.error is not None or entry_id not in pending:
+                    break  # every add failed (or completed, if that ever comes to pass here)
+                sent_at = pending.sent_at(entry_id)
+                if sent_at < 0 or now - sent_at < self.add_timeout_ms:
                     continue
-                for index, bookie in self._targets(add.entry_id):
-                    if not add.acked(index) and self.error is None:
+                for index, bookie in self._targets(entry_id):
+                    if self.error is None and not pending.acked_by(entry_id, index):
                         instructions += self._bookie_failed(
-                            add, index, bookie, f"no answer within {self.add_timeout_ms} ms", now
+                            entry_id,
+                            index,
+                            bookie,
+                            f"no answer within {self.add_timeout_ms} ms",
+                            now,
                         )
-                add.sent_at = now  # one timeout per period, not per tick
+                if self.error is None:
+                    pending.set_sent(entry_id, now)  # one timeout per period, not per tick
         if (
             self._failed
             and not self.changing
             and now >= self._change_not_before
-            and (
-                not self.delay_ensemble_change
-                or any(not add.still_possible for add in self._adds.values())
-            )
+            and (not self.delay_ensemble_change or not self._all_possible())
         ):
             instructions += self._maybe_change(now)  # a paced change now due
         if (
             self.explicit_lac_interval_ms > 0
-            and not self._adds
+            and not self._pending.taken
             and self.last_add_confirmed > self._lac_carried
             and now - self._last_send >= self.explicit_lac_interval_ms
         ):
@@ -529,21 +700,16 @@ class LedgerWriter:
     def _complete(self, now: int) -> list[Instruction]:
         if self.changing:
             return []  # no success callback while the ensemble is being changed
-        first = last = self.last_add_completed + 1
-        adds, length = self._adds, self.length
-        while True:
-            head = adds.get(last)
-            if head is None or head.sent_at < 0 or not head.complete:
-                break
-            del adds[last]
-            if head.length > length:
-                length = head.length
-            last += 1
-        if last == first:
+        pending = self._pending
+        done = pending.done(self.metadata.ack_quorum_size)
+        if not done:
             return []
-        self._in_flight -= last - first
-        self.last_add_completed = last - 1
-        self.length = length
+        first = self.last_add_completed + 1
+        longest = pending.pop(done)
+        self._in_flight -= done
+        self.last_add_completed = first + done - 1
+        if longest > self.length:
+            self.length = longest
         if not self.deferred_sync:
             self.last_add_confirmed, self._confirmed_length = self.last_add_completed, self.length
         return [Completed(first, self.last_add_completed, self.length), *self.send_waiting(now)]
@@ -588,8 +754,8 @@ class LedgerWriter:
 
     def _fail_all(self, error: errors.BKError) -> list[Instruction]:
         self.error = error
-        failed = tuple(sorted(self._adds))
-        self._adds.clear()
+        failed = tuple(self._pending.ids())
+        self._pending.clear()
         self._waiting.clear()
         self._in_flight = 0
         return [Failed(failed, error)] if failed else []
@@ -614,18 +780,19 @@ class LedgerWriter:
             return None
         deadlines: list[int] = []
         if self.add_timeout_ms is not None and not self.changing:
-            sent = [add.sent_at for add in self._adds.values() if add.sent_at >= 0]
-            if sent:
-                deadlines.append(min(sent) + self.add_timeout_ms)
+            sent = self._pending.sent
+            earliest = min(sent, default=-1)
+            if earliest < 0:  # some wait (or are holes): the earliest of those sent
+                earliest = min((sent_at for sent_at in sent if sent_at >= 0), default=-1)
+            if earliest >= 0:
+                deadlines.append(earliest + self.add_timeout_ms)
         if self._failed and not self.changing:
-            due = (not self.delay_ensemble_change) or any(
-                not add.still_possible for add in self._adds.values()
-            )
+            due = (not self.delay_ensemble_change) or not self._all_possible()
             if due:
                 deadlines.append(self._change_not_before)  # a paced ensemble change to make
         if (
             self.explicit_lac_interval_ms > 0
-            and not self._adds
+            and not self._pending.taken
             and self.last_add_confirmed > self._lac_carried
         ):
             deadlines.append(self._last_send + self.explicit_lac_interval_ms)
@@ -634,7 +801,17 @@ class LedgerWriter:
     @property
     def pending(self) -> int:
         """Adds taken and not yet completed or failed."""
-        return len(self._adds)
+        return self._pending.taken
+
+    def _still_possible(self, entry_id: int) -> bool:
+        metadata = self.metadata
+        return self._pending.still_possible(
+            entry_id, metadata.write_quorum_size, metadata.ack_quorum_size
+        )
+
+    def _all_possible(self) -> bool:
+        """Whether every pending add can still reach Qa without the members that failed."""
+        return all(self._still_possible(entry_id) for entry_id in self._pending.ids())
 
 
 def close_needed(current: LedgerMetadata, last_entry: int, length: int) -> bool:
