@@ -124,3 +124,48 @@ def test_closing_a_writer_fails_the_adds_still_pending(cluster: LocalCluster) ->
         assert failed and all(isinstance(error, LedgerClosedError) for error in failed)
         metadata = bk.get_ledger_metadata(writer.ledger_id)
         assert metadata.last_entry_id == len(acked) - 1
+
+
+def test_a_long_loop_pass_sends_its_adds_in_slices_as_they_come(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bookkeeper_py.client import connection, ledger
+
+    sent: list[tuple[str, list[int]]] = []
+    original = connection.BookieConnection.add_batch
+
+    def add_batch(self: connection.BookieConnection, *args: object) -> None:
+        sent.append((self.bookie_id, list(args[1])))  # type: ignore[call-overload]
+        original(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(connection.BookieConnection, "add_batch", add_batch)
+    count = 2 * ledger.SEND_SLICE_ADDS + 88
+
+    async def scenario() -> tuple[list[int], list[bytes]]:
+        async with aio.BookKeeper(cluster.metadata_uri) as bk:
+            async with await bk.create_ledger(3, 2, 2, password="pw") as writer:
+                await writer.add_entry(b"first")  # connections made
+                sent.clear()
+                # one loop pass: no await between the adds
+                futures = [writer.add_entry_async(b"entry %d" % i) for i in range(count)]
+                ids = await asyncio.gather(*futures)
+            async with await bk.open_ledger(writer.ledger_id, password=b"pw") as reader:
+                read = await reader.read_entries(1, reader.last_add_confirmed)
+        return list(ids), [entry.data for entry in read]
+
+    ids, data = asyncio.run(scenario())
+    assert ids == list(range(1, count + 1))
+    assert data == [b"entry %d" % i for i in range(count)]
+    # three slices (two of SEND_SLICE_ADDS, then the rest at the pass's end), each sent to the
+    # three bookies of the ensemble, every entry to the two of its write set
+    # three slices (two of SEND_SLICE_ADDS, then the rest at the pass's end): each bookie got
+    # three batches, the k-th with the entries of the k-th slice whose write set holds it
+    by_bookie: dict[str, list[list[int]]] = {}
+    for bookie, entry_ids in sent:
+        by_bookie.setdefault(bookie, []).append(entry_ids)
+    assert len(by_bookie) == 3 and all(len(batches) == 3 for batches in by_bookie.values())
+    firsts = range(1, count + 1, ledger.SEND_SLICE_ADDS)
+    for k, first in enumerate(firsts):
+        in_slice = range(first, min(first + ledger.SEND_SLICE_ADDS, count + 1))
+        copies = sorted(i for batches in by_bookie.values() for i in batches[k])
+        assert copies == sorted(2 * list(in_slice))

@@ -76,6 +76,13 @@ BATCH_BYTES = 4 * 1024 * 1024  # answer size asked for (the bookie cuts to its f
 # A long poll that no bookie could wait on (none holds the ledger yet) is asked again after this
 # pause, doubled each time up to the maximum, within the caller's timeout.
 UNKNOWN_LEDGER_PAUSE_S = 0.05
+# A loop pass's adds go out at its end, together; a long pass (hundreds of answers completing
+# as many adds, whose callbacks add the next ones) sends them in slices of this many as they come,
+# so that the bookies work on one slice while the client takes the rest of the pass. At once, they
+# and the client took turns. 3/2/2 with 1,000 in flight, 3 runs each: 100 B 97,000-142,000
+# adds/s without slices, 110,000-146,000 with 256, 148,000-156,000 with 512; 1 KiB 67,000-86,000,
+# 78,000-89,000, 90,000-94,000. Slices of 128 made the bookies' journal groups small.
+SEND_SLICE_ADDS = 512
 UNKNOWN_LEDGER_MAX_PAUSE_S = 1.0
 
 
@@ -907,6 +914,7 @@ class WriteHandle(ReadHandle):
         # write per bookie, each bookie's answers coming back through one sink
         self._batched = not (client.config.use_v3 or deferred_sync)
         self._pushed = False  # adds were pushed this pass: _send_pushed is scheduled
+        self._slice = 0  # adds pushed since the last send of this pass
         self._sends: list[SendAdds] = []
         self._sending = False  # _send_batches is scheduled, or about to run
         self._sinks: dict[tuple[int, str], _WriterSink] = {}
@@ -939,13 +947,23 @@ class WriteHandle(ReadHandle):
         )
         if not self._pushed:  # the pass's adds are sent together, at its end
             self._pushed = True
+            self._slice = 1
             self._loop.call_soon(self._send_pushed)
+        else:
+            self._slice += 1
+            if self._slice >= SEND_SLICE_ADDS:  # a long pass: this slice goes now
+                self._send_slice()
         return future
 
     def _send_pushed(self) -> None:
         """Sends the adds pushed in this loop pass (as far as the in-flight bound allows): one
         writer step, one clock read."""
         self._pushed = False
+        self._send_slice()
+
+    def _send_slice(self) -> None:
+        """Sends the adds pushed so far in this pass (see ``SEND_SLICE_ADDS``)."""
+        self._slice = 0
         self._sending = True  # the sends go out below, not a pass later
         self._execute(self._writer.send_waiting(self._now()))
         self._send_batches()
