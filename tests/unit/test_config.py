@@ -64,13 +64,123 @@ def test_unknown_and_unsupported_keys_are_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(
-        tmp_path, "journalDirectory=/j\njournalMaxSizeMb=10\nledgerStorageClass=x.DbLedgerStorage\n"
+        tmp_path,
+        "journalDirectory=/j\njournalMaxSizeMb=10\nledgerStorageClass=x.DbLedgerStorage\n"
+        "pageSize=4096\nnoSuchSetting=1\nhttpServerClass=org.apache.bookkeeper.http.vertx."
+        "VertxHttpServer\nserverTcpNoDelay=false\n",
+    )
+    with caplog.at_level(logging.DEBUG):
+        values = config.resolve(parse("--conf", path))
+    assert values["journalDirectories"] == ["/j"]  # journalDirectory is the single-directory form
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        f"{path}: unknown key journalMaxSizeMb; ignored: did you mean journalMaxSizeMB?" in warnings
+    )
+    assert any(
+        "unknown key noSuchSetting; ignored: it is no key of BookKeeper's bk_server.conf" in w
+        for w in warnings
+    )
+    # keys that share a reason are warned about together, with the reason
+    [storage] = [w for w in warnings if "ledgerStorageClass" in w]
+    assert storage.startswith(f"{path}: ledgerStorageClass, pageSize ignored: settings of Sorted")
+    [socket] = [w for w in warnings if "serverTcpNoDelay" in w]
+    assert "not implemented yet (issue 22)" in socket
+    # BookKeeper's own default asks for nothing: not a warning
+    assert not any("httpServerClass" in w for w in warnings)
+    assert (
+        "httpServerClass=org.apache.bookkeeper.http.vertx.VertxHttpServer is not used"
+        in caplog.text
+    )
+    assert len(warnings) == 4
+
+
+def test_properties_escapes_as_java_reads_them(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "bookieId=bk\\=1\nkey\\=with\\:separators = v\nadvertisedAddress=\\u0031"
+        "27.0.0.1 \nledgerDirectories=C:\\\\data\njournalDirectories=/a,\\\n    /b\n",
+    )
+    assert config.read_properties(path) == {
+        "bookieId": "bk=1",
+        "key=with:separators": "v",
+        "advertisedAddress": "127.0.0.1",
+        "ledgerDirectories": "C:\\data",
+        "journalDirectories": "/a,/b",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bookiePort=1\n\nbookieId=\\u00zz\n", r":3: Invalid \\u escape sequence: \\u00zz"),
+        ("bookiePort=1\n=value\n", r":2: a line without a key: '=value'"),
+    ],
+)
+def test_a_broken_line_is_an_error_naming_it(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(config.ConfigError, match=message) as raised:
+        config.read_properties(path)
+    assert str(raised.value).startswith(path)
+
+
+STOCK = Path(__file__).parent.parent / "data" / "bk_server-4.18.0.conf"
+
+
+def stock_keys() -> set[str]:
+    """Every key of the stock file, the commented ones too (``# key=value`` lines)."""
+    keys = set()
+    for line in STOCK.read_text().splitlines():
+        text = line.lstrip("#").strip()
+        key, equals, _ = text.partition("=")
+        if equals and key and " " not in key and key[0].isalpha():
+            keys.add(key)
+    return keys
+
+
+def test_every_key_of_bookkeepers_stock_configuration_is_known() -> None:
+    from bookkeeper_py.server.config_keys import NOT_USED
+
+    keys = stock_keys()
+    assert len(keys) == 216
+    taken = {setting.key for setting in config.SETTINGS} | set(config._ALIASES)
+    legacy = {"zkServers", "zkLedgersRootPath"}  # folded into metadataServiceUri
+    assert keys - taken - legacy - set(NOT_USED) == set()
+    assert taken & set(NOT_USED) == set()  # a key is taken or not used, not both
+    assert all(reason and not reason.endswith(".") for reason in NOT_USED.values())
+
+
+def test_bookkeepers_stock_configuration_loads_with_a_reason_for_every_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        values = config.resolve(parse("--conf", str(STOCK)))
+    assert values["metadataServiceUri"] == "zk+hierarchical://localhost:2181/ledgers"
+    assert values["journalDirectories"] == ["/tmp/bk-txn"]
+    assert values["bookiePort"] == 3181 and values["zkTimeout"] == 10000
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings  # the stream storage keys, extraServerComponents...
+    for warning in warnings:
+        assert warning.startswith(f"{STOCK}: ") and " ignored: " in warning, warning
+        assert "unknown" not in warning and "typo" not in warning, warning
+    # zkServers says what metadataServiceUri says: no warning about the legacy key
+    assert not any("zkServers" in w for w in warnings)
+
+
+def test_the_metadata_uri_wins_over_legacy_keys_that_disagree(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(
+        tmp_path,
+        "metadataServiceUri=zk+hierarchical://zk1:2181;zk2:2181/ledgers\n"
+        "zkServers=zk9:2181\nzkLedgersRootPath=/ledgers\n",
     )
     with caplog.at_level(logging.WARNING):
         values = config.resolve(parse("--conf", path))
-    assert values["journalDirectories"] == ["/j"]  # journalDirectory is the single-directory form
-    assert "unknown key journalMaxSizeMb" in caplog.text  # a typo of journalMaxSizeMB
-    assert "ledgerStorageClass is not supported by this bookie; ignored" in caplog.text
+    assert values["metadataServiceUri"] == "zk+hierarchical://zk1:2181;zk2:2181/ledgers"
+    assert caplog.messages == [
+        f"{path}: zkServers=zk9:2181 ignored: metadataServiceUri=zk+hierarchical://zk1:2181;"
+        "zk2:2181/ledgers is given and wins, as in BookKeeper; remove the legacy key"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -114,27 +224,12 @@ def test_missing_journal_directory_is_an_error() -> None:
         config.build(config.resolve(parse()))
 
 
-@pytest.mark.timeout(120)
-def test_a_bookie_runs_from_a_configuration_file(tmp_path: Path) -> None:
-    port = free_port()
+def run_bookie(tmp_path: Path, *options: str) -> tuple[str, str]:
+    """Starts ``bookkeeper bookie OPTIONS`` until it is ready, stops it with SIGTERM; (what its
+    ready file said, its stderr). Fails if it did not stop cleanly."""
     ready = tmp_path / "ready"
-    path = write(
-        tmp_path,
-        f"bookiePort={port}\nadvertisedAddress=127.0.0.1\njournalDirectories={tmp_path / 'j'}\n"
-        f"ledgerDirectories={tmp_path / 'l'}\nflushInterval=1000\n",
-    )
     bookie = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bookkeeper_py",
-            "bookie",
-            "--conf",
-            path,
-            "--ready-file",
-            str(ready),
-            "--standalone",
-        ],
+        [sys.executable, "-m", "bookkeeper_py", "bookie", *options, "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -143,14 +238,57 @@ def test_a_bookie_runs_from_a_configuration_file(tmp_path: Path) -> None:
             if ready.exists() or bookie.poll() is not None:
                 break
             time.sleep(0.05)
-        assert ready.read_text().strip() == f"127.0.0.1:{port}"
-        assert os.path.exists(
-            tmp_path / "l" / "current" / "VERSION"
-        )  # cookies in the configured dirs
+        said = ready.read_text().strip() if ready.exists() else ""
     finally:
         bookie.send_signal(signal.SIGTERM)
         _, stderr = bookie.communicate(timeout=60)
     assert bookie.returncode == 0, stderr.decode()[-2000:]
+    return said, stderr.decode()
+
+
+@pytest.mark.timeout(120)
+def test_a_bookie_starts_from_bookkeepers_stock_configuration(tmp_path: Path) -> None:
+    # the stock file unchanged; the command line gives what must differ on a test machine
+    # (its port, directories and metadata store: an embedded one instead of a ZooKeeper)
+    port = free_port()
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+    subprocess.run(
+        [sys.executable, "-m", "bookkeeper_py", "shell", "initnewcluster", "--metadata-uri", uri],
+        check=True,
+        capture_output=True,
+    )
+    said, stderr = run_bookie(
+        tmp_path,
+        "--conf",
+        str(STOCK),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--journal-dir",
+        str(tmp_path / "j"),
+        "--ledger-dir",
+        str(tmp_path / "l"),
+        "--metadata-uri",
+        uri,
+    )
+    assert said == f"127.0.0.1:{port}"
+    warnings = [line for line in stderr.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1 and "stream storage" in warnings[0], warnings
+    assert "storageserver.grpc.port, dlog.bkcEnsembleSize" in warnings[0]
+
+
+@pytest.mark.timeout(120)
+def test_a_bookie_runs_from_a_configuration_file(tmp_path: Path) -> None:
+    port = free_port()
+    path = write(
+        tmp_path,
+        f"bookiePort={port}\nadvertisedAddress=127.0.0.1\njournalDirectories={tmp_path / 'j'}\n"
+        f"ledgerDirectories={tmp_path / 'l'}\nflushInterval=1000\n",
+    )
+    said, _ = run_bookie(tmp_path, "--conf", path, "--standalone")
+    assert said == f"127.0.0.1:{port}"
+    assert os.path.exists(tmp_path / "l" / "current" / "VERSION")  # cookies in the configured dirs
 
 
 def test_client_options_are_checked_by_name_and_value() -> None:
@@ -161,3 +299,16 @@ def test_client_options_are_checked_by_name_and_value() -> None:
         ClientConfig.of({"thrtotle": 7})
     with pytest.raises(errors.IncorrectParameterError, match="placement policy 'racks'"):
         ClientConfig(placement="racks")
+
+
+def test_the_operations_guide_lists_every_key_with_the_codes_status() -> None:
+    from bookkeeper_py.server.config_keys import NOT_USED
+
+    guide = (Path(__file__).parent.parent.parent / "docs" / "operations.md").read_text()
+    rows = [line for line in guide.splitlines() if line.startswith("| `")]
+    for key in stock_keys() | set(NOT_USED):
+        [row] = [row for row in rows if f"`{key}`" in row[2:].split(" | ")[0].split(", ")]
+        if key in NOT_USED:
+            assert row.endswith(f" | not used: {NOT_USED[key]} |"), key
+        else:
+            assert "**taken**" in row, key

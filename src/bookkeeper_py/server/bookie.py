@@ -83,6 +83,7 @@ class BookieConfig:
     bookie_id: str | None = None  # bookieId; default host:port
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
+    http_host: str | None = None  # httpServerHost; None: the bookie's address (host)
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)
     max_throttle_time_s: float = 10.0  # dbStorage_maxThrottleTimeMs: an add waits this long
     # for a full write cache to drain before it is answered ETOOMANYREQUESTS

@@ -1,27 +1,37 @@
-"""Bookie configuration: ``bk_server.conf`` keys, command-line options, defaults.
+r"""Bookie configuration: ``bk_server.conf`` keys, command-line options, defaults.
 
 One table (``SETTINGS``) maps each supported BookKeeper key to its command-line option. A value
 comes from, in increasing precedence: the default (BookKeeper's, reference sections 1.11-1.13,
 except where noted), the ``--conf`` file, the command line. File values are in BookKeeper's units
-(``logSizeLimit`` in bytes, ``flushInterval`` in ms...). Unknown keys are warned about; keys of
-BookKeeper that this bookie does not implement are warned about as ignored; a value that does not
-parse, or a combination that makes no sense, stops the bookie with ``ConfigError`` naming the key.
+(``logSizeLimit`` in bytes, ``flushInterval`` in ms...). Every key of BookKeeper's stock
+``bk_server.conf`` that this bookie does not take is known, with why (``config_keys.NOT_USED``):
+setting one is warned about with that reason (one line per reason; a value that asks for nothing,
+such as BookKeeper's default, only at DEBUG). Any other unknown key is warned about with the
+nearest known key ("did you mean"). A value that does not parse, or a combination that makes no
+sense, stops the bookie with ``ConfigError`` naming the key. Where ``metadataServiceUri`` and the
+legacy ``zkServers`` / ``zkLedgersRootPath`` are both given, ``metadataServiceUri`` wins, as in
+BookKeeper (a warning says so when they disagree).
 
-The file format is Java's ``.properties`` as BookKeeper uses it: ``key=value`` (or ``key: value``),
-``#`` and ``!`` comments, a trailing backslash continues the line.
+The file format is Java's ``.properties`` (read by ``javaproperties``): ``key=value``,
+``key: value`` or ``key value``, ``#`` and ``!`` comments, a trailing backslash continues the line,
+and the escapes ``\=``, ``\:``, ``\uXXXX``, ``\\``.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import javaproperties
+
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.server.bookie import BookieConfig
+from bookkeeper_py.server.config_keys import NOT_USED, asks_nothing
 from bookkeeper_py.storage.disk import DiskThresholds
 from bookkeeper_py.storage.engine import StorageConfig
 from bookkeeper_py.storage.gc import GcConfig
@@ -248,6 +258,13 @@ SETTINGS: tuple[Setting, ...] = (
         "httpServerPort (giving it on the command line enables HTTP)",
     ),
     Setting(
+        "httpServerHost",
+        "--http-host",
+        str,
+        None,
+        "httpServerHost: the address the HTTP endpoint listens on (default: advertisedAddress)",
+    ),
+    Setting(
         "maxPendingAddRequestsPerThread",
         "--max-pending-adds",
         int,
@@ -379,66 +396,32 @@ SETTINGS += AUTORECOVERY_SETTINGS
 _BY_KEY = {setting.key: setting for setting in SETTINGS}
 _ALIASES = {"journalDirectory": "journalDirectories"}  # the single-directory form
 
-# BookKeeper keys this bookie knows but does not implement (yet): warned about, then ignored.
-IGNORED_KEYS = frozenset(
-    {
-        "ledgerStorageClass",
-        "httpServerHost",
-        "statsProviderClass",
-        "prometheusStatsHttpPort",
-        "prometheusStatsHttpAddress",
-        "numAddWorkerThreads",
-        "numReadWorkerThreads",
-        "numHighPriorityWorkerThreads",
-        "numJournalCallbackThreads",
-        "journalAdaptiveGroupWrites",
-        "journalFlushWhenQueueEmpty",
-        "journalFormatVersionToWrite",
-        "journalAlignmentSize",
-        "journalWriteBufferSizeKB",
-        "journalMaxBackups",
-        "journalQueueSize",
-        "readOnlyModeEnabled",
-        "allowLoopback",
-        "useHostNameAsBookieID",
-        "entryLogFilePreallocationEnabled",
-        "indexDirectories",
-        "tlsProvider",
-        "listeningInterface",
-        "enableStatistics",
-        "isForceGCAllowWhenNoSpace",
-        "readOnlyModeOnAnyDiskFullEnabled",
-    }
-)
-
 
 def read_properties(path: str) -> dict[str, str]:
-    """Key -> value of a Java-style properties file."""
+    """Key -> value of a Java ``.properties`` file (values stripped of surrounding blanks: a
+    trailing blank after a path or a number is a slip); ``ConfigError`` naming the line for a
+    key-less line or a broken ``\\u`` escape."""
     try:
         with open(path, encoding="utf-8") as handle:
-            raw = handle.read().splitlines()
-    except OSError as error:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read configuration file {path}: {error}") from error
     values: dict[str, str] = {}
-    pending = ""
-    for number, line in enumerate(raw, start=1):
-        line = pending + line.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        separators = [index for index in (line.find("="), line.find(":")) if index > 0]
-        if separators:
-            at = min(separators)
-            key, value = line[:at].strip(), line[at + 1 :].strip()
-        else:
-            key, _, value = line.partition(" ")
-            key, value = key.strip(), value.strip()
-        if not key:
-            raise ConfigError(f"{path}:{number}: a line without a key: {line!r}")
-        values[key] = value
+    line = 1
+    try:
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue):
+                if not element.key:
+                    raise ConfigError(
+                        f"{path}:{line}: a line without a key: {element.source.strip()!r}"
+                    )
+                values[element.key] = element.value.strip()
+            line += element.source.count("\n")
+    except javaproperties.InvalidUEscapeError as error:
+        raise ConfigError(
+            f"{path}:{line}: {error}; write \\u and four hex digits, or \\\\u for a backslash "
+            "followed by u"
+        ) from error
     return values
 
 
@@ -488,28 +471,76 @@ def _dest(setting: Setting) -> str:
     return setting.option.lstrip("-").replace("-", "_")
 
 
+def _zookeeper_keys(path: str, file_values: dict[str, str]) -> None:
+    """The legacy ``zkServers`` and ``zkLedgersRootPath`` (taken out of ``file_values``): the
+    metadata URI they make where ``metadataServiceUri`` is not given; where it is, it wins (as in
+    BookKeeper), and a warning says so when they name other servers or another root."""
+    servers = file_values.pop("zkServers", None)
+    root = file_values.pop("zkLedgersRootPath", None)
+    uri = file_values.get("metadataServiceUri")
+    if uri is None:
+        if servers is not None:
+            file_values["metadataServiceUri"] = (
+                f"zk+hierarchical://{servers.replace(',', ';')}{root or '/ledgers'}"
+            )
+        return
+    scheme, _, rest = uri.partition("://")
+    uri_servers, _, uri_root = rest.partition("/")
+    given = [
+        f"{key}={value}"
+        for key, value, same in (
+            ("zkServers", servers, uri_servers.replace(";", ",") == (servers or "")),
+            ("zkLedgersRootPath", root, "/" + uri_root == (root or "")),
+        )
+        if value is not None and not (same and scheme.startswith("zk"))
+    ]
+    if given:
+        log.warning(
+            "%s: %s ignored: metadataServiceUri=%s is given and wins, as in BookKeeper; "
+            "remove the legacy key",
+            path,
+            " and ".join(given),
+            uri,
+        )
+
+
+def _known_keys() -> list[str]:
+    return [*_BY_KEY, *_ALIASES, *NOT_USED, "zkServers", "zkLedgersRootPath"]
+
+
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """Key -> value after defaults, the --conf file and the command line."""
     values: dict[str, Any] = {setting.key: setting.default for setting in SETTINGS}
     if args.conf:
         file_values = read_properties(args.conf)
-        if "metadataServiceUri" not in file_values and "zkServers" in file_values:
-            root = file_values.pop("zkLedgersRootPath", "/ledgers")
-            servers = file_values.pop("zkServers").replace(",", ";")
-            file_values["metadataServiceUri"] = f"zk+hierarchical://{servers}{root}"
+        _zookeeper_keys(args.conf, file_values)
+        not_used: dict[str, list[str]] = {}  # reason -> the keys set that it applies to
         for raw_key, text in file_values.items():
             key = _ALIASES.get(raw_key, raw_key)
             setting = _BY_KEY.get(key)
             if setting is None:
-                if key in IGNORED_KEYS:
-                    log.warning("%s: %s is not supported by this bookie; ignored", args.conf, key)
+                reason = NOT_USED.get(key)
+                if reason is None:
+                    nearest = difflib.get_close_matches(key, _known_keys(), n=1, cutoff=0.75)
+                    log.warning(
+                        "%s: unknown key %s; ignored: %s",
+                        args.conf,
+                        key,
+                        f"did you mean {nearest[0]}?"
+                        if nearest
+                        else "it is no key of BookKeeper's bk_server.conf nor of this bookie",
+                    )
+                elif asks_nothing(key, text):
+                    log.debug("%s: %s=%s is not used here (%s)", args.conf, key, text, reason)
                 else:
-                    log.warning("%s: unknown key %s; ignored (a typo?)", args.conf, key)
+                    not_used.setdefault(reason, []).append(key)
                 continue
             try:
                 values[key] = setting.parse(text)
             except ValueError as error:
                 raise ConfigError(f"{args.conf}: {key}={text!r} is invalid: {error}") from error
+        for reason, keys in not_used.items():
+            log.warning("%s: %s ignored: %s", args.conf, ", ".join(keys), reason)
     for setting in SETTINGS:
         given = getattr(args, _dest(setting), None)
         if given is not None:
@@ -630,6 +661,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         metadata_session_timeout_s=session_timeout_s(values),
         max_frame_size=positive("nettyMaxFrameSizeBytes"),
         http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
+        http_host=values["httpServerHost"],
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),
         max_throttle_time_s=values["dbStorage_maxThrottleTimeMs"] / 1000.0,
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),

@@ -152,7 +152,9 @@ class BookieServer:
                 from bookkeeper_py.server.autorecovery_http import add_routes
 
                 add_routes(app, self.metadata, self.metadata_uri)
-            self._http = await start_http(app, self.config.host, self.config.http_port)
+            self._http = await start_http(
+                app, self.config.http_host or self.config.host, self.config.http_port
+            )
         log.info(
             "bookie %s serving on %s:%d (journal %s, ledgers %s)",
             self.config.effective_bookie_id,
