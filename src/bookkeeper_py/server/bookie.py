@@ -82,6 +82,11 @@ class BookieConfig:
     port: int = 3181  # bookiePort
     bookie_id: str | None = None  # bookieId; default host:port
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
+    # Options of every accepted connection: serverTcpNoDelay, serverSockKeepalive, and
+    # serverTcpLinger (seconds a close may wait for unsent answers; -1: the system's default)
+    tcp_no_delay: bool = True
+    tcp_keepalive: bool = True
+    tcp_linger_s: int = -1
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
     http_host: str | None = None  # httpServerHost; None: the bookie's address (host)
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)

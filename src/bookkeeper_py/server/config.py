@@ -265,6 +265,28 @@ SETTINGS: tuple[Setting, ...] = (
         "httpServerHost: the address the HTTP endpoint listens on (default: advertisedAddress)",
     ),
     Setting(
+        "serverTcpNoDelay",
+        "--tcp-no-delay",
+        _bool,
+        True,
+        "serverTcpNoDelay: TCP_NODELAY on accepted connections (off: Nagle's algorithm)",
+    ),
+    Setting(
+        "serverSockKeepalive",
+        "--tcp-keepalive",
+        _bool,
+        True,
+        "serverSockKeepalive: TCP keep-alive probes on accepted connections",
+    ),
+    Setting(
+        "serverTcpLinger",
+        "--tcp-linger-s",
+        int,
+        -1,
+        "serverTcpLinger: seconds a close may wait for unsent answers (SO_LINGER; -1: the "
+        "system's default, 0: reset at once)",
+    ),
+    Setting(
         "maxPendingAddRequestsPerThread",
         "--max-pending-adds",
         int,
@@ -662,6 +684,9 @@ def build(values: dict[str, Any]) -> BookieConfig:
         max_frame_size=positive("nettyMaxFrameSizeBytes"),
         http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
         http_host=values["httpServerHost"],
+        tcp_no_delay=values["serverTcpNoDelay"],
+        tcp_keepalive=values["serverSockKeepalive"],
+        tcp_linger_s=values["serverTcpLinger"],
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),
         max_throttle_time_s=values["dbStorage_maxThrottleTimeMs"] / 1000.0,
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),

@@ -179,10 +179,6 @@ _READ_ONLY_SWITCH = (
 _FORCE_READ_ONLY = (
     _NOT_YET + ": set a running bookie read-only with PUT /api/v1/bookie/state/readonly"
 )
-_SOCKET_OPTIONS = (
-    _NOT_YET + ": connections use the event loop's defaults (TCP_NODELAY on, no keep-alive, "
-    "no linger)"
-)
 _IO_THREADS = (
     "Netty's I/O threads: this bookie's connections share one event loop; run more bookies "
     "for more cores"
@@ -421,9 +417,6 @@ NOT_USED: Mapping[str, str] = {
     "readOnlyModeOnAnyDiskFullEnabled": _READ_ONLY_SWITCH,
     "forceReadOnlyBookie": _FORCE_READ_ONLY,
     **dict.fromkeys(
-        ("serverTcpNoDelay", "serverSockKeepalive", "serverTcpLinger"), _SOCKET_OPTIONS
-    ),
-    **dict.fromkeys(
         (
             "auditorLedgerVerificationPercentage",
             "auditorMaxNumberOfConcurrentOpenLedgerOperations",
@@ -447,8 +440,6 @@ BOOKKEEPER_DEFAULTS: Mapping[str, str] = {
     "journalWriteData": "true",
     "journalFormatVersionToWrite": "6",
     "readOnlyModeEnabled": "true",
-    "serverTcpNoDelay": "true",
-    "serverTcpLinger": "0",
     "entryLogFilePreallocationEnabled": "true",
 }
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
 import ssl
 import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from bookkeeper_py.auth import AuthenticationError, BookieAuthProvider, BookieAuthSession, PeerInfo
 from bookkeeper_py.server.bookie import Bookie
@@ -98,7 +99,22 @@ class BookieConnection(asyncio.Protocol):
         self._output = OutputBuffer(self._bookie.loop, self._send_now)
         self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self._peer = str(transport.get_extra_info("peername"))
+        self._set_socket_options(transport.get_extra_info("socket"))
         self._connections.add(self)
+
+    def _set_socket_options(self, sock: Any) -> None:
+        """serverTcpNoDelay, serverSockKeepalive and serverTcpLinger on the accepted socket."""
+        if sock is None:
+            return
+        config = self._bookie.config
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(config.tcp_no_delay))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(config.tcp_keepalive))
+            if config.tcp_linger_s >= 0:
+                linger = struct.pack("ii", 1, config.tcp_linger_s)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        except OSError as error:  # the peer may be gone already
+            log.debug("connection from %s: socket options not set: %s", self._peer, error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
