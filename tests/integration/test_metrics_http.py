@@ -140,3 +140,22 @@ def test_an_operator_can_turn_the_bookie_read_only_and_back(cluster: LocalCluste
             handle.close()
     finally:
         metadata.close()
+
+
+def test_force_read_only_bookie_starts_read_only_and_stays_so() -> None:
+    with LocalCluster(1, bookie_args=["--force-read-only", "true"]) as forced:
+        bookie = forced.bookie_ids[0]
+        metadata = MetadataClient.connect(forced.metadata_uri)
+        try:
+            assert metadata.readonly_bookies() == [bookie] and metadata.writable_bookies() == []
+            with BookKeeper(forced.metadata_uri) as client, pytest.raises(NotEnoughBookiesError):
+                client.create_ledger(1, 1, 1)
+            # the operator's switch cannot make it writable: the configuration decides
+            assert put(forced, "/api/v1/bookie/state/readonly", b'{"readOnly": false}') == (
+                200,
+                b'{"readOnly": true}',
+            )
+            assert json.loads(get(forced, "/api/v1/bookie/state"))["readOnly"] is True
+            assert metadata.readonly_bookies() == [bookie]
+        finally:
+            metadata.close()

@@ -87,6 +87,7 @@ class BookieConfig:
     tcp_no_delay: bool = True
     tcp_keepalive: bool = True
     tcp_linger_s: int = -1
+    force_read_only: bool = False  # forceReadOnlyBookie: read-only from the start, and for good
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
     http_host: str | None = None  # httpServerHost; None: the bookie's address (host)
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)
@@ -194,7 +195,9 @@ class Bookie:
         # Read-only (disks full, or an operator asked): normal adds get EREADONLY; recovery adds,
         # fences and reads still work.
         self.disk_full = False
-        self.forced_read_only = False
+        self.forced_read_only = config.force_read_only
+        if config.force_read_only:
+            log.warning("forceReadOnlyBookie is set: the bookie serves reads only")
         self._last_disk_state: DiskState | None = None
         self._free_when_out_of_space: int | None = None  # free bytes when a write hit ENOSPC
         # Bytes added since the last disk check: a fast writer triggers a check every
@@ -303,7 +306,14 @@ class Bookie:
         return self.disk_full or self.forced_read_only
 
     def set_forced_read_only(self, read_only: bool) -> None:
-        """An operator turns the bookie read-only, or back (it stays read-only while disks are full)."""
+        """An operator turns the bookie read-only, or back (it stays read-only while disks are
+        full, and for good with forceReadOnlyBookie)."""
+        if not read_only and self.config.force_read_only:
+            log.warning(
+                "the bookie stays read-only: forceReadOnlyBookie is set; restart it without "
+                "that key to make it writable"
+            )
+            return
         if read_only != self.forced_read_only:
             self.forced_read_only = read_only
             log.warning("an operator set the bookie %s", "read-only" if read_only else "writable")

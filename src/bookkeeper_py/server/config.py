@@ -265,6 +265,13 @@ SETTINGS: tuple[Setting, ...] = (
         "httpServerHost: the address the HTTP endpoint listens on (default: advertisedAddress)",
     ),
     Setting(
+        "forceReadOnlyBookie",
+        "--force-read-only",
+        _bool,
+        False,
+        "forceReadOnlyBookie: start read-only and stay so (reads only; not writable over HTTP)",
+    ),
+    Setting(
         "serverTcpNoDelay",
         "--tcp-no-delay",
         _bool,
@@ -687,6 +694,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         tcp_no_delay=values["serverTcpNoDelay"],
         tcp_keepalive=values["serverSockKeepalive"],
         tcp_linger_s=values["serverTcpLinger"],
+        force_read_only=values["forceReadOnlyBookie"],
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),
         max_throttle_time_s=values["dbStorage_maxThrottleTimeMs"] / 1000.0,
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),

@@ -176,9 +176,6 @@ _READ_ONLY_SWITCH = (
     _NOT_YET + ": this bookie always turns read-only when its disks are full (as with "
     "readOnlyModeEnabled=true)"
 )
-_FORCE_READ_ONLY = (
-    _NOT_YET + ": set a running bookie read-only with PUT /api/v1/bookie/state/readonly"
-)
 _IO_THREADS = (
     "Netty's I/O threads: this bookie's connections share one event loop; run more bookies "
     "for more cores"
@@ -415,7 +412,6 @@ NOT_USED: Mapping[str, str] = {
     "tlsCertFilesRefreshDurationSeconds": _TLS_REFRESH,
     "readOnlyModeEnabled": _READ_ONLY_SWITCH,
     "readOnlyModeOnAnyDiskFullEnabled": _READ_ONLY_SWITCH,
-    "forceReadOnlyBookie": _FORCE_READ_ONLY,
     **dict.fromkeys(
         (
             "auditorLedgerVerificationPercentage",
