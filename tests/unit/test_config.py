@@ -312,3 +312,25 @@ def test_the_operations_guide_lists_every_key_with_the_codes_status() -> None:
             assert row.endswith(f" | not used: {NOT_USED[key]} |"), key
         else:
             assert "**taken**" in row, key
+
+
+@pytest.mark.timeout(120)
+def test_full_disks_stop_a_bookie_whose_read_only_mode_is_disabled(tmp_path: Path) -> None:
+    # every disk here is fuller than 0.01 %: "full" at once
+    thresholds = ["--disk-usage-warn-threshold", "0.00005", "--disk-usage-threshold", "0.0001"]
+    common = ["--port", str(free_port()), "--journal-dir", str(tmp_path / "j"), "--standalone"]
+    disabled = ["--read-only-mode-enabled", "false"]
+    stopped = subprocess.run(
+        [sys.executable, "-m", "bookkeeper_py", "bookie", *common, *thresholds, *disabled],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert stopped.returncode != 0
+    [error] = [line for line in stopped.stderr.splitlines() if line.startswith("error: ")]
+    assert "its disks are full" in error and "readOnlyModeEnabled=false" in error
+    assert "set readOnlyModeEnabled=true" in error
+    # the same disks with read-only mode (the default): the bookie starts, read-only
+    said, stderr = run_bookie(tmp_path, *common, *thresholds)
+    assert said.endswith(common[1]) and "bookie is now read-only" in stderr

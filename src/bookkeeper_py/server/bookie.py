@@ -88,6 +88,7 @@ class BookieConfig:
     tcp_keepalive: bool = True
     tcp_linger_s: int = -1
     force_read_only: bool = False  # forceReadOnlyBookie: read-only from the start, and for good
+    read_only_mode_enabled: bool = True  # readOnlyModeEnabled; False: full disks stop the bookie
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
     http_host: str | None = None  # httpServerHost; None: the bookie's address (host)
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)

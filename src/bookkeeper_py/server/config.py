@@ -265,6 +265,13 @@ SETTINGS: tuple[Setting, ...] = (
         "httpServerHost: the address the HTTP endpoint listens on (default: advertisedAddress)",
     ),
     Setting(
+        "readOnlyModeEnabled",
+        "--read-only-mode-enabled",
+        _bool,
+        True,
+        "readOnlyModeEnabled: turn read-only when the disks are full (false: stop the bookie)",
+    ),
+    Setting(
         "forceReadOnlyBookie",
         "--force-read-only",
         _bool,
@@ -695,6 +702,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         tcp_keepalive=values["serverSockKeepalive"],
         tcp_linger_s=values["serverTcpLinger"],
         force_read_only=values["forceReadOnlyBookie"],
+        read_only_mode_enabled=values["readOnlyModeEnabled"],
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),
         max_throttle_time_s=values["dbStorage_maxThrottleTimeMs"] / 1000.0,
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),

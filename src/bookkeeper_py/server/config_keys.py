@@ -172,9 +172,9 @@ _HTTP_TLS = _NOT_YET + ": the bookie's HTTP endpoint speaks plain HTTP; put a TL
 _PROMETHEUS_PORT = (
     _NOT_YET + ": metrics are served at /metrics on httpServerPort, not on a port of their own"
 )
-_READ_ONLY_SWITCH = (
-    _NOT_YET + ": this bookie always turns read-only when its disks are full (as with "
-    "readOnlyModeEnabled=true)"
+_ANY_DISK_FULL = (
+    "this bookie counts its fullest directory: it turns read-only as soon as one directory "
+    "passes diskUsageThreshold (as with readOnlyModeOnAnyDiskFullEnabled=true)"
 )
 _IO_THREADS = (
     "Netty's I/O threads: this bookie's connections share one event loop; run more bookies "
@@ -410,8 +410,7 @@ NOT_USED: Mapping[str, str] = {
     **dict.fromkeys(("tlsProvider", "tlsProviderFactoryClass"), _TLS_PROVIDER),
     **dict.fromkeys(("tlsKeyStorePasswordPath", "tlsTrustStorePasswordPath"), _TLS_PASSWORD),
     "tlsCertFilesRefreshDurationSeconds": _TLS_REFRESH,
-    "readOnlyModeEnabled": _READ_ONLY_SWITCH,
-    "readOnlyModeOnAnyDiskFullEnabled": _READ_ONLY_SWITCH,
+    "readOnlyModeOnAnyDiskFullEnabled": _ANY_DISK_FULL,
     **dict.fromkeys(
         (
             "auditorLedgerVerificationPercentage",
@@ -435,7 +434,7 @@ BOOKKEEPER_DEFAULTS: Mapping[str, str] = {
     "journalAdaptiveGroupWrites": "true",
     "journalWriteData": "true",
     "journalFormatVersionToWrite": "6",
-    "readOnlyModeEnabled": "true",
+    "readOnlyModeOnAnyDiskFullEnabled": "true",
     "entryLogFilePreallocationEnabled": "true",
 }
 

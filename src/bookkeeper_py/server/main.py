@@ -67,7 +67,8 @@ class BookieServer:
         self._reregistration: asyncio.Future[None] | None = None
         self._limbo_task: asyncio.Task[None] | None = None
         self._decommission_task: asyncio.Task[None] | None = None
-        self.stop_requested = asyncio.Event()  # decommissioned: the process is to end
+        self.stop_requested = asyncio.Event()  # decommissioned, or disks full: the process ends
+        self.failure: BKError | None = None  # why the process is to end with an error
         self._locks = DirectoryLocks(
             {"bookie_id": config.effective_bookie_id, "address": f"{config.host}:{config.port}"}
         )
@@ -102,6 +103,9 @@ class BookieServer:
             self.bookie = Bookie(self.config, loop, self.metrics, self._make_engine)
             await asyncio.to_thread(self.bookie.start)
             await asyncio.to_thread(self.bookie.check_disks)
+            if self._full_and_not_read_only():
+                assert self.failure is not None
+                raise self.failure
             bookie = self.bookie
             security = Security(
                 tls_context=self.config.tls.server_context() if self.config.tls else None,
@@ -246,10 +250,27 @@ class BookieServer:
             await asyncio.sleep(self.config.disk_check_interval_s)
             try:
                 await asyncio.to_thread(self.bookie.check_disks)
+                if self._full_and_not_read_only():
+                    log.error("%s", self.failure)
+                    self.stop_requested.set()
+                    return
                 if self.metadata is not None:
                     await self._register()
             except Exception:
                 log.exception("disk check or re-registration failed; retrying at the next check")
+
+    def _full_and_not_read_only(self) -> bool:
+        """Whether the disks are full while readOnlyModeEnabled=false: the bookie then stops
+        instead of turning read-only, as in BookKeeper (``failure`` says why)."""
+        assert self.bookie is not None
+        if self.config.read_only_mode_enabled or not self.bookie.disk_full:
+            return False
+        self.failure = DisksFullError(
+            f"bookie {self.config.effective_bookie_id}: its disks are full (past "
+            f"diskUsageThreshold={self.config.disk.usage_threshold}) and readOnlyModeEnabled=false, "
+            "so it stops rather than serve reads only: free space, or set readOnlyModeEnabled=true"
+        )
+        return True
 
     async def _watch_decommission(self) -> None:
         """Follows ``bookkeeper shell decommissionbookie`` of this bookie: while it drains, the
@@ -342,6 +363,10 @@ class BookieServer:
             "requests still in flight after %.0f s of shutdown; their connections will close",
             timeout_s,
         )
+
+
+class DisksFullError(BKError):
+    """The disks are full and readOnlyModeEnabled=false: the bookie stops."""
 
 
 class ListenError(BKError):
@@ -502,6 +527,8 @@ async def serve(
     )
     log.info("bookie %s stopping", config.effective_bookie_id)
     await server.stop()
+    if server.failure is not None:
+        raise server.failure
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
