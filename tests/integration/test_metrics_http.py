@@ -159,3 +159,24 @@ def test_force_read_only_bookie_starts_read_only_and_stays_so() -> None:
             assert metadata.readonly_bookies() == [bookie]
         finally:
             metadata.close()
+
+
+def test_metrics_on_a_port_of_their_own() -> None:
+    from bookkeeper_py.testing.local_cluster import free_port
+
+    port = free_port()
+    with LocalCluster(1, bookie_args=["--metrics-port", str(port)]) as local:
+        with BookKeeper(local.metadata_uri) as client:
+            handle = client.create_ledger(1, 1, 1)
+            handle.add_entry(b"counted")
+            handle.close()
+        url = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+            assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = answer.read().decode()
+        families = {family.name for family in text_string_to_metric_families(text)}
+        assert "bookkeeper_server_ADD_ENTRY_REQUEST" in families
+        with pytest.raises(urllib.error.HTTPError) as refused:  # /metrics only on that port
+            urllib.request.urlopen(f"{url}/api/v1/bookie/state", timeout=10)
+        refused.value.close()
+        assert refused.value.code == 404

@@ -91,6 +91,8 @@ class BookieConfig:
     read_only_mode_enabled: bool = True  # readOnlyModeEnabled; False: full disks stop the bookie
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
     http_host: str | None = None  # httpServerHost; None: the bookie's address (host)
+    metrics_port: int | None = None  # prometheusStatsHttpPort: /metrics on a port of its own
+    metrics_host: str | None = None  # prometheusStatsHttpAddress; None: the bookie's address
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)
     max_throttle_time_s: float = 10.0  # dbStorage_maxThrottleTimeMs: an add waits this long
     # for a full write cache to drain before it is answered ETOOMANYREQUESTS

@@ -265,6 +265,21 @@ SETTINGS: tuple[Setting, ...] = (
         "httpServerHost: the address the HTTP endpoint listens on (default: advertisedAddress)",
     ),
     Setting(
+        "prometheusStatsHttpPort",
+        "--metrics-port",
+        int,
+        None,
+        "prometheusStatsHttpPort: /metrics on a port of its own (default: none, /metrics is on "
+        "the HTTP endpoint)",
+    ),
+    Setting(
+        "prometheusStatsHttpAddress",
+        "--metrics-host",
+        str,
+        None,
+        "prometheusStatsHttpAddress: the address of that port (default: advertisedAddress)",
+    ),
+    Setting(
         "readOnlyModeEnabled",
         "--read-only-mode-enabled",
         _bool,
@@ -703,6 +718,8 @@ def build(values: dict[str, Any]) -> BookieConfig:
         tcp_linger_s=values["serverTcpLinger"],
         force_read_only=values["forceReadOnlyBookie"],
         read_only_mode_enabled=values["readOnlyModeEnabled"],
+        metrics_port=values["prometheusStatsHttpPort"],
+        metrics_host=values["prometheusStatsHttpAddress"],
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),
         max_throttle_time_s=values["dbStorage_maxThrottleTimeMs"] / 1000.0,
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),

@@ -83,8 +83,8 @@ _JOURNAL_WRITE = (
 )
 _JOURNAL_CHANNEL = "a Java file-channel class: not applicable"
 _STATS_PROVIDER = (
-    "metrics are Prometheus text at /metrics on the bookie's HTTP port (httpServerEnabled, "
-    "httpServerPort); no other stats provider is built in"
+    "metrics are Prometheus text at /metrics, on the bookie's HTTP port (httpServerEnabled) or a "
+    "port of their own (prometheusStatsHttpPort); no other stats provider is built in"
 )
 _STATS_OTHER = "a Java stats provider's setting: metrics here are Prometheus text at /metrics"
 _JVM_METRICS = "JVM metrics: the bookie is a Python process (process_* metrics are exported)"
@@ -169,9 +169,6 @@ _TLS_PASSWORD = (
 _TLS_REFRESH = "certificates are read at start; restart the bookie to take new ones"
 _NOT_YET = "not implemented yet (issue 22)"
 _HTTP_TLS = _NOT_YET + ": the bookie's HTTP endpoint speaks plain HTTP; put a TLS proxy before it"
-_PROMETHEUS_PORT = (
-    _NOT_YET + ": metrics are served at /metrics on httpServerPort, not on a port of their own"
-)
 _ANY_DISK_FULL = (
     "this bookie counts its fullest directory: it turns read-only as soon as one directory "
     "passes diskUsageThreshold (as with readOnlyModeOnAnyDiskFullEnabled=true)"
@@ -331,7 +328,6 @@ NOT_USED: Mapping[str, str] = {
         _STATS_OTHER,
     ),
     "exposeDefaultJVMMetrics": _JVM_METRICS,
-    **dict.fromkeys(("prometheusStatsHttpPort", "prometheusStatsHttpAddress"), _PROMETHEUS_PORT),
     "httpServerClass": _HTTP_CLASS,
     **dict.fromkeys(
         (

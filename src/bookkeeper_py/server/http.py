@@ -1,7 +1,10 @@
 """The bookie's HTTP port: ``/heartbeat``, ``/metrics`` (Prometheus text format) and the read-only
-``/api/v1/bookie/*`` endpoints of BookKeeper's admin API (reference section 1.16)."""
+``/api/v1/bookie/*`` endpoints of BookKeeper's admin API (reference section 1.16); and the
+Prometheus port of its own (``prometheusStatsHttpPort``), ``/metrics`` alone."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -11,14 +14,27 @@ from bookkeeper_py.server.service import BookieService
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def make_app(service: BookieService, metrics: PrometheusMetrics) -> web.Application:
-    async def heartbeat(request: web.Request) -> web.Response:
-        return web.Response(text="OK\n")
-
+def _metrics_handler(
+    metrics: PrometheusMetrics,
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def prometheus(request: web.Request) -> web.Response:
         return web.Response(
             body=metrics.render(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
         )
+
+    return prometheus
+
+
+def make_metrics_app(metrics: PrometheusMetrics) -> web.Application:
+    """``/metrics`` alone, for the Prometheus port (``prometheusStatsHttpPort``)."""
+    app = web.Application()
+    app.router.add_get("/metrics", _metrics_handler(metrics))
+    return app
+
+
+def make_app(service: BookieService, metrics: PrometheusMetrics) -> web.Application:
+    async def heartbeat(request: web.Request) -> web.Response:
+        return web.Response(text="OK\n")
 
     async def info(request: web.Request) -> web.Response:
         found = service.info()
@@ -78,7 +94,7 @@ def make_app(service: BookieService, metrics: PrometheusMetrics) -> web.Applicat
 
     app = web.Application()
     app.router.add_get("/heartbeat", heartbeat)
-    app.router.add_get("/metrics", prometheus)
+    app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get("/api/v1/bookie/info", info)
     app.router.add_get("/api/v1/bookie/state", state)
     app.router.add_put("/api/v1/bookie/state/readonly", set_read_only)

@@ -25,7 +25,7 @@ from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server import config, limbo
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
-from bookkeeper_py.server.http import make_app, start_http
+from bookkeeper_py.server.http import make_app, make_metrics_app, start_http
 from bookkeeper_py.server.service import BookieService
 from bookkeeper_py.storage.cookie import Cookie, verify_or_create
 from bookkeeper_py.storage.disk import DirectoryLocks
@@ -62,6 +62,7 @@ class BookieServer:
         self._registered_read_only: bool | None = None
         self.metrics = PrometheusMetrics()
         self._http: web.AppRunner | None = None
+        self._metrics_http: web.AppRunner | None = None  # prometheusStatsHttpPort
         self._disk_task: asyncio.Task[None] | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self._reregistration: asyncio.Future[None] | None = None
@@ -158,6 +159,12 @@ class BookieServer:
                 add_routes(app, self.metadata, self.metadata_uri)
             self._http = await start_http(
                 app, self.config.http_host or self.config.host, self.config.http_port
+            )
+        if self.config.metrics_port is not None:
+            self._metrics_http = await start_http(
+                make_metrics_app(self.metrics),
+                self.config.metrics_host or self.config.host,
+                self.config.metrics_port,
             )
         log.info(
             "bookie %s serving on %s:%d (journal %s, ledgers %s)",
@@ -325,6 +332,8 @@ class BookieServer:
             await stop_autorecovery(self.autorecovery)
         if self._http is not None:
             await self._http.cleanup()
+        if self._metrics_http is not None:
+            await self._metrics_http.cleanup()
         if self._server is not None:
             self._server.close()
         for connection in list(self._connections):
