@@ -180,3 +180,22 @@ def test_metrics_on_a_port_of_their_own() -> None:
             urllib.request.urlopen(f"{url}/api/v1/bookie/state", timeout=10)
         refused.value.close()
         assert refused.value.code == 404
+
+
+def test_is_ready_server_config_and_list_bookies(cluster: LocalCluster) -> None:
+    bookie = cluster.bookie_ids[0]
+    assert get(cluster, "/api/v1/bookie/is_ready") == b"OK"
+    settings = json.loads(get(cluster, "/api/v1/config/server_config"))
+    assert settings["bookiePort"] == int(bookie.rsplit(":", 1)[1])
+    assert settings["journalSyncData"] is True and "bookieId" not in settings  # set keys only
+    assert put(cluster, "/api/v1/config/server_config", b'{"bookiePort": 1}')[0] == 405
+    assert json.loads(get(cluster, "/api/v1/config/server_config")) == settings  # unchanged
+    assert json.loads(get(cluster, "/api/v1/bookie/list_bookies")) == {bookie: None}
+    assert json.loads(get(cluster, "/api/v1/bookie/list_bookies?type=ro")) == {}
+    assert json.loads(get(cluster, "/api/v1/bookie/list_bookies?print_hostnames=true")) == {
+        bookie: "127.0.0.1"
+    }
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        get(cluster, "/api/v1/bookie/list_bookies?type=writable")
+    refused.value.close()
+    assert refused.value.code == 400

@@ -101,7 +101,9 @@ class BookieConfig:
     idle_connection_timeout_s: float = 600.0  # close connections idle this long (0: never)
     tls: TlsConfig | None = None  # tlsCertificatePath and friends; None: plain connections only
     auth_provider: str | None = None  # bookieAuthProviderFactoryClass; None: no authentication
-    auth_settings: dict[str, Any] = field(default_factory=dict)  # for the provider's factory
+    # The bk_server.conf keys set (after defaults, the file and the command line): the auth
+    # provider's factory reads its keys here, /api/v1/config/server_config shows them
+    settings: dict[str, Any] = field(default_factory=dict)
     # zkTimeout: the metadata session's timeout (the SQLite lease), how long the registration of
     # a bookie that died outlives it; None: the store's default (10 s ZooKeeper, 5 s SQLite)
     metadata_session_timeout_s: float | None = None

@@ -727,7 +727,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         idle_connection_timeout_s=values["idleConnectionTimeoutSec"],
         tls=tls,
         auth_provider=values["bookieAuthProviderFactoryClass"],
-        auth_settings={key: value for key, value in values.items() if value is not None},
+        settings={key: value for key, value in values.items() if value is not None},
     )
 
 

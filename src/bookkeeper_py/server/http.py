@@ -4,10 +4,13 @@ Prometheus port of its own (``prometheusStatsHttpPort``), ``/metrics`` alone."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
+from bookkeeper_py.errors import BKError
+from bookkeeper_py.metadata.port import MetadataPort
 from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server.service import BookieService
 
@@ -32,9 +35,25 @@ def make_metrics_app(metrics: PrometheusMetrics) -> web.Application:
     return app
 
 
-def make_app(service: BookieService, metrics: PrometheusMetrics) -> web.Application:
+def make_app(
+    service: BookieService, metrics: PrometheusMetrics, settings: Mapping[str, Any]
+) -> web.Application:
+    """The bookie's own endpoints; ``settings``: its bk_server.conf keys as resolved."""
+
     async def heartbeat(request: web.Request) -> web.Response:
         return web.Response(text="OK\n")
+
+    async def is_ready(request: web.Request) -> web.Response:
+        found = service.state()
+        if found.running and not found.shutting_down:
+            return web.Response(text="OK")
+        return web.Response(status=503, text="Bookie is not fully started yet")
+
+    async def server_config(request: web.Request) -> web.Response:
+        """BookKeeper's config/server_config: every key set, after defaults, the file and the
+        command line. Read-only here (BookKeeper's PUT sets keys in memory, most of which then
+        have no effect): a PUT is refused."""
+        return web.json_response(dict(sorted(settings.items())))
 
     async def info(request: web.Request) -> web.Response:
         found = service.info()
@@ -96,11 +115,38 @@ def make_app(service: BookieService, metrics: PrometheusMetrics) -> web.Applicat
     app.router.add_get("/heartbeat", heartbeat)
     app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get("/api/v1/bookie/info", info)
+    app.router.add_get("/api/v1/bookie/is_ready", is_ready)
+    app.router.add_get("/api/v1/config/server_config", server_config)
     app.router.add_get("/api/v1/bookie/state", state)
     app.router.add_put("/api/v1/bookie/state/readonly", set_read_only)
     app.router.add_get("/api/v1/bookie/last_log_mark", last_log_mark)
     app.router.add_get("/api/v1/bookie/list_disk_file", list_disk_file)
     return app
+
+
+def add_cluster_routes(app: web.Application, port: MetadataPort) -> None:
+    """The endpoints that read the cluster through the bookie's metadata session."""
+
+    async def list_bookies(request: web.Request) -> web.Response:
+        """BookKeeper's bookie/list_bookies: ?type=rw (the default) or ro, and with
+        ?print_hostnames=true each bookie's host; {bookie id: host or null}."""
+        kind = request.query.get("type", "rw")
+        if kind not in ("rw", "ro"):
+            raise web.HTTPBadRequest(text=f"type must be rw or ro, not {kind!r}")
+        bookies = await (port.readonly_bookies() if kind == "ro" else port.writable_bookies())
+        hosts = request.query.get("print_hostnames") == "true"
+        found: dict[str, str | None] = {}
+        for bookie_id in bookies:
+            host = None
+            if hosts:
+                try:
+                    host = (await port.bookie_endpoint(bookie_id)).host
+                except BKError:  # gone since it was listed
+                    pass
+            found[bookie_id] = host
+        return web.json_response(found)
+
+    app.router.add_get("/api/v1/bookie/list_bookies", list_bookies)
 
 
 async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:

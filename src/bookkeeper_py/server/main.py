@@ -25,7 +25,7 @@ from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server import config, limbo
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
-from bookkeeper_py.server.http import make_app, make_metrics_app, start_http
+from bookkeeper_py.server.http import add_cluster_routes, make_app, make_metrics_app, start_http
 from bookkeeper_py.server.service import BookieService
 from bookkeeper_py.storage.cookie import Cookie, verify_or_create
 from bookkeeper_py.storage.disk import DirectoryLocks
@@ -110,7 +110,7 @@ class BookieServer:
             bookie = self.bookie
             security = Security(
                 tls_context=self.config.tls.server_context() if self.config.tls else None,
-                auth=bookie_provider(self.config.auth_provider, self.config.auth_settings),
+                auth=bookie_provider(self.config.auth_provider, self.config.settings),
                 tls_required=self.config.tls is not None and self.config.tls.client_authentication,
             )
             self._server = await loop.create_server(
@@ -152,11 +152,12 @@ class BookieServer:
             service = BookieService(
                 self.bookie, self.engine, self.config.effective_bookie_id, self._state_changed
             )
-            app = make_app(service, self.metrics)
+            app = make_app(service, self.metrics, self.config.settings)
             if self.metadata is not None and self.metadata_uri:
                 from bookkeeper_py.server.autorecovery_http import add_routes
 
                 add_routes(app, self.metadata, self.metadata_uri)
+                add_cluster_routes(app, self.metadata)
             self._http = await start_http(
                 app, self.config.http_host or self.config.host, self.config.http_port
             )
