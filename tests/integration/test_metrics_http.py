@@ -99,6 +99,16 @@ def test_heartbeat_and_bookie_endpoints(cluster: LocalCluster) -> None:
     assert list(marks) == [cluster.bookies[0].journal_directory]
     files = json.loads(get(cluster, "/api/v1/bookie/list_disk_file"))
     assert ".txn" in files["journal files"] and "data.mdb" in files["index files"]
+    assert json.loads(get(cluster, "/api/v1/bookie/list_disk_file?file_type=journal")) == {
+        "journal files": files["journal files"]
+    }
+    assert list(json.loads(get(cluster, "/api/v1/bookie/list_disk_file?file_type=index"))) == [
+        "index files"
+    ]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        get(cluster, "/api/v1/bookie/list_disk_file?file_type=txn")
+    refused.value.close()
+    assert refused.value.code == 400
 
 
 def put(cluster: LocalCluster, path: str, body: bytes) -> tuple[int, bytes]:
@@ -121,6 +131,7 @@ def test_an_operator_can_turn_the_bookie_read_only_and_back(cluster: LocalCluste
             assert existing.add_entry(b"before") == 0
             answer = put(cluster, "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
             assert answer == (200, b'{"readOnly": true}')
+            assert json.loads(get(cluster, "/api/v1/bookie/state/readonly")) == {"readOnly": True}
             with pytest.raises(WriteError, match="EREADONLY"):
                 existing.add_entry(b"while read-only")
         assert metadata.readonly_bookies() == [bookie] and metadata.writable_bookies() == []
@@ -152,9 +163,10 @@ def test_force_read_only_bookie_starts_read_only_and_stays_so() -> None:
                 client.create_ledger(1, 1, 1)
             # the operator's switch cannot make it writable: the configuration decides
             assert put(forced, "/api/v1/bookie/state/readonly", b'{"readOnly": false}') == (
-                200,
-                b'{"readOnly": true}',
+                400,
+                b"Bookie is in forceReadOnly mode, cannot transit to writable mode",
             )
+            assert json.loads(get(forced, "/api/v1/bookie/state/readonly")) == {"readOnly": True}
             assert json.loads(get(forced, "/api/v1/bookie/state"))["readOnly"] is True
             assert metadata.readonly_bookies() == [bookie]
         finally:
@@ -199,3 +211,16 @@ def test_is_ready_server_config_and_list_bookies(cluster: LocalCluster) -> None:
         get(cluster, "/api/v1/bookie/list_bookies?type=writable")
     refused.value.close()
     assert refused.value.code == 400
+
+
+def test_a_bookie_without_read_only_mode_refuses_the_switch() -> None:
+    with LocalCluster(1, bookie_args=["--read-only-mode-enabled", "false"]) as local:
+        assert put(local, "/api/v1/bookie/state/readonly", b'{"readOnly": true}') == (
+            400,
+            b"Bookie is disabled ReadOnly mode, cannot transit to readOnly mode",
+        )
+        assert json.loads(get(local, "/api/v1/bookie/state/readonly")) == {"readOnly": False}
+        with BookKeeper(local.metadata_uri) as client:  # still writable
+            handle = client.create_ledger(1, 1, 1)
+            assert handle.add_entry(b"taken") == 0
+            handle.close()

@@ -12,7 +12,7 @@ from aiohttp import web
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.metadata.port import MetadataPort
 from bookkeeper_py.prometheus import PrometheusMetrics
-from bookkeeper_py.server.service import BookieService
+from bookkeeper_py.server.service import BookieService, StateChangeRefused
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -79,8 +79,11 @@ def make_app(
             }
         )
 
-    async def set_read_only(request: web.Request) -> web.Response:
-        """PUT {"readOnly": true|false}: the operator's read-only switch (BookKeeper's state/readonly)."""
+    async def read_only_state(request: web.Request) -> web.Response:
+        """PUT {"readOnly": true|false}: the operator's read-only switch; GET: the mode in force
+        (BookKeeper's state/readonly)."""
+        if request.method == "GET":
+            return web.json_response({"readOnly": service.state().read_only})
         try:
             wanted = (await request.json())["readOnly"]
         except (ValueError, KeyError, TypeError) as error:
@@ -89,7 +92,10 @@ def make_app(
             ) from error
         if not isinstance(wanted, bool):
             raise web.HTTPBadRequest(text='"readOnly" must be true or false')
-        return web.json_response({"readOnly": await service.set_read_only(wanted)})
+        try:
+            return web.json_response({"readOnly": await service.set_read_only(wanted)})
+        except StateChangeRefused as error:
+            raise web.HTTPBadRequest(text=str(error)) from error
 
     async def last_log_mark(request: web.Request) -> web.Response:
         return web.json_response(
@@ -102,13 +108,20 @@ def make_app(
         )
 
     async def list_disk_file(request: web.Request) -> web.Response:
+        """The bookie's files; ``?file_type=journal|entrylog|index``: those only."""
+        kind = request.query.get("file_type")
+        if kind not in (None, "journal", "entrylog", "index"):
+            raise web.HTTPBadRequest(
+                text=f"file_type must be journal, entrylog or index, not {kind!r}"
+            )
         files = service.disk_files()
+        listed = {
+            "journal": ("journal files", files.journals),
+            "entrylog": ("entrylog files", files.entry_logs),
+            "index": ("index files", files.index),
+        }
         return web.json_response(
-            {
-                "journal files": ", ".join(files.journals),
-                "entrylog files": ", ".join(files.entry_logs),
-                "index files": ", ".join(files.index),
-            }
+            {key: ", ".join(names) for name, (key, names) in listed.items() if kind in (None, name)}
         )
 
     app = web.Application()
@@ -118,7 +131,8 @@ def make_app(
     app.router.add_get("/api/v1/bookie/is_ready", is_ready)
     app.router.add_get("/api/v1/config/server_config", server_config)
     app.router.add_get("/api/v1/bookie/state", state)
-    app.router.add_put("/api/v1/bookie/state/readonly", set_read_only)
+    app.router.add_put("/api/v1/bookie/state/readonly", read_only_state)
+    app.router.add_get("/api/v1/bookie/state/readonly", read_only_state)
     app.router.add_get("/api/v1/bookie/last_log_mark", last_log_mark)
     app.router.add_get("/api/v1/bookie/list_disk_file", list_disk_file)
     return app

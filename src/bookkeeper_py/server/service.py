@@ -8,6 +8,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bookkeeper_py.errors import BKError
 from bookkeeper_py.server.bookie import Bookie
 from bookkeeper_py.storage.engine import StorageEngine
 from bookkeeper_py.storage.entry_log import log_name
@@ -37,6 +38,10 @@ class DiskFiles:
     journals: tuple[str, ...]
     entry_logs: tuple[str, ...]
     index: tuple[str, ...]
+
+
+class StateChangeRefused(BKError):
+    """The configuration forbids the read-only switch asked for."""
 
 
 class BookieService:
@@ -76,7 +81,18 @@ class BookieService:
 
     async def set_read_only(self, read_only: bool) -> bool:
         """The operator's read-only switch; re-registers the bookie. The mode now in force
-        (a full disk keeps it read-only)."""
+        (a full disk keeps it read-only). ``StateChangeRefused`` where the configuration forbids
+        it, with BookKeeper's words: forceReadOnlyBookie keeps it read-only, and
+        readOnlyModeEnabled=false forbids read-only."""
+        config = self._bookie.config
+        if not read_only and config.force_read_only:
+            raise StateChangeRefused(
+                "Bookie is in forceReadOnly mode, cannot transit to writable mode"
+            )
+        if read_only and not config.read_only_mode_enabled:
+            raise StateChangeRefused(
+                "Bookie is disabled ReadOnly mode, cannot transit to readOnly mode"
+            )
         self._bookie.set_forced_read_only(read_only)
         if self._state_changed is not None:
             await self._state_changed()
