@@ -224,3 +224,46 @@ def test_a_bookie_without_read_only_mode_refuses_the_switch() -> None:
             handle = client.create_ledger(1, 1, 1)
             assert handle.add_entry(b"taken") == 0
             handle.close()
+
+
+def test_cluster_info_over_http_and_from_the_shell() -> None:
+    import subprocess
+    import sys
+
+    with LocalCluster(2) as local:
+        http = f"http://127.0.0.1:{local.bookies[0].http_port}/api/v1/bookie/cluster_info"
+
+        def over_http() -> dict[str, object]:
+            with urllib.request.urlopen(http, timeout=10) as answer:
+                return dict(json.loads(answer.read()))
+
+        assert over_http() == {
+            "auditorElected": False,
+            "auditorId": "",
+            "clusterUnderReplicated": False,
+            "ledgerReplicationEnabled": True,
+            "totalBookiesCount": 2,
+            "writableBookiesCount": 2,
+            "readonlyBookiesCount": 0,
+            "unavailableBookiesCount": 0,
+        }
+        local.stop_bookie(1)  # its cookie stays: known, unavailable
+        shell = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bookkeeper_py",
+                "shell",
+                "clusterinfo",
+                "--metadata-uri",
+                local.metadata_uri,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        from_shell = json.loads(shell.stdout)
+        assert from_shell["writableBookiesCount"] == 1
+        assert from_shell["unavailableBookiesCount"] == 1
+        assert over_http() == from_shell  # one service behind both

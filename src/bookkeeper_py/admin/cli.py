@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import os
 import signal
@@ -226,6 +227,15 @@ def _cmd_listbookies(args: argparse.Namespace) -> None:
         print(f"{bookie.bookie_id} (read-only)" if bookie.read_only else bookie.bookie_id)
 
 
+def _cmd_clusterinfo(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        info = ClusterAdmin(metadata).cluster_info()
+    print(json.dumps(info.as_json(), indent=2))
+
+
 def _cmd_listledgers(args: argparse.Namespace) -> None:
     from bookkeeper_py.admin.service import ClusterAdmin
     from bookkeeper_py.metadata.manager import MetadataClient
@@ -423,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
         "-ro", "--readonly", action="store_true", help="only read-only bookies"
     )
     shell_command("listledgers", "list ledger ids", _cmd_listledgers)
+    shell_command(
+        "clusterinfo",
+        "the cluster at a glance: auditor, under-replication, bookie counts (JSON)",
+        _cmd_clusterinfo,
+    )
     ledgermetadata = shell_command(
         "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
     )

@@ -32,6 +32,59 @@ class UnderReplicatedLedger:
     marked_ms: int = 0  # when it was marked, ms since the epoch
 
 
+@dataclass(frozen=True)
+class ClusterInfo:
+    """BookKeeper's ``clusterinfo`` / ``bookie/cluster_info``: ``as_json`` has its keys."""
+
+    auditor: str | None
+    under_replicated: bool
+    replication_enabled: bool
+    total_bookies: int  # with a cookie or registered
+    writable_bookies: int
+    read_only_bookies: int
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "auditorElected": self.auditor is not None,
+            "auditorId": self.auditor or "",
+            "clusterUnderReplicated": self.under_replicated,
+            "ledgerReplicationEnabled": self.replication_enabled,
+            "totalBookiesCount": self.total_bookies,
+            "writableBookiesCount": self.writable_bookies,
+            "readonlyBookiesCount": self.read_only_bookies,
+            "unavailableBookiesCount": self.total_bookies
+            - self.writable_bookies
+            - self.read_only_bookies,
+        }
+
+
+async def cluster_info(port: MetadataPort) -> ClusterInfo:
+    """The cluster at a glance: its auditor, whether any ledger is marked under-replicated and
+    AutoRecovery is on, and its bookies: every one with a cookie or a registration (total), the
+    writable and the read-only ones (the others are unavailable)."""
+    markers = await UnderReplication(port).ensure_layout()
+    writable, read_only = await port.bookies_now()
+    known: set[str] = {*writable, *read_only}
+    cookies, after = f"{port.ledgers_root}/cookies", None
+    for _ in range(1_000_000):  # pages of names, bounded
+        try:
+            names = await port.node_children(cookies, after)
+        except NoNodeError:
+            break  # no bookie ever started
+        known.update(names)
+        if len(names) < 1000:
+            break
+        after = names[-1]
+    return ClusterInfo(
+        auditor=await markers.auditor(),
+        under_replicated=bool(await markers.marked()),
+        replication_enabled=await markers.is_enabled(),
+        total_bookies=len(known),
+        writable_bookies=len(writable),
+        read_only_bookies=len(read_only),
+    )
+
+
 class ClusterAdmin:
     """Administration of the cluster whose metadata ``metadata`` reaches."""
 
@@ -221,6 +274,10 @@ class ClusterAdmin:
             return await (await UnderReplication(port).ensure_layout()).auditor()
 
         return run_blocking(self.metadata, work)
+
+    def cluster_info(self) -> ClusterInfo:
+        """``clusterinfo``: see ``cluster_info``."""
+        return run_blocking(self.metadata, cluster_info)
 
     def trigger_audit(self) -> None:
         """Makes the auditor check every bookie's ledgers now (``triggeraudit``)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bookkeeper_py.admin.service import cluster_info
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.metadata.port import MetadataPort
 from bookkeeper_py.prometheus import PrometheusMetrics
@@ -160,7 +161,12 @@ def add_cluster_routes(app: web.Application, port: MetadataPort) -> None:
             found[bookie_id] = host
         return web.json_response(found)
 
+    async def cluster_info_json(request: web.Request) -> web.Response:
+        """BookKeeper's bookie/cluster_info."""
+        return web.json_response((await cluster_info(port)).as_json())
+
     app.router.add_get("/api/v1/bookie/list_bookies", list_bookies)
+    app.router.add_get("/api/v1/bookie/cluster_info", cluster_info_json)
 
 
 async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
