@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, NoReturn
 from bookkeeper_py.admin import CommandError, autorecovery_commands, log_commands, spark_commands
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
+from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
 
@@ -241,16 +242,19 @@ def _cmd_listledgers(args: argparse.Namespace) -> None:
     from bookkeeper_py.metadata.manager import MetadataClient
 
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
-        for ledger_id in ClusterAdmin(metadata).ledgers():
-            print(ledger_id)
+        admin = ClusterAdmin(metadata)
+        for ledger_id in admin.ledgers(args.bookieid):
+            if not args.meta:
+                print(ledger_id)
+                continue
+            try:
+                _print_ledger(*admin.ledger(ledger_id))
+            except CommandError:
+                continue  # deleted while we listed
 
 
-def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
-    from bookkeeper_py.admin.service import ClusterAdmin
-    from bookkeeper_py.metadata.manager import MetadataClient
-
-    with MetadataClient.connect(_metadata_uri(args)) as metadata:
-        ledger, version = ClusterAdmin(metadata).ledger(args.ledgerid)
+def _print_ledger(ledger: LedgerMetadata, version: int) -> None:
+    """A ledger's metadata as ``ledgermetadata`` and ``listledgers -m`` print it."""
     print(
         f"ledger {ledger.ledger_id} (metadata version {version}, format v{ledger.format_version})"
     )
@@ -265,6 +269,14 @@ def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
         print(f"  from entry {first}: {', '.join(bookies)}")
     for key, value in sorted(ledger.custom_metadata.items()):
         print(f"  custom {key} = {value!r}")
+
+
+def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        _print_ledger(*ClusterAdmin(metadata).ledger(args.ledgerid))
 
 
 def _cmd_deleteledger(args: argparse.Namespace) -> None:
@@ -432,7 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
     listbookies.add_argument(
         "-ro", "--readonly", action="store_true", help="only read-only bookies"
     )
-    shell_command("listledgers", "list ledger ids", _cmd_listledgers)
+    listledgers = shell_command("listledgers", "list ledger ids", _cmd_listledgers)
+    listledgers.add_argument(
+        "-m", "--meta", action="store_true", help="print each ledger's metadata"
+    )
+    listledgers.add_argument(
+        "-bookieid", "--bookieid", help="only the ledgers whose ensembles hold this bookie"
+    )
     shell_command(
         "clusterinfo",
         "the cluster at a glance: auditor, under-replication, bookie counts (JSON)",

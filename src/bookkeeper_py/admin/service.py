@@ -106,8 +106,31 @@ class ClusterAdmin:
             found += [BookieStatus(b, True) for b in self.metadata.readonly_bookies()]
         return found
 
-    def ledgers(self) -> list[int]:
-        return list(self.metadata.list_ledgers())
+    def ledgers(self, bookie_id: str | None = None) -> list[int]:
+        """The ledger ids; with ``bookie_id``, those whose ensembles (any fragment) hold it
+        (``listledgers -bookieid``; ``CommandError`` for a bookie unknown here)."""
+        ledger_ids = list(self.metadata.list_ledgers())
+        if bookie_id is None:
+            return ledger_ids
+        known = (
+            self.metadata.read_cookie(bookie_id) is not None
+            or bookie_id in self.metadata.writable_bookies()
+            or bookie_id in self.metadata.readonly_bookies()
+        )
+        if not known:
+            raise CommandError(
+                f"bookie {bookie_id} is unknown here (no cookie, not registered); check the id "
+                "(see listbookies)"
+            )
+        holding = []
+        for ledger_id in ledger_ids:
+            try:
+                ledger, _ = self.metadata.read_ledger_metadata(ledger_id)
+            except NoSuchLedgerError:
+                continue  # deleted while we listed
+            if any(bookie_id in bookies for _, bookies in ledger.ensembles):
+                holding.append(ledger_id)
+        return holding
 
     def ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """The ledger's metadata and its version."""

@@ -1,0 +1,69 @@
+"""``shell listledgers`` with BookKeeper's ``-m`` (each ledger's metadata) and ``-bookieid``
+(only the ledgers whose ensembles hold a bookie), over a real cluster; an unknown bookie is a
+one-line error."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from bookkeeper_py import BookKeeper
+from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.testing import LocalCluster
+
+
+def shell(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bookkeeper_py",
+            "shell",
+            "listledgers",
+            "--metadata-uri",
+            uri,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def test_listledgers_by_bookie_and_with_metadata() -> None:
+    with LocalCluster(3) as local:
+        with BookKeeper(local.metadata_uri) as client:
+            ledger_ids = []
+            for _ in range(6):  # ensembles of two of the three bookies
+                handle = client.create_ledger(2, 2, 2)
+                handle.add_entry(b"x")
+                handle.close()
+                ledger_ids.append(handle.ledger_id)
+        metadata = MetadataClient.connect(local.metadata_uri)
+        try:
+            holders = {
+                ledger_id: set(metadata.read_ledger_metadata(ledger_id)[0].ensembles[0][1])
+                for ledger_id in ledger_ids
+            }
+        finally:
+            metadata.close()
+        for bookie in local.bookie_ids:
+            listed = shell(local.metadata_uri, "-bookieid", bookie)
+            assert listed.returncode == 0, listed.stderr
+            expected = sorted(ledger for ledger, held in holders.items() if bookie in held)
+            assert sorted(map(int, listed.stdout.split())) == expected
+        described = shell(local.metadata_uri, "-m")
+        assert described.returncode == 0, described.stderr
+        heads = re.findall(r"^ledger (\d+) \(metadata version", described.stdout, re.MULTILINE)
+        assert sorted(map(int, heads)) == sorted(ledger_ids)
+        assert described.stdout.count("  E=2 Qw=2 Qa=2 digest: CRC32C") == len(ledger_ids)
+        unknown = shell(local.metadata_uri, "-bookieid", "10.0.0.9:3181")
+        assert unknown.returncode == 1 and unknown.stdout == ""
+        [line] = [line for line in unknown.stderr.splitlines() if line.strip()]
+        assert line == (
+            "error: bookie 10.0.0.9:3181 is unknown here (no cookie, not registered); check the "
+            "id (see listbookies)"
+        )
