@@ -1,6 +1,6 @@
 """``shell listledgers`` with BookKeeper's ``-m`` (each ledger's metadata) and ``-bookieid``
-(only the ledgers whose ensembles hold a bookie), over a real cluster; an unknown bookie is a
-one-line error."""
+(only the ledgers whose ensembles hold a bookie), over a real cluster, an unknown bookie being a
+one-line error; ``shell listbookies`` with ``-a`` and host names."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.testing import LocalCluster
 
 
-def shell(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+def shell(uri: str, *args: str, command: str = "listledgers") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
             "-m",
             "bookkeeper_py",
             "shell",
-            "listledgers",
+            command,
             "--metadata-uri",
             uri,
             *args,
@@ -66,4 +66,16 @@ def test_listledgers_by_bookie_and_with_metadata() -> None:
         assert line == (
             "error: bookie 10.0.0.9:3181 is unknown here (no cookie, not registered); check the "
             "id (see listbookies)"
+        )
+
+
+def test_listbookies_all_and_with_host_names() -> None:
+    with LocalCluster(2) as local:
+        every = shell(local.metadata_uri, "-a", command="listbookies")
+        assert every.returncode == 0 and sorted(every.stdout.split()) == sorted(local.bookie_ids)
+        assert shell(local.metadata_uri, "-ro", command="listbookies").stdout == ""
+        named = shell(local.metadata_uri, "--hostnames", command="listbookies")
+        assert sorted(named.stdout.splitlines()) == sorted(
+            f"{bookie} host 127.0.0.1 port {bookie.rsplit(':', 1)[1]}"
+            for bookie in local.bookie_ids
         )

@@ -220,12 +220,17 @@ def _cmd_listbookies(args: argparse.Namespace) -> None:
     from bookkeeper_py.admin.service import ClusterAdmin
     from bookkeeper_py.metadata.manager import MetadataClient
 
+    everything = args.all or args.readonly == args.readwrite
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
         bookies = ClusterAdmin(metadata).bookies(
-            writable=not args.readonly, read_only=not args.readwrite
+            writable=everything or args.readwrite, read_only=everything or args.readonly
         )
-    for bookie in bookies:
-        print(f"{bookie.bookie_id} (read-only)" if bookie.read_only else bookie.bookie_id)
+        for bookie in bookies:
+            line = f"{bookie.bookie_id} (read-only)" if bookie.read_only else bookie.bookie_id
+            if args.hostnames:
+                endpoint = metadata.bookie_endpoint(bookie.bookie_id)
+                line += f" host {endpoint.host} port {endpoint.port}"
+            print(line)
 
 
 def _cmd_clusterinfo(args: argparse.Namespace) -> None:
@@ -443,6 +448,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listbookies.add_argument(
         "-ro", "--readonly", action="store_true", help="only read-only bookies"
+    )
+    listbookies.add_argument(
+        "-a", "--all", action="store_true", help="writable and read-only bookies (the default)"
+    )
+    listbookies.add_argument(
+        "--hostnames",
+        action="store_true",
+        help="each bookie's host and port (BookKeeper's -h; -h is help here)",
     )
     listledgers = shell_command("listledgers", "list ledger ids", _cmd_listledgers)
     listledgers.add_argument(
