@@ -248,14 +248,12 @@ def _cmd_listledgers(args: argparse.Namespace) -> None:
 
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
         admin = ClusterAdmin(metadata)
-        for ledger_id in admin.ledgers(args.bookieid):
-            if not args.meta:
+        if args.meta:
+            for ledger, version in admin.described_ledgers(args.bookieid):
+                _print_ledger(ledger, version)
+        else:
+            for ledger_id in admin.ledgers(args.bookieid):
                 print(ledger_id)
-                continue
-            try:
-                _print_ledger(*admin.ledger(ledger_id))
-            except CommandError:
-                continue  # deleted while we listed
 
 
 def _print_ledger(ledger: LedgerMetadata, version: int) -> None:

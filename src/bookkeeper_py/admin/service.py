@@ -6,6 +6,7 @@ line: what is wrong and what to do)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bookkeeper_py.admin import CommandError
@@ -109,28 +110,32 @@ class ClusterAdmin:
     def ledgers(self, bookie_id: str | None = None) -> list[int]:
         """The ledger ids; with ``bookie_id``, those whose ensembles (any fragment) hold it
         (``listledgers -bookieid``; ``CommandError`` for a bookie unknown here)."""
-        ledger_ids = list(self.metadata.list_ledgers())
         if bookie_id is None:
-            return ledger_ids
-        known = (
+            return list(self.metadata.list_ledgers())
+        return [ledger.ledger_id for ledger, _ in self.described_ledgers(bookie_id)]
+
+    def described_ledgers(
+        self, bookie_id: str | None = None
+    ) -> Iterator[tuple[LedgerMetadata, int]]:
+        """Each ledger's metadata and its version, each read once (``listledgers -m``); with
+        ``bookie_id`` only those whose ensembles hold it, as ``ledgers``. Ledgers deleted while
+        listed are left out."""
+        if bookie_id is not None and not (
             self.metadata.read_cookie(bookie_id) is not None
             or bookie_id in self.metadata.writable_bookies()
             or bookie_id in self.metadata.readonly_bookies()
-        )
-        if not known:
+        ):
             raise CommandError(
                 f"bookie {bookie_id} is unknown here (no cookie, not registered); check the id "
                 "(see listbookies)"
             )
-        holding = []
-        for ledger_id in ledger_ids:
+        for ledger_id in self.metadata.list_ledgers():
             try:
-                ledger, _ = self.metadata.read_ledger_metadata(ledger_id)
+                ledger, version = self.metadata.read_ledger_metadata(ledger_id)
             except NoSuchLedgerError:
                 continue  # deleted while we listed
-            if any(bookie_id in bookies for _, bookies in ledger.ensembles):
-                holding.append(ledger_id)
-        return holding
+            if bookie_id is None or any(bookie_id in bookies for _, bookies in ledger.ensembles):
+                yield ledger, version
 
     def ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """The ledger's metadata and its version."""

@@ -76,6 +76,7 @@ BATCH_BYTES = 4 * 1024 * 1024  # answer size asked for (the bookie cuts to its f
 # A long poll that no bookie could wait on (none holds the ledger yet) is asked again after this
 # pause, doubled each time up to the maximum, within the caller's timeout.
 UNKNOWN_LEDGER_PAUSE_S = 0.05
+UNKNOWN_LEDGER_MAX_PAUSE_S = 1.0
 # A loop pass's adds go out at its end, together; a long pass (hundreds of answers completing
 # as many adds, whose callbacks add the next ones) sends them in slices of this many as they come,
 # so that the bookies work on one slice while the client takes the rest of the pass. At once, they
@@ -83,7 +84,6 @@ UNKNOWN_LEDGER_PAUSE_S = 0.05
 # adds/s without slices, 110,000-146,000 with 256, 148,000-156,000 with 512; 1 KiB 67,000-86,000,
 # 78,000-89,000, 90,000-94,000. Slices of 128 made the bookies' journal groups small.
 SEND_SLICE_ADDS = 512
-UNKNOWN_LEDGER_MAX_PAUSE_S = 1.0
 
 
 def _changed(

@@ -207,7 +207,7 @@ def _ack_py(
             at < 0
             or at >= count
             or sent[at] < 0
-            or (index - entry_id) % ensemble_size >= (write_quorum)
+            or (index - entry_id) % ensemble_size >= write_quorum
         ):
             continue
         failed[at] &= keep
@@ -247,13 +247,13 @@ class _Pending:
             self.acked, self.failed = array("Q"), array("Q")
         else:  # wider than a word: Python ints
             self.acked, self.failed = [], []
-        fast = native is not None and ensemble_size <= 64
-        self._ack = native.pending_ack if fast and native is not None else _ack_py
-        self._done = native.pending_done if fast and native is not None else _done_py
+        self._ack, self._done = _ack_py, _done_py
+        if native is not None and ensemble_size <= 64:
+            self._ack, self._done = native.pending_ack, native.pending_done
 
-    def take(self, entry_id: int, length: int) -> bool:
-        """Takes ``entry_id`` (above every completed one), waiting to be sent; False if it was
-        taken already."""
+    def take(self, entry_id: int, length: int) -> None:
+        """Takes ``entry_id``, waiting to be sent: above every completed one, and not taken
+        already (the caller checks, with ``in``)."""
         at = entry_id - self.base
         sent = self.sent
         count = len(sent)
@@ -268,13 +268,10 @@ class _Pending:
             self.failed.extend([0] * (gap + 1))
             self.lengths.extend([0] * gap + [length])
             sent.extend([HOLE] * gap + [WAITING])
-        elif sent[at] == HOLE:
+        else:  # a hole below the last id taken
             self.lengths[at] = length
             sent[at] = WAITING
-        else:
-            return False
         self.taken += 1
-        return True
 
     def __contains__(self, entry_id: int) -> bool:
         at = entry_id - self.base
@@ -313,11 +310,6 @@ class _Pending:
             write_quorum,
             first,
         )
-
-    def ack_one(self, entry_id: int, index: int) -> None:
-        at = entry_id - self.base
-        self.failed[at] &= ~(1 << index)
-        self.acked[at] |= 1 << index
 
     def acked_by(self, entry_id: int, index: int) -> bool:
         return bool(self.acked[entry_id - self.base] >> index & 1)
@@ -553,14 +545,9 @@ class LedgerWriter:
             earlier = pending.ack(bookie_index, entry_ids, size, write_quorum, start)
         else:  # replaced: only its acks of earlier fragments count
             earlier = [entry_id for entry_id in entry_ids if entry_id < start]
-        for entry_id in earlier:  # entries of earlier fragments (rare): their own ensemble
-            if (
-                entry_id in pending
-                and pending.sent_at(entry_id) >= 0
-                and (bookie_index - entry_id) % size < write_quorum
-                and metadata.ensemble_at(entry_id)[bookie_index] == bookie
-            ):
-                pending.ack_one(entry_id, bookie_index)
+        if earlier:  # entries of earlier fragments (rare): acked where it was of their ensemble
+            ours = [e for e in earlier if metadata.ensemble_at(e)[bookie_index] == bookie]
+            pending.ack(bookie_index, ours, size, write_quorum, 0)
         return self._complete(now)
 
     def _bookie_failed(

@@ -312,13 +312,8 @@ class Bookie:
 
     def set_forced_read_only(self, read_only: bool) -> None:
         """An operator turns the bookie read-only, or back (it stays read-only while disks are
-        full, and for good with forceReadOnlyBookie)."""
-        if not read_only and self.config.force_read_only:
-            log.warning(
-                "the bookie stays read-only: forceReadOnlyBookie is set; restart it without "
-                "that key to make it writable"
-            )
-            return
+        full). What the configuration forbids (forceReadOnlyBookie, readOnlyModeEnabled=false) is
+        refused before, by the admin service (``server.service``)."""
         if read_only != self.forced_read_only:
             self.forced_read_only = read_only
             log.warning("an operator set the bookie %s", "read-only" if read_only else "writable")

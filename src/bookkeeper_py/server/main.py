@@ -104,9 +104,9 @@ class BookieServer:
             self.bookie = Bookie(self.config, loop, self.metrics, self._make_engine)
             await asyncio.to_thread(self.bookie.start)
             await asyncio.to_thread(self.bookie.check_disks)
-            if self._full_and_not_read_only():
-                assert self.failure is not None
-                raise self.failure
+            full = self._disks_full_error()
+            if full is not None:
+                raise full
             bookie = self.bookie
             security = Security(
                 tls_context=self.config.tls.server_context() if self.config.tls else None,
@@ -258,7 +258,8 @@ class BookieServer:
             await asyncio.sleep(self.config.disk_check_interval_s)
             try:
                 await asyncio.to_thread(self.bookie.check_disks)
-                if self._full_and_not_read_only():
+                self.failure = self._disks_full_error()
+                if self.failure is not None:
                     log.error("%s", self.failure)
                     self.stop_requested.set()
                     return
@@ -267,18 +268,17 @@ class BookieServer:
             except Exception:
                 log.exception("disk check or re-registration failed; retrying at the next check")
 
-    def _full_and_not_read_only(self) -> bool:
-        """Whether the disks are full while readOnlyModeEnabled=false: the bookie then stops
-        instead of turning read-only, as in BookKeeper (``failure`` says why)."""
+    def _disks_full_error(self) -> DisksFullError | None:
+        """Why the bookie stops, when its disks are full while readOnlyModeEnabled=false: it
+        then stops instead of turning read-only, as in BookKeeper."""
         assert self.bookie is not None
         if self.config.read_only_mode_enabled or not self.bookie.disk_full:
-            return False
-        self.failure = DisksFullError(
+            return None
+        return DisksFullError(
             f"bookie {self.config.effective_bookie_id}: its disks are full (past "
             f"diskUsageThreshold={self.config.disk.usage_threshold}) and readOnlyModeEnabled=false, "
             "so it stops rather than serve reads only: free space, or set readOnlyModeEnabled=true"
         )
-        return True
 
     async def _watch_decommission(self) -> None:
         """Follows ``bookkeeper shell decommissionbookie`` of this bookie: while it drains, the
