@@ -2,7 +2,8 @@
  * out its payload, packaging an entry to send (wire/digest.py), and a bookie's check of an
  * entry-log record read ahead (storage/entry_log.py); splitting a received chunk into its
  * frames (wire/framing.py); and a ledger writer's acks and completions of pending adds
- * (core/writer.py). Those modules' pure-Python paths do the
+ * (core/writer.py); and a journal's syncer thread, which syncs what the bookie's loop wrote
+ * without ever taking the GIL (storage/journal.py). Those modules' pure-Python paths do the
  * same and are used where this module does not build or load (no C compiler, a CPU without
  * SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are tested.
  *
@@ -11,8 +12,13 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #if !defined(__x86_64__) || !(defined(__GNUC__) || defined(__clang__))
 #error "the CRC32C speedups need x86-64 and GCC or Clang (the pure-Python path is used instead)"
@@ -518,6 +524,248 @@ static PyObject *pending_done(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyLong_FromSsize_t(done);
 }
 
+
+/* ---- JournalSyncer: a thread that fdatasyncs a journal file for the loop that writes it ----
+ *
+ * The bookie's loop writes a journal's groups into the page cache itself and asks for them to be
+ * made durable: request(seq) says that everything written so far is covered by sequence number
+ * seq. The thread syncs the file (every request that came in while one sync ran is covered by the
+ * next) and then writes to an eventfd that the loop watches; take() tells the loop how far the
+ * syncs got, how long each took and whether one failed. The thread never takes the GIL: a sync's
+ * hand-off costs a wake-up each way and nothing else. */
+
+#define SYNC_TIMES 64
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t mu;
+    pthread_cond_t work;  /* the thread waits here for a request or the stop */
+    pthread_cond_t idle;  /* drain() and set_fd() wait here for the syncs in progress */
+    pthread_t thread;
+    int started;
+    int efd;
+    int fd;
+    int stop;
+    int busy;
+    int error;                 /* errno of the first failed sync, 0 if none */
+    long long requested;       /* the last sequence number asked for */
+    long long synced;          /* the last one covered by a finished sync */
+    double times[SYNC_TIMES];  /* how long each sync since the last take() took, seconds */
+    int n_times;
+    double last_end;           /* CLOCK_MONOTONIC seconds when the last sync ended */
+} SyncerObject;
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *syncer_run(void *arg) {
+    SyncerObject *s = (SyncerObject *)arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->requested == s->synced) pthread_cond_wait(&s->work, &s->mu);
+        if (s->requested == s->synced) break; /* stopping with nothing asked for */
+        long long target = s->requested;
+        int fd = s->fd;
+        int failed = s->error != 0;
+        s->busy = 1;
+        pthread_mutex_unlock(&s->mu);
+        double start = monotonic_s();
+        int rc = failed ? -1 : fdatasync(fd);
+        int err = rc < 0 ? (failed ? 0 : errno) : 0;
+        double end = monotonic_s();
+        pthread_mutex_lock(&s->mu);
+        s->busy = 0;
+        if (err && !s->error) s->error = err;
+        s->synced = target;
+        if (s->n_times < SYNC_TIMES) s->times[s->n_times++] = end - start;
+        s->last_end = end;
+        pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->mu);
+        uint64_t one = 1;
+        ssize_t written;
+        do {
+            written = write(s->efd, &one, sizeof one);
+        } while (written < 0 && errno == EINTR);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void syncer_stop(SyncerObject *s) {
+    if (!s->started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(s->thread, NULL);
+    Py_END_ALLOW_THREADS
+    s->started = 0;
+}
+
+static PyObject *syncer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    int fd;
+    static char *kwlist[] = {"fd", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i:JournalSyncer", kwlist, &fd)) return NULL;
+    SyncerObject *s = (SyncerObject *)type->tp_alloc(type, 0);
+    if (s == NULL) return NULL;
+    s->efd = -1;
+    s->fd = fd;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->efd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(s);
+        return NULL;
+    }
+    int rc = pthread_create(&s->thread, NULL, syncer_run, s);
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(s);
+        return NULL;
+    }
+    s->started = 1;
+    return (PyObject *)s;
+}
+
+static void syncer_dealloc(SyncerObject *s) {
+    syncer_stop(s);
+    if (s->efd >= 0) close(s->efd);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->idle);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *syncer_closed_error(void) {
+    PyErr_SetString(PyExc_ValueError, "the journal syncer is closed");
+    return NULL;
+}
+
+static PyObject *syncer_request(SyncerObject *s, PyObject *arg) {
+    long long seq = PyLong_AsLongLong(arg);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    if (!s->started) return syncer_closed_error();
+    pthread_mutex_lock(&s->mu);
+    if (seq <= s->requested) {
+        pthread_mutex_unlock(&s->mu);
+        PyErr_SetString(PyExc_ValueError, "sync requests must have increasing numbers");
+        return NULL;
+    }
+    s->requested = seq;
+    if (!s->busy) pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *syncer_take(SyncerObject *s, PyObject *Py_UNUSED(ignored)) {
+    uint64_t count;
+    if (read(s->efd, &count, sizeof count) < 0 && errno != EAGAIN) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    double times[SYNC_TIMES];
+    pthread_mutex_lock(&s->mu);
+    long long synced = s->synced;
+    int error = s->error, n = s->n_times;
+    double last_end = s->last_end;
+    memcpy(times, s->times, (size_t)n * sizeof(double));
+    s->n_times = 0;
+    pthread_mutex_unlock(&s->mu);
+    PyObject *durations = PyTuple_New(n);
+    if (durations == NULL) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *value = PyFloat_FromDouble(times[i]);
+        if (value == NULL) {
+            Py_DECREF(durations);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(durations, i, value);
+    }
+    return Py_BuildValue("LiNd", synced, error, durations, last_end);
+}
+
+static void syncer_wait_idle(SyncerObject *s, int for_requests) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&s->mu);
+    while (s->busy || (for_requests && s->requested != s->synced))
+        pthread_cond_wait(&s->idle, &s->mu);
+    Py_END_ALLOW_THREADS
+}
+
+static PyObject *syncer_drain(SyncerObject *s, PyObject *Py_UNUSED(ignored)) {
+    if (!s->started) return syncer_closed_error();
+    syncer_wait_idle(s, 1);
+    pthread_mutex_unlock(&s->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *syncer_set_fd(SyncerObject *s, PyObject *arg) {
+    int fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    if (!s->started) return syncer_closed_error();
+    syncer_wait_idle(s, 1);
+    s->fd = fd;
+    pthread_mutex_unlock(&s->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *syncer_close(SyncerObject *s, PyObject *Py_UNUSED(ignored)) {
+    syncer_stop(s);
+    if (s->efd >= 0) close(s->efd);
+    s->efd = -1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *syncer_eventfd(SyncerObject *s, void *Py_UNUSED(closure)) {
+    return PyLong_FromLong(s->efd);
+}
+
+static PyObject *syncer_idle(SyncerObject *s, void *Py_UNUSED(closure)) {
+    pthread_mutex_lock(&s->mu);
+    int idle = !s->busy && s->requested == s->synced;
+    pthread_mutex_unlock(&s->mu);
+    return PyBool_FromLong(idle);
+}
+
+static PyMethodDef syncer_methods[] = {
+    {"request", (PyCFunction)syncer_request, METH_O,
+     "Asks for a sync covering everything written so far, numbered seq (increasing)."},
+    {"take", (PyCFunction)syncer_take, METH_NOARGS,
+     "(last seq synced, errno of a failed sync or 0, each sync's seconds since the last take, "
+     "monotonic end of the last sync); clears the eventfd."},
+    {"drain", (PyCFunction)syncer_drain, METH_NOARGS,
+     "Waits (without the GIL) until every sync asked for has run."},
+    {"set_fd", (PyCFunction)syncer_set_fd, METH_O,
+     "Waits until every sync asked for has run, then syncs this file from now on."},
+    {"close", (PyCFunction)syncer_close, METH_NOARGS,
+     "Runs the syncs asked for, stops the thread and closes the eventfd."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef syncer_getset[] = {
+    {"eventfd", (getter)syncer_eventfd, NULL, "readable once a sync has finished", NULL},
+    {"idle", (getter)syncer_idle, NULL, "no sync runs or is asked for", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SyncerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bookkeeper_py._speedups.JournalSyncer",
+    .tp_basicsize = sizeof(SyncerObject),
+    .tp_dealloc = (destructor)syncer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A thread that fdatasyncs a journal file on request and signals an eventfd.",
+    .tp_methods = syncer_methods,
+    .tp_getset = syncer_getset,
+    .tp_new = syncer_new,
+};
+
 static PyMethodDef methods[] = {
     {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,
      "A writer's pass over one bookie's durable acks of pending adds."},
@@ -551,5 +799,14 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         PyErr_SetString(PyExc_ImportError, "this CPU has no SSE 4.2 (CRC32C instructions)");
         return NULL;
     }
-    return PyModule_Create(&module);
+    if (PyType_Ready(&SyncerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&SyncerType);
+    if (PyModule_AddObject(m, "JournalSyncer", (PyObject *)&SyncerType) < 0) {
+        Py_DECREF(&SyncerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 
 from bookkeeper_py.storage.journal import (
     BACKGROUND_WITH_FOREGROUND,
-    INLINE_MAX_RECORDS,
     CorruptJournalError,
     Journal,
     JournalError,
@@ -446,134 +444,3 @@ def test_the_queue_length_counts_records_not_roll_requests(tmp_path: Path) -> No
     collector.wait_for(5)
     journal.close()
     assert journal.queued == 0
-
-
-def wait_until_idle(journal: Journal) -> None:
-    """Until the journal has been idle longer than its last sync took (bounded), when a group
-    may be written on the appending thread."""
-    for _ in range(1000):
-        if journal.idle_past_a_sync:
-            return
-        time.sleep(0.001)
-
-
-class ThreadCollector(Collector):
-    """A collector that also notes the thread each completion ran on."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.threads: list[int] = []
-
-    def __call__(self, tokens: list[Any], error: Exception | None) -> None:
-        self.threads.extend(threading.get_ident() for _ in tokens)
-        super().__call__(tokens, error)
-
-
-def test_an_idle_journal_writes_a_few_records_on_the_appending_thread_in_order(
-    tmp_path: Path,
-) -> None:
-    """The loop's commit of an idle journal's group (two thread hops fewer per add): records
-    appended until the deferred commit runs join its group, in order; a batch of more than
-    ``INLINE_MAX_RECORDS``, or one the loop declines, is the journal thread's; every record is
-    replayed in the order appended."""
-    collector = ThreadCollector()
-    journal = Journal(str(tmp_path), collector)
-    journal.open(0)
-    key = (1).to_bytes(8, "big") + b"k" * 20
-    journal.append(RecordType.MASTER_KEY, key, "key")  # the file's first space: preallocated
-    collector.wait_for(1)
-    deferred: list[Any] = []
-    accept = [True]
-
-    def defer(commit: Any) -> bool:
-        if accept[0]:
-            deferred.append(commit)
-        return accept[0]
-
-    journal.commit_idle_groups_on(defer)
-    wait_until_idle(journal)
-    first = [entry(1, 0, b"a"), entry(1, 1, b"b")]
-    journal.append_entries(first, "first")
-    fence = (1).to_bytes(8, "big")
-    journal.append(RecordType.FENCE, fence, "fence")  # joins the waiting group, after it
-    second = [entry(1, 2, b"c")]
-    journal.append_entries(second, "second")
-    assert len(deferred) == 1 and journal.queued == 4 and len(collector.results) == 1
-    deferred.pop()()  # the loop's call_soon runs it: written and synced here, at once
-    me = threading.get_ident()
-    assert [token for token, _ in collector.results] == ["key", "first", "fence", "second"]
-    assert collector.threads[0] != me and collector.threads[1:] == [me, me, me]
-    many = [entry(1, 3 + i, b"m") for i in range(INLINE_MAX_RECORDS + 1)]
-    wait_until_idle(journal)
-    journal.append_entries(many, "many")
-    collector.wait_for(5)
-    accept[0] = False
-    last = [entry(1, 4 + INLINE_MAX_RECORDS, b"z")]
-    wait_until_idle(journal)
-    journal.append_entries(last, "declined")
-    collector.wait_for(6)
-    assert deferred == []
-    assert collector.threads[4] != me and collector.threads[5] != me
-    journal.close()
-    assert replayed(tmp_path) == [
-        (RecordType.MASTER_KEY, key),
-        *((RecordType.ENTRY, body) for body in first),
-        (RecordType.FENCE, fence),
-        *((RecordType.ENTRY, body) for body in [*second, *many, *last]),
-    ]
-
-
-def test_records_the_journal_thread_holds_are_written_before_a_loop_group(
-    tmp_path: Path,
-) -> None:
-    """While the journal thread writes a record, the loop's group waits for it (the commit
-    lock) and goes to the journal thread behind it: the order appended is the order written."""
-    gate, holding = threading.Event(), threading.Event()
-    collector = ThreadCollector()
-    journal = Journal(str(tmp_path), collector)
-    journal.open(0)
-    deferred: list[Any] = []
-    journal.commit_idle_groups_on(lambda commit: deferred.append(commit) is None)
-    real_commit = journal._commit
-
-    def held_commit(batch: Any, pieces: Any = None) -> None:
-        holding.set()
-        gate.wait(30)
-        real_commit(batch, pieces)
-
-    journal._commit = held_commit  # type: ignore[method-assign]
-    journal.append(RecordType.ENTRY, entry(1, 0, b"held"), "held")
-    assert holding.wait(30)
-    wait_until_idle(journal)
-    later = [entry(1, 1, b"later")]
-    journal.append_entries(later, "later")
-    deferred.pop()()  # the journal thread holds the file: nothing written here
-    assert collector.results == []
-    gate.set()
-    collector.wait_for(2)
-    journal.close()
-    assert [token for token, _ in collector.results] == ["held", "later"]
-    assert threading.get_ident() not in collector.threads
-    assert [body for _, body in replayed(tmp_path)] == [entry(1, 0, b"held"), *later]
-
-
-def test_a_loop_group_needing_more_space_or_left_at_close_goes_to_the_journal_thread(
-    tmp_path: Path,
-) -> None:
-    """Preallocation (or a roll) is never done on the loop; records gathered for a commit that
-    has not run when the journal closes are written by the close."""
-    collector = ThreadCollector()
-    journal = Journal(str(tmp_path), collector, preallocate_bytes=0)
-    journal.open(0)
-    deferred: list[Any] = []
-    journal.commit_idle_groups_on(lambda commit: deferred.append(commit) is None)
-    journal.append_entries([entry(1, 0, b"a")], "grows the file")
-    deferred.pop()()
-    collector.wait_for(1)
-    assert collector.threads[0] != threading.get_ident()
-    wait_until_idle(journal)
-    journal.append_entries([entry(1, 1, b"b")], "left")
-    journal.close()
-    assert [token for token, _ in collector.results] == ["grows the file", "left"]
-    deferred.pop()()  # after the close: nothing left to write
-    assert [body for _, body in replayed(tmp_path)] == [entry(1, 0, b"a"), entry(1, 1, b"b")]

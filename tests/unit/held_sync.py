@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
+from bookkeeper_py.storage import journal
 from bookkeeper_py.storage.engine import StorageConfig
 
 
@@ -29,13 +30,18 @@ def run_with_held_sync(
     scenario: Callable[[Bookie, threading.Event], Awaitable[None]],
     **limits: Any,
 ) -> None:
-    """Runs ``scenario(bookie, gate)``: every fdatasync waits until ``gate`` is set."""
+    """Runs ``scenario(bookie, gate)``: every fdatasync waits until ``gate`` is set. The
+    journal's syncs run on the Python syncer thread (``os.fdatasync``, which the test holds;
+    the C one calls the system's), never on the loop."""
     gate = threading.Event()
     real_fdatasync = os.fdatasync
 
     def held_fdatasync(fd: int) -> None:
         assert gate.wait(30), "the test never released the sync"
         real_fdatasync(fd)
+
+    monkeypatch.setattr(journal, "make_syncer", journal.ThreadSyncer)
+    monkeypatch.setattr(journal, "INLINE_MAX_RECORDS", 0)
 
     async def main() -> None:
         storage = StorageConfig(str(tmp_path / "j"), str(tmp_path / "l"), flush_interval_s=3600)

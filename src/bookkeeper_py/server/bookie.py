@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from bookkeeper_py.loop import call_on
 from bookkeeper_py.metrics import Metrics, NullMetrics, OpStats
 from bookkeeper_py.server.limbo import Limbo
 from bookkeeper_py.storage.disk import (
@@ -154,7 +155,7 @@ class Bookie:
         self.metrics: Metrics = metrics or NullMetrics()
         self.engine = engine_factory(config.storage, self._journal_synced, self.metrics)
         self._read_at = -READERS_QUIET_S  # perf_counter() of the last read request
-        self.engine.commit_idle_groups_on(self._commit_soon)
+        self.engine.write_journals_on(loop, self._sync_on_loop_ok, partial(call_on, loop))
         stats = self.metrics.op_stats
         self._add_stats = stats(
             "bookkeeper_server_ADD_ENTRY_REQUEST", "add requests, arrival to answer (s)"
@@ -367,9 +368,9 @@ class Bookie:
     # -- journal plumbing ----------------------------------------------------------------------
 
     def _journal_synced(self, tokens: list[Any], error: Exception | None) -> None:
-        # Called on a journal thread (hop to the loop once per group), or on the loop itself
-        # for a group an idle journal wrote there (later in the same pass: the adds' handler
-        # is still running).
+        # Called on the loop, which writes the journals (completed in a callback of their own,
+        # after the answers this pass made so far), or on a journal thread where a journal
+        # has one (hop to the loop once per group).
         if asyncio._get_running_loop() is self._loop:
             self._loop.call_soon(self._complete, tokens, error)
             return
@@ -380,14 +381,11 @@ class Bookie:
         except RuntimeError:
             pass  # the loop is shutting down; the clients will see their connections close
 
-    def _commit_soon(self, commit: Callable[[], None]) -> bool:
-        """Runs an idle journal's ``commit`` later in this loop pass (True), unless readers are
-        about: a sync on the loop holds up their answers for its length, a sync on the journal
-        thread does not (False: the journal thread commits)."""
-        if time.perf_counter() - self._read_at < READERS_QUIET_S:
-            return False
-        self._loop.call_soon(commit)
-        return True
+    def _sync_on_loop_ok(self) -> bool:
+        """Whether an idle journal may sync a group on this loop: not while readers are about,
+        since a sync on the loop holds up their answers for its length, a sync on the journal's
+        syncer thread does not."""
+        return time.perf_counter() - self._read_at >= READERS_QUIET_S
 
     @staticmethod
     def _complete(tokens: list[Any], error: Exception | None) -> None:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bookkeeper_py.metrics import Metrics, NullMetrics
 from bookkeeper_py.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
@@ -43,6 +43,9 @@ from bookkeeper_py.storage.journal import (
 )
 from bookkeeper_py.storage.last_log_mark import mark_file_name, read_mark, write_mark
 from bookkeeper_py.storage.ledger_storage import LedgerInfo, LedgerStorage
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +106,17 @@ class LedgerEngine(Protocol):
 
     def close(self) -> None: ...
 
-    def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
-        """Lets an idle journal write and sync a group on the thread that takes the writes (the
-        bookie's loop) instead of handing it to the journal's thread: ``defer(commit)`` schedules
-        ``commit`` there and says True, or says False (the journal thread writes). The
-        durability callback may then run on that thread."""
+    def write_journals_on(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inline_ok: Callable[[], bool],
+        call_on_loop: Callable[[Callable[[], Any]], Any],
+    ) -> None:
+        """Before ``start``: the journals are written by ``loop`` (the thread that takes the
+        writes, the bookie's), each with a syncer thread that only syncs; ``inline_ok()`` says
+        whether an idle journal's group may be synced on the loop too, ``call_on_loop(call)``
+        runs ``call`` there from any thread and waits for it. The durability callback then
+        runs on the loop."""
         ...
 
     @property
@@ -442,9 +451,14 @@ class StorageEngine:
         self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token, background)
         self._mind_write_cache()
 
-    def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
+    def write_journals_on(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inline_ok: Callable[[], bool],
+        call_on_loop: Callable[[Callable[[], Any]], Any],
+    ) -> None:
         for journal in self.journals:
-            journal.commit_idle_groups_on(defer)
+            journal.write_on(loop, inline_ok, call_on_loop)
 
     def _mind_write_cache(self) -> None:
         """After adds: a write cache over half full asks for a checkpoint, and hurries the

@@ -48,13 +48,17 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import crc32c
 
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.metrics import CounterMetric, OpStats
+from bookkeeper_py.speedups import native
 from bookkeeper_py.storage.files import fsync_directory
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +68,9 @@ FILE_HEADER = struct.Struct(">4sIQ")
 GROUP_HEADER = struct.Struct(">II")  # length, crc
 _COUNT = struct.Struct(">I")
 MAX_GROUP_SIZE = 1024 * 1024 * 1024
-# Queue items that ask the journal thread for something and are never written (record types
-# below zero): start a new file; write zeros ahead of the records once idle (after commits made
-# on the appending thread, which never wake the journal thread).
+# A queue item that asks the journal thread for something and is never written (a record type
+# below zero): start a new file.
 _ROLL = -1
-_ZERO_NUDGE = -2
 _IOV_MAX = 1024  # pieces one writev takes (Linux's IOV_MAX)
 # Groups whose records average at least this many bytes are written straight from the records'
 # bodies; smaller ones are joined first, since a CRC call and an iovec per record cost more than
@@ -87,15 +89,14 @@ _PAGE = 4096  # page cache granularity for dropping written pages (a multiple of
 # Synced pages are dropped once this many have gathered: one posix_fadvise costs ~10 µs (it may
 # drain every CPU's LRU cache), too much to pay for every small group.
 _DROP_EVERY = 1024 * 1024
-# An idle journal's group is written and synced on the thread that appends it (the bookie's loop)
-# rather than handed to the journal thread, which saves two thread wake-ups (~25 us each here:
-# the hand-off and the answer's hop back) on a lone writer's every add. Only when the journal has
-# been idle longer than its last sync took (so a new group would not overlap a sync in progress:
-# at full speed the journal thread keeps grouping while it syncs), while syncs take at most this
-# long (a slow disk never blocks the loop), and when the group fits in the space already
-# allocated in the current file (no roll, no preallocation on the loop). And only for a few
-# records: many records arriving together mean a busy loop, whose work on the next ones should
-# overlap the sync rather than wait for it.
+# A journal written by the bookie's loop (``write_on``) syncs a group on the loop itself, rather
+# than asking its syncer thread, when the journal is idle: that saves the two thread wake-ups of
+# the hand-off and the answer's hop back (~25 us each here) on a lone writer's every add. Only
+# when the journal has been idle longer than its last sync took (so a new group would not have
+# overlapped a sync in progress: at full speed the loop keeps writing groups while the syncer
+# syncs), while syncs take at most this long (a slow disk never blocks the loop), and only for a
+# few records: many records arriving together mean a busy loop, whose work on the next ones
+# should overlap the sync rather than wait for it.
 INLINE_SYNC_LIMIT_S = 0.002
 INLINE_MAX_RECORDS = 16
 
@@ -314,8 +315,118 @@ _Record = tuple[int, bytes, Any, bool]
 Callback = Callable[[list[Any], Exception | None], None]
 
 
+class ThreadSyncer:
+    """The pure-Python ``JournalSyncer`` (the C one is ``_speedups.JournalSyncer``): a thread
+    that ``fdatasync``s a journal file on request and then writes to an eventfd that the loop
+    writing the file watches. It takes the GIL around each sync, which the C one never does."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._cond = threading.Condition()
+        self._requested = self._synced = 0
+        self._busy = self._stop = False
+        self._error = 0
+        self._times: list[float] = []
+        self._last_end = 0.0
+        self.eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._thread: threading.Thread | None = threading.Thread(
+            target=self._run, name="journal-sync", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        cond = self._cond
+        with cond:
+            while True:
+                while not self._stop and self._requested == self._synced:
+                    cond.wait()
+                if self._requested == self._synced:
+                    return  # stopping with nothing asked for
+                target, fd, failed = self._requested, self._fd, self._error != 0
+                self._busy = True
+                cond.release()
+                error = 0
+                started = time.monotonic()
+                try:
+                    if not failed:
+                        os.fdatasync(fd)
+                except OSError as failure:
+                    error = failure.errno or errno.EIO
+                ended = time.monotonic()
+                cond.acquire()
+                self._busy = False
+                if error and not self._error:
+                    self._error = error
+                self._synced = target
+                self._times.append(ended - started)
+                self._last_end = ended
+                cond.notify_all()
+                os.eventfd_write(self.eventfd, 1)
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._busy and self._requested == self._synced
+
+    def request(self, seq: int) -> None:
+        with self._cond:
+            if self._thread is None:
+                raise ValueError("the journal syncer is closed")
+            if seq <= self._requested:
+                raise ValueError("sync requests must have increasing numbers")
+            self._requested = seq
+            self._cond.notify_all()
+
+    def take(self) -> tuple[int, int, tuple[float, ...], float]:
+        try:
+            os.eventfd_read(self.eventfd)
+        except BlockingIOError:
+            pass
+        with self._cond:
+            times, self._times = tuple(self._times), []
+            return self._synced, self._error, times, self._last_end
+
+    def _wait_idle(self) -> None:
+        while self._busy or self._requested != self._synced:
+            self._cond.wait()
+
+    def drain(self) -> None:
+        with self._cond:
+            self._wait_idle()
+
+    def set_fd(self, fd: int) -> None:
+        with self._cond:
+            self._wait_idle()
+            self._fd = fd
+
+    def close(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        thread.join()
+        os.close(self.eventfd)
+
+
+def make_syncer(fd: int) -> Any:
+    """The C syncer where the speedups are built, the pure-Python one otherwise."""
+    if native is not None:
+        return native.JournalSyncer(fd)
+    return ThreadSyncer(fd)
+
+
 class Journal:
-    """Group-committing journal in one directory, written by its own thread."""
+    """Group-committing journal in one directory.
+
+    Written by its own thread, or (``write_on``) by the bookie's loop, with a syncer thread that
+    only syncs: the loop writes each loop pass's records as one group into the page cache and
+    asks the syncer to make them durable; records written while a sync runs are covered by the
+    next one. The loop never waits for a sync (except an idle journal's, see
+    ``INLINE_SYNC_LIMIT_S``), and the syncer (in C) never waits for the GIL: a group costs one
+    wake-up of each thread, where a Python journal thread took and gave the GIL back three
+    times."""
 
     def __init__(
         self,
@@ -335,7 +446,7 @@ class Journal:
         self.directory = directory
         self._on_synced = on_synced
         self._max_file_size = max_file_size
-        self._on_rolled = on_rolled  # told (on the journal thread) after a roll by size
+        self._on_rolled = on_rolled  # told (on the writing thread) after a roll by size
         self._threshold = buffered_writes_threshold
         self._sync_data = sync_data
         self._preallocate = preallocate_bytes
@@ -353,30 +464,9 @@ class Journal:
         # are clean then) and where the system has posix_fadvise.
         self._drop_pages = remove_from_page_cache and sync_data and hasattr(os, "posix_fadvise")
         self._dropped = 0  # bytes at the start of the current file dropped from the page cache
-        # Records appended together (one item, so one wake-up of the journal thread for a batch
-        # of adds), or None: stop.
-        self._queue: queue.SimpleQueue[list[_Record] | None] = queue.SimpleQueue()
-        # Records appended and records taken off the queue, each written by one thread (the
-        # appending loop, the journal thread): their difference is the queue's length.
-        self._appended = 0
-        self._taken = 0
-        # Whoever writes the file (the journal thread, or the appending thread for an idle
-        # journal's group) holds this lock; _committed counts the queued records written (or
-        # failed) so far, under it: equal to _appended, nothing is queued or in the journal
-        # thread's hands, so a group written by the appending thread keeps the records' order.
-        self._commit_lock = threading.Lock()
-        self._committed = 0
-        # Set by commit_idle_groups_on: the loop's call_soon, and the records it gathers while
-        # an idle journal's commit waits for it (None: none waits).
-        self._defer: Callable[[Callable[[], None]], bool] | None = None
-        self._here: list[_Record] | None = None
-        self._last_sync_s = 0.0  # how long the last group's write and sync took
-        self._idle_since = 0.0  # perf_counter() when the last group was written
-        self._nudged = False  # a _ZERO_NUDGE waits in the queue
-        # Background records taken off the queue by the journal thread, not written yet.
-        self._background: collections.deque[_Record] = collections.deque()
+        self._last_sync_s = 0.0  # how long the last group's sync took
+        self._idle_since = 0.0  # time.monotonic() when the last sync ended
         self._failure: Exception | None = None
-        self._thread: threading.Thread | None = None
         self._fd = -1
         self._file_id = -1
         self._size = 0
@@ -384,9 +474,51 @@ class Journal:
         self.position: tuple[int, int] = (-1, 0)
         # Set while the last write ran out of space; cleared by the next write that fits.
         self.out_of_space = False
+        # Background records not written yet (taken off the queue by the journal thread, or
+        # appended on the loop).
+        self._background: collections.deque[_Record] = collections.deque()
+        # -- written by the journal thread --
+        # Records appended together (one item, so one wake-up of the journal thread for a batch
+        # of adds), or None: stop.
+        self._queue: queue.SimpleQueue[list[_Record] | None] = queue.SimpleQueue()
+        # Records appended and records taken off the queue, each written by one thread (the
+        # appending one, the journal thread): their difference is the queue's length.
+        self._appended = 0
+        self._taken = 0
+        self._thread: threading.Thread | None = None
+        # -- written by the loop (write_on) --
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inline_ok: Callable[[], bool] = lambda: True
+        self._call_on_loop: Callable[[Callable[[], Any]], Any] = lambda call: call()
+        self._syncer: Any = None  # JournalSyncer or ThreadSyncer, once open
+        self._writing = False  # open and written by the loop
+        self._gather: list[_Record] = []  # foreground records of this loop pass
+        self._gathered_bytes = 0  # their bytes, counted only with journalMaxGroupWaitMSec
+        self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._flush_timed = False  # the flush waits for journalMaxGroupWaitMSec
+        # Groups written and not yet known durable: (sync number, tokens, records, end offset).
+        self._unsynced: collections.deque[tuple[int, list[Any], int, int]] = collections.deque()
+        self._unsynced_records = 0
+        self._sync_seq = 0  # the last sync number asked for
+        self._background_seq = 0  # the sync that covers the last background records written
+
+    def write_on(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inline_ok: Callable[[], bool],
+        call_on_loop: Callable[[Callable[[], Any]], Any],
+    ) -> None:
+        """Before ``open``: the journal is written by ``loop``'s thread, the only one that
+        appends from then on (see the class). ``inline_ok()`` says whether an idle journal's
+        group may also be synced there (see ``INLINE_SYNC_LIMIT_S``); ``call_on_loop(call)``
+        runs ``call`` there from any thread and waits for it (``loop.call_on``); ``on_synced``
+        is then called on the loop."""
+        self._loop = loop
+        self._inline_ok = inline_ok
+        self._call_on_loop = call_on_loop
 
     def open(self, next_file_id: int) -> None:
-        """Starts a new journal file and the writer thread.
+        """Starts a new journal file and the writer (or syncer) thread; from any thread.
 
         A file never takes more than 30 % of its disk (journalMaxSizeMB, whichever is smaller):
         on a small journal disk, a file as large as the disk could never be deleted, since a
@@ -395,15 +527,23 @@ class Journal:
         share = max(stats.f_blocks * stats.f_frsize * 3 // 10, 1024 * 1024)
         self._max_file_size = min(self._max_file_size, share)
         self._roll(next_file_id)
-        self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
-        self._thread.start()
+        loop = self._loop
+        if loop is None:
+            self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
+            self._thread.start()
+            return
+        self._writing = True
+        if self._sync_data:
+            self._syncer = make_syncer(self._fd)
+            self._call_on_loop(lambda: loop.add_reader(self._syncer.eventfd, self._take_synced))
 
     @property
     def failure(self) -> Exception | None:
         return self._failure
 
     def _roll(self, file_id: int) -> None:
-        """Starts file ``file_id``; the current file stays in use if the new one cannot be made."""
+        """Starts file ``file_id``; the current file stays in use if the new one cannot be made.
+        Every group asked to be synced is synced first."""
         path = os.path.join(self.directory, journal_name(file_id))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -414,6 +554,9 @@ class Journal:
             os.close(fd)
             os.unlink(path)
             raise
+        if self._syncer is not None:
+            self._syncer.set_fd(fd)  # after the syncs asked for (of the old file)
+            self._take_synced(idle_work=False)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = fd
@@ -424,8 +567,19 @@ class Journal:
 
     @property
     def queued(self) -> int:
-        """Records waiting to be written."""
-        return max(self._appended - self._taken, 0) + len(self._background) + len(self._here or ())
+        """Records waiting to be written or synced (read from any thread)."""
+        return (
+            max(self._appended - self._taken, 0)
+            + len(self._background)
+            + len(self._gather)
+            + self._unsynced_records
+        )
+
+    @property
+    def idle_past_a_sync(self) -> bool:
+        """Whether the journal has been idle longer than its last sync took: a group written
+        now would not have overlapped a sync in progress (see ``INLINE_SYNC_LIMIT_S``)."""
+        return time.monotonic() - self._idle_since >= self._last_sync_s
 
     def append(
         self, record_type: RecordType, body: bytes, token: Any, background: bool = False
@@ -435,11 +589,18 @@ class Journal:
         group holds every waiting foreground record and at most ``BACKGROUND_WITH_FOREGROUND``
         bytes of background ones (one record at least), so that a live writer's fsync does not
         wait for megabytes of copies queued before it."""
-        if self._here is not None and not background:
-            self._here.append((record_type, body, token, background))
-            return  # after the records gathered before it
+        record = (record_type, body, token, background)
+        if self._writing:
+            if background:
+                self._background.append(record)
+            else:
+                self._gather.append(record)
+                if self._max_group_wait_s > 0:
+                    self._gathered_bytes += len(body)
+            self._flush_soon()
+            return
         self._appended += 1
-        self._queue.put([(record_type, body, token, background)])
+        self._queue.put([record])
 
     def append_entries(self, bodies: list[bytes], token: Any) -> None:
         """Queues foreground ENTRY records that arrived together as one item: the journal thread
@@ -451,70 +612,155 @@ class Journal:
         entry = RecordType.ENTRY
         records: list[_Record] = [(entry, body, None, False) for body in bodies]
         records[-1] = (entry, bodies[-1], token, False)
-        if self._here is not None:
-            self._here.extend(records)
+        if self._writing:
+            self._gather.extend(records)
+            if self._max_group_wait_s > 0:
+                self._gathered_bytes += sum(map(len, bodies))
+            self._flush_soon()
+            return
+        self._appended += len(records)
+        self._queue.put(records)
+
+    # -- written by the loop -------------------------------------------------------------------
+
+    def _flush_soon(self) -> None:
+        """The records of this loop pass are written at its end, as one group (with
+        journalMaxGroupWaitMSec, once that long has passed or the threshold is reached)."""
+        loop = self._loop
+        assert loop is not None
+        waits = self._max_group_wait_s > 0 and self._gathered_bytes < self._threshold
+        if self._flush_handle is not None:
+            if waits or not self._flush_timed:
+                return  # due already
+            self._flush_handle.cancel()  # the threshold is reached: now
+        if waits:
+            self._flush_handle = loop.call_later(self._max_group_wait_s, self._flush)
+        else:
+            self._flush_handle = loop.call_soon(self._flush)
+        self._flush_timed = waits
+
+    def _flush(self, everything: bool = False) -> None:
+        """Writes the gathered records as one group and has it synced; background records go
+        along up to ``BACKGROUND_WITH_FOREGROUND`` bytes once the last ones written are durable
+        (``everything``: all of them, at close)."""
+        self._flush_handle = None
+        batch, self._gather = self._gather, []
+        self._gathered_bytes = 0
+        carries = bool(self._background) and (
+            everything or self._background_seq <= self._synced_seq()
+        )
+        if carries:
+            size = sum(len(record[1]) for record in batch)
+            limit = size + BACKGROUND_WITH_FOREGROUND if batch else self._threshold
+            batch = self._with_background(batch, size, 1 << 62 if everything else limit)
+        if not batch:
+            return
+        tokens = self._write_group(batch)
+        if tokens is None:
+            return  # failed, and said so
+        if self._syncer is None:  # journalSyncData=false: written is as far as it goes
+            self._done(tokens, len(batch))
+            if self._background and self._writing:
+                self._flush_soon()
             return
         if (
-            self._defer is not None
-            and len(records) <= INLINE_MAX_RECORDS
+            not carries
+            and not self._unsynced
+            and len(batch) <= INLINE_MAX_RECORDS
             and self._last_sync_s <= INLINE_SYNC_LIMIT_S
             and self.idle_past_a_sync
-            and self._defer(self._commit_gathered)
+            and self._inline_ok()
         ):
-            self._here = records
+            self._sync_here(tokens, len(batch))
             return
-        self._appended += len(records)
-        self._queue.put(records)
+        self._ask_sync(tokens, len(batch))
+        if carries:  # the next background records wait for these to be durable
+            self._background_seq = self._sync_seq
 
-    @property
-    def idle_past_a_sync(self) -> bool:
-        """Whether the journal has been idle longer than its last sync took: a group written
-        now would not have overlapped a sync in progress (see ``INLINE_SYNC_LIMIT_S``)."""
-        return time.perf_counter() - self._idle_since >= self._last_sync_s
+    def _synced_seq(self) -> int:
+        """The last sync number whose groups are known durable."""
+        return self._unsynced[0][0] - 1 if self._unsynced else self._sync_seq
 
-    def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
-        """Lets an idle journal's groups be written on the appending thread (see
-        ``INLINE_SYNC_LIMIT_S``): ``defer(commit)`` schedules ``commit`` on that thread (the
-        loop's ``call_soon``, after the answers the loop pass made so far) and says True, or
-        says False (the journal thread writes the records). Records appended meanwhile are
-        gathered for that commit. Every append must then come from that thread."""
-        self._defer = defer
+    def _ask_sync(self, tokens: list[Any], records: int) -> None:
+        self._sync_seq += 1
+        self._unsynced.append((self._sync_seq, tokens, records, self._size))
+        self._unsynced_records += records
+        self._syncer.request(self._sync_seq)
 
-    def _commit_gathered(self) -> None:
-        records, self._here = self._here, None
-        if not records:
+    def _sync_here(self, tokens: list[Any], records: int) -> None:
+        """An idle journal's group, synced on the loop (see ``INLINE_SYNC_LIMIT_S``)."""
+        started = time.monotonic()
+        try:
+            os.fdatasync(self._fd)
+        except OSError as error:
+            self._fail(error)
+            self._on_synced(tokens, self._failure)
             return
-        if len(records) <= INLINE_MAX_RECORDS and self._commit_lock.acquire(blocking=False):
+        self._idle_since = time.monotonic()
+        self._last_sync_s = self._idle_since - started
+        if self._sync_stats is not None:
+            self._sync_stats.success(self._last_sync_s)
+        self._done(tokens, records, self._size)
+
+    def _done(self, tokens: list[Any], records: int, synced_end: int = 0) -> None:
+        if self._drop_pages and synced_end:
+            self._drop_durable_pages(synced_end)
+        if self._records_added is not None:
+            self._records_added.inc(records)
+        self._on_synced(tokens, None)
+
+    def _take_synced(self, idle_work: bool = True) -> None:
+        """The syncer finished syncs (its eventfd is readable, or it was drained): the groups
+        they cover are durable (or failed); then (``idle_work``) waiting background records are
+        written, or, if nothing waits, zeros ahead."""
+        synced, error, times, last_end = self._syncer.take()
+        if self._sync_stats is not None:
+            for seconds in times:
+                self._sync_stats.success(seconds)
+        if times:
+            self._last_sync_s = times[-1]
+            self._idle_since = last_end
+        tokens: list[Any] = []
+        records = end = 0
+        unsynced = self._unsynced
+        while unsynced and unsynced[0][0] <= synced:
+            _, group_tokens, group_records, end = unsynced.popleft()
+            tokens += group_tokens
+            records += group_records
+        self._unsynced_records -= records
+        if error:
+            self._fail(OSError(error, os.strerror(error)))
+            self._on_synced(tokens, self._failure)
+        elif tokens or records:
+            self._done(tokens, records, end)
+        if idle_work and self._writing and self._flush_handle is None and self._failure is None:
+            if self._background:
+                self._flush_soon()
+            elif not unsynced and not self._gather:
+                self._zeros_ahead_on_loop()
+
+    def _fail(self, error: OSError) -> None:
+        if self._failure is None:
+            self._failure = JournalError(
+                f"journal {journal_name(self._file_id)} in {self.directory}: write or fsync "
+                f"failed: {error}; the bookie takes no more writes on this journal"
+            )
+            log.error("%s", self._failure)
+
+    def _zeros_ahead_on_loop(self) -> None:
+        """An idle journal written by the loop writes the next stretch of zeros ahead (see
+        ``_write_zeros_ahead``) and has the syncer sync them."""
+        if self._write_zeros_ahead(sync=False):
+            self._ask_sync([], 0)
+
+    def _roll_on_loop(self) -> None:
+        if self._failure is None and self._size > FILE_HEADER.size:
             try:
-                if self._committed == self._appended and self._commit_here(records):
-                    return
-            finally:
-                self._commit_lock.release()
-        self._appended += len(records)
-        self._queue.put(records)
+                self._roll(self._file_id + 1)
+            except OSError as error:
+                log.warning("journal: cannot start a new file to free space: %s", error)
 
-    def _commit_here(self, records: list[_Record]) -> bool:
-        """Writes and syncs ``records`` as one group on the calling thread (the commit lock held,
-        nothing queued before them), if they fit in the space allocated; False: not written."""
-        if self._failure is not None or self._thread is None:
-            return False
-        pieces = _group_pieces(records)
-        if (
-            self._size + sum(map(len, pieces)) > self._allocated
-            or self._size >= self._max_file_size
-        ):
-            return False  # a preallocation or a roll first: the journal thread's work
-        self._commit(records, pieces)
-        zeroed = max(self._zeroed, self._size)
-        if (
-            self._zero_ahead
-            and not self._nudged
-            and zeroed < self._allocated
-            and zeroed - self._size < _ZERO_AHEAD - _ZERO_CHUNK
-        ):
-            self._nudged = True  # the journal thread writes more zeros once idle
-            self._queue.put([(_ZERO_NUDGE, b"", None, False)])
-        return True
+    # -- written by the journal thread ---------------------------------------------------------
 
     def _run(self) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
@@ -555,18 +801,11 @@ class Journal:
             if not batch and not background:
                 break  # stopping with nothing queued
             limit = size + BACKGROUND_WITH_FOREGROUND if batch else threshold
-            group = self._with_background(batch, size, limit)
-            with self._commit_lock:
-                self._commit(group)
-                self._committed += sum(record[0] >= 0 for record in group)
-                if not background and self._queue.empty():
-                    self._nudged = False
-                    self._write_zeros_ahead()
+            self._commit(self._with_background(batch, size, limit))
+            if not background and self._queue.empty():
+                self._write_zeros_ahead(sync=True)
         while background:  # stopping: the copies still waiting, in groups
-            group = self._with_background([], 0, threshold)
-            with self._commit_lock:
-                self._commit(group)
-                self._committed += len(group)
+            self._commit(self._with_background([], 0, threshold))
 
     def _with_background(self, batch: list[_Record], size: int, limit: int) -> list[_Record]:
         """``batch`` (``size`` bytes) with waiting background records added up to ``limit``
@@ -581,13 +820,19 @@ class Journal:
         return batch
 
     def request_roll(self) -> None:
-        """Asks the journal thread to start a new file (if the current one holds any record),
-        so that the next checkpoint can delete the current one and give its space back."""
+        """Asks for a new file (if the current one holds any record), so that the next
+        checkpoint can delete the current one and give its space back; from any thread."""
+        if self._writing:
+            assert self._loop is not None
+            try:
+                self._loop.call_soon_threadsafe(self._roll_on_loop)
+            except RuntimeError:
+                pass  # the loop is closed: so is the journal
+            return
         self._queue.put([(_ROLL, b"", None, False)])
 
-    def _commit(self, batch: list[_Record], pieces: list[bytes] | None = None) -> None:
-        """Writes and syncs ``batch`` as one group (``pieces``: its bytes, if made already) and
-        reports its tokens; the commit lock held."""
+    def _commit(self, batch: list[_Record]) -> None:
+        """The journal thread's group: written, synced, its tokens reported."""
         if any(record[0] < 0 for record in batch):
             rolls = any(record[0] == _ROLL for record in batch)
             batch = [item for item in batch if item[0] >= 0]
@@ -598,10 +843,21 @@ class Journal:
                     log.warning("journal: cannot start a new file to free space: %s", error)
             if not batch:
                 return
+        tokens = self._write_group(batch)
+        if tokens is None:
+            return
+        if self._sync_data:
+            self._sync_here(tokens, len(batch))
+        else:
+            self._done(tokens, len(batch))
+
+    def _write_group(self, batch: list[_Record]) -> list[Any] | None:
+        """Writes ``batch`` as one group (rolling or growing the file first if need be) and
+        returns its tokens; None if it failed (its tokens then reported failed)."""
         tokens = [record[2] for record in batch if record[2] is not None]
         if self._failure is not None:
             self._on_synced(tokens, self._failure)
-            return
+            return None
         try:
             if self._size >= self._max_file_size:
                 try:
@@ -617,9 +873,8 @@ class Journal:
                         len(batch),
                     )
                     self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
-                    return
-            if pieces is None:
-                pieces = _group_pieces(batch)
+                    return None
+            pieces = _group_pieces(batch)
             total = sum(map(len, pieces))
             try:
                 if self._preallocate > 0 and self._size + total > self._allocated:
@@ -654,46 +909,33 @@ class Journal:
                     len(batch),
                 )
                 self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
-                return
-            self._size += total
-            self.position = (self._file_id, self._size)
-            self.out_of_space = False
-            if self._sync_data:
-                started = time.perf_counter()
-                os.fdatasync(self._fd)
-                self._idle_since = time.perf_counter()
-                self._last_sync_s = self._idle_since - started
-                if self._sync_stats is not None:
-                    self._sync_stats.success(self._last_sync_s)
-                if self._drop_pages:
-                    self._drop_durable_pages()
-            if self._records_added is not None:
-                self._records_added.inc(len(batch))
+                return None
         except OSError as error:
-            self._failure = JournalError(
-                f"journal {journal_name(self._file_id)} in {self.directory}: write or fsync failed: {error}; "
-                "the bookie takes no more writes on this journal"
-            )
-            log.error("%s", self._failure)
+            self._fail(error)
             self._on_synced(tokens, self._failure)
-            return
-        self._on_synced(tokens, None)
+            return None
+        self._size += total
+        self.position = (self._file_id, self._size)
+        self.out_of_space = False
+        return tokens
 
-    def _write_zeros_ahead(self) -> None:
+    def _write_zeros_ahead(self, sync: bool) -> bool:
         """Idle time: turns the next stretch of preallocated space into zeros on disk (one
-        ``_ZERO_CHUNK`` write and fdatasync), up to ``_ZERO_AHEAD`` bytes past the records, so
-        that the records written there later sync faster. Never touches a byte at or before the
-        end of the records, and only the journal thread writes the file, so the zeros cannot
-        land on a record. A failure costs only the speed-up, for the space allocated so far."""
+        ``_ZERO_CHUNK`` write, and its fdatasync here if ``sync``), up to ``_ZERO_AHEAD`` bytes
+        past the records, so that the records written there later sync faster. Never touches a
+        byte at or before the end of the records, and only one thread writes the file, so the
+        zeros cannot land on a record. A failure costs only the speed-up, for the space
+        allocated so far. True if zeros were written."""
         if not self._zero_ahead or self._failure is not None:
-            return
+            return False
         start = max(self._zeroed, self._size)
         end = min(start + _ZERO_CHUNK, self._allocated)
         if start - self._size >= _ZERO_AHEAD or end <= start:
-            return
+            return False
         try:
             os.pwrite(self._fd, _ZEROS[: end - start], start)
-            os.fdatasync(self._fd)
+            if sync:
+                os.fdatasync(self._fd)
         except OSError as error:
             log.warning(
                 "journal %s: could not write zeros ahead of the records (%s); the next groups "
@@ -702,14 +944,15 @@ class Journal:
                 error,
             )
             self._zeroed = self._allocated
-            return
+            return False
         self._zeroed = end
+        return True
 
-    def _drop_durable_pages(self) -> None:
-        """Drops the whole pages synced since the last drop from the page cache, once there are
-        ``_DROP_EVERY`` bytes of them (the page that the next group continues stays, or the kernel
-        would read it back first)."""
-        end = self._size - self._size % _PAGE
+    def _drop_durable_pages(self, synced_end: int) -> None:
+        """Drops the whole pages synced since the last drop (up to ``synced_end``) from the page
+        cache, once there are ``_DROP_EVERY`` bytes of them (the page that the next group
+        continues stays, or the kernel would read it back first)."""
+        end = synced_end - synced_end % _PAGE
         if end - self._dropped < _DROP_EVERY:
             return
         try:
@@ -742,13 +985,26 @@ class Journal:
             fsync_directory(self.directory)
         return deleted
 
+    def _close_on_loop(self) -> None:
+        """Writes and syncs every record gathered, then stops the syncer."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush(everything=True)
+        self._writing = False
+        syncer = self._syncer
+        if syncer is not None:
+            syncer.drain()
+            self._take_synced(idle_work=False)
+            self._syncer = None
+            assert self._loop is not None
+            if not self._loop.is_closed():
+                self._loop.remove_reader(syncer.eventfd)
+            syncer.close()
+
     def close(self) -> None:
-        """Writes and syncs what is queued, then stops the thread."""
-        self._defer = None
-        if self._here is not None:
-            records, self._here = self._here, None
-            self._appended += len(records)
-            self._queue.put(records)
+        """Writes and syncs what is queued, then stops the thread; from any thread."""
+        if self._writing:
+            self._call_on_loop(self._close_on_loop)
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()

@@ -94,8 +94,13 @@ class SimEngine:
         """One ``read`` after another (each may fail as the simulation decides)."""
         return read_range_with(self.read, lambda *_: [], ledger_id, first, max_count, max_bytes)
 
-    def commit_idle_groups_on(self, defer: Callable[[Callable[[], None]], bool]) -> None:
-        """The simulated journal syncs on the loop's clock already."""
+    def write_journals_on(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inline_ok: Callable[[], bool],
+        call_on_loop: Callable[[Callable[[], Any]], Any],
+    ) -> None:
+        """The simulated journal is written and synced on the loop's clock already."""
 
     def stop(self) -> None:
         """A crash: queued records are never answered (the disk decides what survives)."""
