@@ -298,6 +298,70 @@ def _cmd_deleteledger(args: argparse.Namespace) -> None:
     print(f"ledger {args.ledgerid} deleted; bookies reclaim its data in garbage collection")
 
 
+def _cmd_readledger(args: argparse.Namespace) -> None:
+    from bookkeeper_py import aio
+    from bookkeeper_py import loop as event_loop
+    from bookkeeper_py.admin.ledger_reader import (
+        hex_dump,
+        printable,
+        read_entries,
+        read_from_bookie,
+    )
+
+    password = args.password.encode()
+    raw = args.entry_format == "raw"
+    out = sys.stdout.buffer
+
+    def show(entry_id: int, payload: bytes | str) -> None:
+        if raw:  # the payloads alone, back to back, for a pipe
+            if isinstance(payload, str):
+                raise CommandError(f"entry {entry_id} of ledger {args.ledgerid}: {payload}")
+            out.write(payload)
+            return
+        if isinstance(payload, str):
+            print(f"--------- Lid={args.ledgerid}, Eid={entry_id}, {payload} ---------")
+            return
+        print(f"--------- Lid={args.ledgerid}, Eid={entry_id}, EntrySize={len(payload)} ---------")
+        if args.msg:
+            if args.entry_format == "hex":
+                print(hex_dump(payload))
+            else:
+                print(printable(payload))
+
+    async def run() -> int:
+        shown = 0
+        async with await aio.BookKeeper.connect(_metadata_uri(args)) as client:
+            entries = (
+                read_from_bookie(
+                    client,
+                    args.ledgerid,
+                    args.bookie,
+                    args.firstentryid,
+                    args.lastentryid,
+                    password=password,
+                )
+                if args.bookie
+                else read_entries(
+                    client,
+                    args.ledgerid,
+                    args.firstentryid,
+                    args.lastentryid,
+                    recover=args.force_recovery,
+                    password=password,
+                )
+            )
+            async for entry_id, payload in entries:
+                show(entry_id, payload)
+                shown += 1
+        return shown
+
+    shown = event_loop.run(run())
+    if raw:
+        out.flush()
+    else:
+        print(f"{shown} entries of ledger {args.ledgerid}", file=sys.stderr)
+
+
 def _cmd_lastmark(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import last_mark
 
@@ -471,6 +535,47 @@ def build_parser() -> argparse.ArgumentParser:
         "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
     )
     ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
+    readledger = shell_command(
+        "readledger",
+        "read a ledger's entries (through the client, or from one bookie with -b)",
+        _cmd_readledger,
+    )
+    readledger.add_argument("-l", "-ledgerid", "--ledgerid", type=int, required=True)
+    readledger.add_argument(
+        "-fe", "-firstentryid", "--firstentryid", type=int, default=0, help="first entry id [0]"
+    )
+    readledger.add_argument(
+        "-le",
+        "-lastentryid",
+        "--lastentryid",
+        type=int,
+        default=-1,
+        help="last entry id, included (-1: the last confirmed one, or the bookie's last) [-1]",
+    )
+    readledger.add_argument(
+        "-r",
+        "-force-recovery",
+        "--force-recovery",
+        action="store_true",
+        help="recover the ledger first (fences its writer and closes it)",
+    )
+    readledger.add_argument(
+        "-b", "-bookie", "--bookie", help="read the entries this bookie holds, from it alone"
+    )
+    readledger.add_argument("-m", "-msg", "--msg", action="store_true", help="print payloads")
+    readledger.add_argument(
+        "-ef",
+        "-entryformat",
+        "--entry-format",
+        choices=("string", "hex", "raw"),
+        default="string",
+        help="payloads as text, as a hex dump, or raw bytes only (no headers) [string]",
+    )
+    readledger.add_argument(
+        "--password",
+        default="",
+        help="the ledger's password, for legacy ledgers whose metadata keeps none",
+    )
     deleteledger = shell_command(
         "deleteledger", "delete a ledger (bookies reclaim its data)", _cmd_deleteledger
     )

@@ -6,6 +6,7 @@ line: what is wrong and what to do)."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -84,6 +85,34 @@ async def cluster_info(port: MetadataPort) -> ClusterInfo:
         writable_bookies=len(writable),
         read_only_bookies=len(read_only),
     )
+
+
+def ledger_metadata_json(metadata: LedgerMetadata) -> dict[str, object]:
+    """A ledger's metadata with the keys BookKeeper's REST API gives it (its
+    ``LedgerMetadataImpl`` as Jackson writes it): bookies as ``{"id": bookie}``, the password and
+    custom values in base64, ``digestType`` null for legacy metadata that keeps none."""
+    return {
+        "ledgerId": metadata.ledger_id,
+        "metadataFormatVersion": metadata.format_version,
+        "ensembleSize": metadata.ensemble_size,
+        "writeQuorumSize": metadata.write_quorum_size,
+        "ackQuorumSize": metadata.ack_quorum_size,
+        "state": metadata.state.name,
+        "length": metadata.length,
+        "lastEntryId": metadata.last_entry_id,
+        "ctime": metadata.ctime_ms,
+        "digestType": metadata.digest_type.name if metadata.stores_password else None,
+        "password": base64.b64encode(metadata.password).decode(),
+        "customMetadata": {
+            key: base64.b64encode(value).decode() for key, value in metadata.custom_metadata.items()
+        },
+        "closed": metadata.is_closed,
+        "allEnsembles": {
+            str(first): [{"id": bookie} for bookie in bookies]
+            for first, bookies in metadata.ensembles
+        },
+        "ctoken": metadata.c_token,
+    }
 
 
 class ClusterAdmin:

@@ -229,8 +229,8 @@ class StorageEngine:
             ledger_cache_size=config.ledger_cache_size,
             remove_from_page_cache=config.entry_log_remove_from_page_cache,
         )
-        # One journal (and journal thread) per directory; a ledger always uses the same one, so
-        # its records keep their order.
+        # One journal (and syncer or journal thread) per directory; a ledger always uses the same
+        # one, so its records keep their order.
         self._reclaiming: set[str] = set()  # journals rolled, waiting for a checkpoint
         self._checkpoint_requested = threading.Event()
         self.journals = [

@@ -15,17 +15,21 @@ All integers are big-endian. A record is durable once the fsync of its group ret
 acknowledged only then, so a group is the unit of loss: at replay a short or failing group at the
 tail of the newest file is a torn write and is cut off whole; any other damage is corruption and
 replay stops with the file and offset. Framing a group once (one checksum, one header) instead of
-every record keeps the journal thread's per-entry work to a list append.
+every record keeps the journal's per-entry work to a list append.
 
-Group commit: the journal thread takes every record queued while the previous fsync ran (up to
+Group commit, in a bookie (``Journal.write_on``): the records of one pass of the bookie's loop
+are one group, written there with one ``writev``; a syncer thread (``_speedups.JournalSyncer``,
+or ``ThreadSyncer``) runs one ``fdatasync`` after another, each covering every group written
+before it began, and signals an eventfd the loop watches, which then answers those groups. Without
+a loop, a journal thread takes every record queued while the previous fsync ran (up to
 ``buffered_writes_threshold`` bytes, waiting up to ``max_group_wait_s`` for more when the queue
 runs empty), writes them with one ``writev`` and makes them durable with one ``fdatasync``. A
 failed fsync fails every waiting record and every later one: the journal does not pretend the
 data reached the disk. A write that runs out of space fails only its own group.
 
 Preallocated space (``preallocate_bytes`` at a time, fallocated) is turned into written zeros a
-little ahead of the records while the journal thread is idle: a group synced over zeros already on
-disk costs a third less time in fdatasync than one over fallocated space.
+little ahead of the records while the journal is idle: a group synced over zeros already on disk
+costs a third less time in fdatasync than one over fallocated space.
 
 The bodies of large records go to ``writev`` as they are, with the CRC computed piece by piece,
 so a group costs no copy in this process; small ones are joined first (one copy, one CRC call,
@@ -77,7 +81,7 @@ _IOV_MAX = 1024  # pieces one writev takes (Linux's IOV_MAX)
 # copying a few hundred bytes.
 _GATHER_MIN_RECORD = 4096
 # Preallocated space is made of written zeros ahead of the records, a stretch at a time while the
-# journal thread is idle: an fdatasync of records written over zeros already on disk (and in the
+# journal is idle: an fdatasync of records written over zeros already on disk (and in the
 # page cache) costs ~105 us here, over fallocated (unwritten) space ~175 us, since every sync then
 # also converts extents in the file system's journal. Zeros are kept up to _ZERO_AHEAD bytes past
 # the records, _ZERO_CHUNK at a time (one write and one fdatasync of ~0.3 ms, taken only when no
@@ -306,8 +310,9 @@ def _write_all(fd: int, pieces: list[bytes]) -> None:
             start += 1
 
 
-# Called on the journal thread with the tokens of a durable group, or with the tokens of failed
-# records and the error. Records appended with token None are not reported.
+# Called (on the loop that writes the journal, or on its journal thread) with the tokens of a
+# durable group, or with the tokens of failed records and the error. Records appended with token
+# None are not reported.
 # Background bytes (re-replication copies) a group may carry beside foreground records.
 BACKGROUND_WITH_FOREGROUND = 128 * 1024
 # A queued record: (record type, body, token, background).
