@@ -160,6 +160,36 @@ def test_compaction_off_when_threshold_or_interval_is_not_positive(tmp_path: Pat
     engine.close()
 
 
+def test_a_suspended_compaction_is_skipped_when_due_and_runs_when_named(tmp_path: Path) -> None:
+    """Suspended kinds do not run when their interval says they are due; a round that names a
+    kind runs it anyway; resumed, they run when due again. ``force`` with no names respects the
+    suspension."""
+    engine = filled(tmp_path)
+    metadata = FakeMetadata(set(range(LEDGERS)))
+    clock = [0.0]
+    gc = GarbageCollector(
+        engine.storage,
+        metadata.list_ledgers,
+        metadata.exists,
+        GcConfig(compaction_rate_bytes=0, minor_compaction_interval_s=10),
+        clock=lambda: clock[0],
+    )
+    gc.suspend(major=True, minor=True)
+    clock[0] = 100_000.0  # both kinds long due
+    stats = gc.run_round()
+    assert (stats.major_compactions, stats.minor_compactions) == (0, 0)
+    gc.run_round(force_major=True)  # named: runs though suspended
+    assert (stats.major_compactions, stats.minor_compactions) == (1, 0)
+    assert gc.status().last_major_compaction_ms > 0
+    gc.resume(minor=True)
+    clock[0] += 20
+    gc.run_round()
+    assert (stats.major_compactions, stats.minor_compactions) == (1, 1)
+    assert gc.force() and gc.in_force and not gc.force()  # one forced round at a time
+    assert gc._forced == (False, True)  # major still suspended: a minor compaction only
+    engine.close()
+
+
 def test_a_read_that_races_compaction_follows_the_moved_entry(tmp_path: Path) -> None:
     engine = filled(tmp_path)
     metadata = FakeMetadata(set(range(1, LEDGERS)))

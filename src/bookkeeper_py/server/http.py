@@ -4,6 +4,7 @@ Prometheus port of its own (``prometheusStatsHttpPort``), ``/metrics`` alone."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -13,7 +14,7 @@ from bookkeeper_py.admin.service import cluster_info
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.metadata.port import MetadataPort
 from bookkeeper_py.prometheus import PrometheusMetrics
-from bookkeeper_py.server.service import BookieService, StateChangeRefused
+from bookkeeper_py.server.service import BookieService, GcNotRunning, StateChangeRefused
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -31,6 +32,7 @@ def _metrics_handler(
 
 def make_metrics_app(metrics: PrometheusMetrics) -> web.Application:
     """``/metrics`` alone, for the Prometheus port (``prometheusStatsHttpPort``)."""
+
     app = web.Application()
     app.router.add_get("/metrics", _metrics_handler(metrics))
     return app
@@ -125,6 +127,83 @@ def make_app(
             {key: ", ".join(names) for name, (key, names) in listed.items() if kind in (None, name)}
         )
 
+    def gc_service() -> BookieService:
+        """The service, once its garbage collection runs (503 with the reason before)."""
+        try:
+            service.gc_in_force()
+        except GcNotRunning as error:
+            raise web.HTTPServiceUnavailable(text=str(error)) from None
+        return service
+
+    async def gc(request: web.Request) -> web.Response:
+        """BookKeeper's bookie/gc: GET {"is_in_force_gc": "true"|"false"}; PUT (no body, or
+        {"forceMajor": bool, "forceMinor": bool}) runs a round now, in the background."""
+        running = gc_service()
+        if request.method == "GET":
+            return web.json_response({"is_in_force_gc": str(running.gc_in_force()).lower()})
+        text = (await request.text()).strip()
+        major = minor = None
+        if text:
+            try:
+                asked = json.loads(text)
+            except ValueError:
+                asked = None
+            if not isinstance(asked, dict):
+                raise web.HTTPBadRequest(
+                    text='expected no body or a JSON object {"forceMajor": true|false, '
+                    '"forceMinor": true|false}'
+                )
+            # BookKeeper's reading: true or "true" (any case) is true, anything else false
+            if "forceMajor" in asked:
+                major = str(asked["forceMajor"]).lower() == "true"
+            if "forceMinor" in asked:
+                minor = str(asked["forceMinor"]).lower() == "true"
+        running.force_gc(major, minor)
+        return web.json_response(f"Triggered GC on BookieServer: {running.info().bookie_id}")
+
+    async def gc_details(request: web.Request) -> web.Response:
+        return web.json_response([status.as_json() for status in gc_service().gc_status()])
+
+    async def compaction(request: web.Request) -> web.Response:
+        """BookKeeper's bookie/gc/suspend_compaction (GET: what is suspended) and
+        resume_compaction: PUT {"suspendMajor"|"resumeMajor": bool, ...Minor: bool}; true acts,
+        false leaves that kind as it is."""
+        running = gc_service()
+        suspend = request.path.endswith("/suspend_compaction")
+        if request.method == "GET":
+            major, minor = running.gc_suspended()
+            return web.json_response(
+                {"isMinorGcSuspended": str(minor).lower(), "isMajorGcSuspended": str(major).lower()}
+            )
+        verb = "suspend" if suspend else "resume"
+        text = (await request.text()).strip()
+        if not text:
+            raise web.HTTPBadRequest(text="Empty request body")
+        try:
+            asked = json.loads(text)
+        except ValueError:
+            asked = None
+        if not isinstance(asked, dict):
+            raise web.HTTPBadRequest(
+                text=f'expected a JSON object {{"{verb}Major": true|false, "{verb}Minor": '
+                "true|false}"
+            )
+        flags = {kind: asked.get(f"{verb}{kind}") for kind in ("Major", "Minor")}
+        if all(value is None for value in flags.values()):
+            raise web.HTTPBadRequest(text=f"No {verb}Major or {verb}Minor params found")
+        if any(value is not None and not isinstance(value, bool) for value in flags.values()):
+            raise web.HTTPBadRequest(text=f"{verb}Major and {verb}Minor must be true or false")
+        major, minor = flags["Major"] is True, flags["Minor"] is True
+        if suspend:
+            running.suspend_gc(major=major, minor=minor)
+        else:
+            running.resume_gc(major=major, minor=minor)
+        name = running.describe()
+        said = f"{verb.capitalize()} majorGC on BookieServer: {name}" if major else ""
+        if minor:
+            said += f", {verb.capitalize()} minorGC on BookieServer: {name}"
+        return web.json_response(said)
+
     app = web.Application()
     app.router.add_get("/heartbeat", heartbeat)
     app.router.add_get("/metrics", _metrics_handler(metrics))
@@ -136,6 +215,12 @@ def make_app(
     app.router.add_get("/api/v1/bookie/state/readonly", read_only_state)
     app.router.add_get("/api/v1/bookie/last_log_mark", last_log_mark)
     app.router.add_get("/api/v1/bookie/list_disk_file", list_disk_file)
+    app.router.add_get("/api/v1/bookie/gc", gc)
+    app.router.add_put("/api/v1/bookie/gc", gc)
+    app.router.add_get("/api/v1/bookie/gc_details", gc_details)
+    app.router.add_get("/api/v1/bookie/gc/suspend_compaction", compaction)
+    app.router.add_put("/api/v1/bookie/gc/suspend_compaction", compaction)
+    app.router.add_put("/api/v1/bookie/gc/resume_compaction", compaction)
     return app
 
 

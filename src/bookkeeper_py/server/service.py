@@ -12,6 +12,7 @@ from bookkeeper_py.errors import BKError
 from bookkeeper_py.server.bookie import Bookie
 from bookkeeper_py.storage.engine import StorageEngine
 from bookkeeper_py.storage.entry_log import log_name
+from bookkeeper_py.storage.gc import GarbageCollector, GcStatus
 from bookkeeper_py.storage.journal import journal_name, list_journal_ids
 
 
@@ -42,6 +43,11 @@ class DiskFiles:
 
 class StateChangeRefused(BKError):
     """The configuration forbids the read-only switch asked for."""
+
+
+class GcNotRunning(BKError):
+    """The bookie runs no garbage collection (yet): it starts once the bookie reaches the
+    metadata store."""
 
 
 class BookieService:
@@ -119,3 +125,41 @@ class BookieService:
                 os.path.join(storage.ledger_directory, name) for name in ("data.mdb", "lock.mdb")
             ),
         )
+
+    # -- garbage collection (BookKeeper's /api/v1/bookie/gc*) ----------------------------------
+
+    def _gc(self) -> GarbageCollector:
+        gc = self._engine.gc
+        if gc is None:
+            raise GcNotRunning(
+                "garbage collection is not running on this bookie: it starts once the bookie "
+                "has reached the metadata store"
+            )
+        return gc
+
+    def force_gc(self, major: bool | None = None, minor: bool | None = None) -> bool:
+        """Asks for a garbage collection round now (see ``GarbageCollector.force``)."""
+        return self._gc().force(major, minor)
+
+    def gc_in_force(self) -> bool:
+        return self._gc().in_force
+
+    def gc_status(self) -> list[GcStatus]:
+        """One status per garbage collector (this bookie has one, for its ledger directory)."""
+        return [self._gc().status()]
+
+    def gc_suspended(self) -> tuple[bool, bool]:
+        """(major, minor) compactions suspended."""
+        gc = self._gc()
+        return gc.major_suspended, gc.minor_suspended
+
+    def suspend_gc(self, *, major: bool, minor: bool) -> None:
+        self._gc().suspend(major=major, minor=minor)
+
+    def resume_gc(self, *, major: bool, minor: bool) -> None:
+        self._gc().resume(major=major, minor=minor)
+
+    def describe(self) -> str:
+        """BookKeeper's ``BookieServer.toString()``, which its GC answers name the bookie by."""
+        config = self._bookie.config
+        return f"Bookie Server listening on {config.host}:{config.port} with id {self._bookie_id}"

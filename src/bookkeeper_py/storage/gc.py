@@ -18,6 +18,10 @@ One round:
    compaction (threshold 0.2, every hour) and major compaction (0.8, every day) are configurable
    and off when the threshold or interval is <= 0. Copying is throttled to
    ``compaction_rate_bytes`` per second.
+
+An operator (BookKeeper's ``/api/v1/bookie/gc`` endpoints) can force a round now, with or without
+its major and minor compactions, and suspend or resume either kind: a suspended kind is not run
+when due, nor by a forced round that does not ask for it by name.
 """
 
 from __future__ import annotations
@@ -68,6 +72,33 @@ class GcStats:
     log_usage: dict[int, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class GcStatus:
+    """BookKeeper's ``GarbageCollectionStatus`` (``/api/v1/bookie/gc_details``): what runs now,
+    when each compaction last ran (ms since the epoch, 0: never) and how many have run."""
+
+    force_compacting: bool
+    major_compacting: bool
+    minor_compacting: bool
+    last_major_compaction_ms: int
+    last_minor_compaction_ms: int
+    major_compactions: int
+    minor_compactions: int
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "forceCompacting": self.force_compacting,
+            "majorCompacting": self.major_compacting,
+            "minorCompacting": self.minor_compacting,
+            "lastMajorCompactionTime": self.last_major_compaction_ms,
+            "lastMinorCompactionTime": self.last_minor_compaction_ms,
+            "lastEntryLocationCompactionTime": 0,  # the LMDB index needs no compaction
+            "majorCompactionCounter": self.major_compactions,
+            "minorCompactionCounter": self.minor_compactions,
+            "entryLocationCompactionCounter": 0,
+        }
+
+
 class GarbageCollector:
     """Runs GC rounds for one ``LedgerStorage``, on demand or in its own thread."""
 
@@ -91,6 +122,16 @@ class GarbageCollector:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # The operator's controls (any thread): a forced round asked for (its major and minor
+        # flags) or running, the kinds suspended, what the running round compacts, and when
+        # each kind last ran (ms since the epoch).
+        self._lock = threading.Lock()
+        self._forced: tuple[bool, bool] | None = None
+        self.in_force = False
+        self.major_suspended = False
+        self.minor_suspended = False
+        self._compacting: str | None = None
+        self._last_major_ms = self._last_minor_ms = 0
 
     # -- thread --------------------------------------------------------------------------------
 
@@ -111,10 +152,55 @@ class GarbageCollector:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            with self._lock:
+                forced, self._forced = self._forced, None
+            major, minor = forced or (False, False)
             try:
-                self.run_round()
+                self.run_round(force_major=major, force_minor=minor)
             except Exception:
                 log.exception("garbage collection round failed; will retry next round")
+            finally:
+                if forced is not None:
+                    with self._lock:
+                        self.in_force = False
+
+    def force(self, major: bool | None = None, minor: bool | None = None) -> bool:
+        """Asks the GC thread for a round now (BookKeeper's forceGC): with a major compaction if
+        ``major``, else a minor one if ``minor`` (None: unless that kind is suspended). False if
+        a forced round is already asked for or running (nothing more is asked)."""
+        with self._lock:
+            if self.in_force:
+                return False
+            self._forced = (
+                not self.major_suspended if major is None else major,
+                not self.minor_suspended if minor is None else minor,
+            )
+            self.in_force = True
+        self._wake.set()
+        return True
+
+    def suspend(self, *, major: bool = False, minor: bool = False) -> None:
+        """Stops the kinds named from running when due (a round already compacting finishes)."""
+        with self._lock:
+            self.major_suspended |= major
+            self.minor_suspended |= minor
+
+    def resume(self, *, major: bool = False, minor: bool = False) -> None:
+        with self._lock:
+            self.major_suspended &= not major
+            self.minor_suspended &= not minor
+
+    def status(self) -> GcStatus:
+        with self._lock:
+            return GcStatus(
+                force_compacting=self.in_force and self._compacting is not None,
+                major_compacting=self._compacting == "major",
+                minor_compacting=self._compacting == "minor",
+                last_major_compaction_ms=self._last_major_ms,
+                last_minor_compaction_ms=self._last_minor_ms,
+                major_compactions=self.stats.major_compactions,
+                minor_compactions=self.stats.minor_compactions,
+            )
 
     # -- one round -----------------------------------------------------------------------------
 
@@ -127,6 +213,7 @@ class GarbageCollector:
         now = self._clock()
         major = self._due(
             force_major,
+            self.major_suspended,
             self.config.major_compaction_threshold,
             self.config.major_compaction_interval_s,
             self._last_major,
@@ -134,6 +221,7 @@ class GarbageCollector:
         )
         minor = not major and self._due(
             force_minor,
+            self.minor_suspended,
             self.config.minor_compaction_threshold,
             self.config.minor_compaction_interval_s,
             self._last_minor,
@@ -145,23 +233,37 @@ class GarbageCollector:
                 if major
                 else self.config.minor_compaction_threshold
             )
-            for log_id, fraction in sorted(usage.items(), key=lambda item: item[1]):
-                if fraction >= threshold or self._stop.is_set():
-                    continue
-                self._compact(log_id)
-            if major:
-                self.stats.major_compactions += 1
-                self._last_major = self._last_minor = now
-            else:
-                self.stats.minor_compactions += 1
-                self._last_minor = now
+            with self._lock:
+                self._compacting = "major" if major else "minor"
+            try:
+                for log_id, fraction in sorted(usage.items(), key=lambda item: item[1]):
+                    if fraction >= threshold or self._stop.is_set():
+                        continue
+                    self._compact(log_id)
+            finally:
+                with self._lock:
+                    self._compacting = None
+            wall_ms = int(time.time() * 1000)
+            with self._lock:
+                if major:
+                    self.stats.major_compactions += 1
+                    self._last_major = self._last_minor = now
+                    self._last_major_ms = self._last_minor_ms = wall_ms
+                else:
+                    self.stats.minor_compactions += 1
+                    self._last_minor = now
+                    self._last_minor_ms = wall_ms
         return self.stats
 
     @staticmethod
-    def _due(forced: bool, threshold: float, interval: float, last: float, now: float) -> bool:
+    def _due(
+        forced: bool, suspended: bool, threshold: float, interval: float, last: float, now: float
+    ) -> bool:
+        """Whether a compaction kind runs this round: asked for by name (even when suspended),
+        or due by its interval and not suspended; never while off (threshold or interval 0)."""
         if threshold <= 0 or interval <= 0:
             return False
-        return forced or now - last >= interval
+        return forced or (not suspended and now - last >= interval)
 
     def _collect_deleted_ledgers(self) -> bool:
         local = set(self.storage.index.ledger_ids())
