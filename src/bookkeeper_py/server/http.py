@@ -38,6 +38,17 @@ def make_metrics_app(metrics: PrometheusMetrics) -> web.Application:
     return app
 
 
+def _json_object(text: str, shape: str) -> dict[str, Any]:
+    """``text`` as a JSON object; a 400 that says ``shape`` was expected otherwise."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise web.HTTPBadRequest(text=f"expected {shape}")
+    return found
+
+
 def make_app(
     service: BookieService, metrics: PrometheusMetrics, settings: Mapping[str, Any]
 ) -> web.Application:
@@ -144,15 +155,10 @@ def make_app(
         text = (await request.text()).strip()
         major = minor = None
         if text:
-            try:
-                asked = json.loads(text)
-            except ValueError:
-                asked = None
-            if not isinstance(asked, dict):
-                raise web.HTTPBadRequest(
-                    text='expected no body or a JSON object {"forceMajor": true|false, '
-                    '"forceMinor": true|false}'
-                )
+            asked = _json_object(
+                text,
+                'no body or a JSON object {"forceMajor": true|false, "forceMinor": true|false}',
+            )
             # BookKeeper's reading: true or "true" (any case) is true, anything else false
             if "forceMajor" in asked:
                 major = str(asked["forceMajor"]).lower() == "true"
@@ -179,15 +185,9 @@ def make_app(
         text = (await request.text()).strip()
         if not text:
             raise web.HTTPBadRequest(text="Empty request body")
-        try:
-            asked = json.loads(text)
-        except ValueError:
-            asked = None
-        if not isinstance(asked, dict):
-            raise web.HTTPBadRequest(
-                text=f'expected a JSON object {{"{verb}Major": true|false, "{verb}Minor": '
-                "true|false}"
-            )
+        asked = _json_object(
+            text, f'a JSON object {{"{verb}Major": true|false, "{verb}Minor": true|false}}'
+        )
         flags = {kind: asked.get(f"{verb}{kind}") for kind in ("Major", "Minor")}
         if all(value is None for value in flags.values()):
             raise web.HTTPBadRequest(text=f"No {verb}Major or {verb}Minor params found")
