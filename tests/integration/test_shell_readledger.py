@@ -16,7 +16,16 @@ from bookkeeper_py.testing import LocalCluster
 
 def readledger(uri: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "bookkeeper_py", "shell", "readledger", "--metadata-uri", uri, *args],
+        [
+            sys.executable,
+            "-m",
+            "bookkeeper_py",
+            "shell",
+            "readledger",
+            "--metadata-uri",
+            uri,
+            *args,
+        ],
         capture_output=True,
         timeout=60,
         stdin=subprocess.DEVNULL,

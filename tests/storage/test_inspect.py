@@ -60,3 +60,39 @@ def test_localconsistencycheck_finds_a_damaged_entry(
     out = capsys.readouterr().out
     assert "PROBLEM: ledger 1 entry 0 (log 0 offset 1024)" in out and "checksum mismatch" in out
     assert "PROBLEMS FOUND" in out
+
+
+def test_readlogmetadata_and_listfilesondisc(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal, ledgers = filled(tmp_path)
+    sizes = {ledger_id: 5 * len(entry(ledger_id, 0)) for ledger_id in (1, 2)}
+    for log in ("0", log_name(0), str(Path(ledgers) / log_name(0))):  # hex id or file name
+        main(["shell", "readlogmetadata", "--ledger-dir", ledgers, log])
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"Print entryLogMetadata of entrylog 0 ({log_name(0)})"
+        total = sum(sizes.values())
+        assert out[1] == f"entryLogId: 0, remaining size: {total}, total size: {total}, usage: 1.0"
+        assert out[2:] == [
+            f"--------- Lid={ledger_id}, TotalSizeOfEntriesOfLedger={size}  ---------"
+            for ledger_id, size in sorted(sizes.items())
+        ]
+    for bad, wanted in (("7", "no entry log 7.log"), ("zz", "neither an entry log id")):
+        with pytest.raises(SystemExit) as exited:
+            main(["shell", "readlogmetadata", "--ledger-dir", ledgers, bad])
+        assert exited.value.code in (1, 2)
+        assert wanted in capsys.readouterr().err
+
+    main(["shell", "listfilesondisc", "--journal-dir", journal, "--ledger-dir", ledgers, "-log"])
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "--------- Printing the list of EntryLog/Ledger Files ---------",
+        str((Path(ledgers) / log_name(0)).resolve()),
+    ]
+    main(["shell", "listfilesondisc", "--journal-dir", journal, "--ledger-dir", ledgers])
+    out = capsys.readouterr().out
+    assert "Journal Files" in out and "Index Files" in out and "data.mdb" in out
+    assert str((Path(journal) / "0000000000000000.txn").resolve()) in out
+    with pytest.raises(SystemExit) as exited:
+        main(["shell", "listfilesondisc", "--journal-dir", ledgers, "--ledger-dir", ledgers])
+    assert exited.value.code == 1 and "journal" in capsys.readouterr().err

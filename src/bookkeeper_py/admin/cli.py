@@ -362,6 +362,47 @@ def _cmd_readledger(args: argparse.Namespace) -> None:
         print(f"{shown} entries of ledger {args.ledgerid}", file=sys.stderr)
 
 
+def _cmd_bookieinfo(args: argparse.Namespace) -> None:
+    from bookkeeper_py import aio
+    from bookkeeper_py import loop as event_loop
+    from bookkeeper_py.admin.bookie_info import disk_space, readable
+
+    async def run() -> list[str]:
+        async with await aio.BookKeeper.connect(_metadata_uri(args)) as client:
+            found = await disk_space(client)
+            if not found:
+                raise CommandError(
+                    "no bookie gave its disk space (none registered, or none answered): see "
+                    "listbookies"
+                )
+            lines = ["Free disk space info:"]
+            for bookie_id, space in found.items():
+                try:
+                    endpoint = await client.metadata_port.bookie_endpoint(bookie_id)
+                    where = f"IP:{endpoint.host}, Port:{endpoint.port}, Hostname:{endpoint.host}"
+                except BKError:
+                    where = "IP:UNKNOWN, Port:0, Hostname:UNKNOWN"
+                lines.append(
+                    f"BookieID:{bookie_id}, {where}:\tFree: {space.free}{readable(space.free)}"
+                    f"\tTotal: {space.total}{readable(space.total)}"
+                )
+            free = sum(space.free for space in found.values())
+            total = sum(space.total for space in found.values())
+            lines.append(f"Total free disk space in the cluster:\t{free}{readable(free)}")
+            lines.append(f"Total disk capacity in the cluster:\t{total}{readable(total)}")
+            return lines
+
+    print("\n".join(event_loop.run(run())))
+
+
+def _cmd_endpointinfo(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        print("\n".join(ClusterAdmin(metadata).endpoint_info(args.bookieid)))
+
+
 def _cmd_lastmark(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import last_mark
 
@@ -401,6 +442,64 @@ def _cmd_readlog(args: argparse.Namespace) -> None:
                 f"offset {record.offset}: ledger {record.ledger_id} entry {record.entry_id} ({record.length} bytes)"
             )
     print(f"{count} entries")
+
+
+def _log_id_argument(text: str) -> int:
+    """An entry log as BookKeeper's readlogmetadata takes it: its id in hex, or its file name."""
+    name = os.path.basename(text)
+    if name.endswith(".log"):
+        name = name[: -len(".log")]
+    try:
+        return int(name, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an entry log id in hex nor an entry log's file name (<hex>.log)"
+        ) from None
+
+
+def _cmd_readlogmetadata(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.inspect import log_ledgers
+
+    sizes = log_ledgers(args.ledger_dir, args.log)
+    total = sum(sizes.values())
+    print(f"Print entryLogMetadata of entrylog {args.log} ({args.log:x}.log)")
+    print(f"entryLogId: {args.log}, remaining size: {total}, total size: {total}, usage: 1.0")
+    for ledger_id, size in sorted(sizes.items()):
+        print(f"--------- Lid={ledger_id}, TotalSizeOfEntriesOfLedger={size}  ---------")
+
+
+def _cmd_activeledgers(args: argparse.Namespace) -> None:
+    from bookkeeper_py.metadata.manager import MetadataClient
+    from bookkeeper_py.storage.inspect import log_ledgers
+
+    sizes = log_ledgers(args.ledger_dir, args.logid)
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        existing = set(metadata.list_ledgers())
+    active = sorted(ledger_id for ledger_id in sizes if ledger_id in existing)
+    print(f"Active ledgers on entry log {args.logid} ({args.logid:x}.log) as follow:")
+    for ledger_id in active:
+        print(f"{ledger_id} ({sizes[ledger_id]} bytes)")
+    remaining, total = sum(sizes[ledger_id] for ledger_id in active), sum(sizes.values())
+    usage = remaining / total if total else 0.0
+    print(f"remaining size: {remaining}, total size: {total}, usage: {usage:.3f}")
+
+
+def _cmd_listfilesondisc(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.inspect import entry_files
+
+    journals, logs, index = entry_files(args.journal_dir, args.ledger_dir)
+    wanted = {"journal": args.journal, "entrylog": args.entrylog, "index": args.index}
+    if not any(wanted.values()):
+        wanted = dict.fromkeys(wanted, True)  # BookKeeper's prints nothing then: all here
+    for kind, title, paths in (
+        ("journal", "Journal Files", journals),
+        ("entrylog", "EntryLog/Ledger Files", logs),
+        ("index", "Index Files", index),
+    ):
+        if wanted[kind]:
+            print(f"--------- Printing the list of {title} ---------")
+            for path in paths:
+                print(os.path.realpath(path))
 
 
 def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
@@ -535,6 +634,13 @@ def build_parser() -> argparse.ArgumentParser:
         "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
     )
     ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
+    shell_command(
+        "bookieinfo", "every bookie's free and total disk space, and the cluster's", _cmd_bookieinfo
+    )
+    endpointinfo = shell_command(
+        "endpointinfo", "a live bookie's registered endpoints and properties", _cmd_endpointinfo
+    )
+    endpointinfo.add_argument("-b", "-bookieid", "--bookieid", required=True)
     readledger = shell_command(
         "readledger",
         "read a ledger's entries (through the client, or from one bookie with -b)",
@@ -608,6 +714,34 @@ def build_parser() -> argparse.ArgumentParser:
     readlog.add_argument("-l", "--logid", type=hex_id, required=True, help="entry log id in hex")
     readlog.add_argument("--ledgerid", type=int, help="only this ledger's entries")
     readlog.add_argument("--summary", action="store_true", help="only count entries")
+    readlogmetadata = local_command(
+        "readlogmetadata",
+        "the ledgers of an entry log and their bytes (its ledgers map)",
+        _cmd_readlogmetadata,
+    )
+    readlogmetadata.add_argument("--ledger-dir", required=True)
+    readlogmetadata.add_argument(
+        "log", type=_log_id_argument, help="entry log id in hex, or its file name (<hex>.log)"
+    )
+    activeledgers = shell_command(
+        "activeledgers",
+        "the ledgers of an entry log that still exist in the metadata store",
+        _cmd_activeledgers,
+    )
+    activeledgers.add_argument("--ledger-dir", required=True)
+    activeledgers.add_argument(
+        "-l", "-logId", "--logid", type=int, required=True, help="entry log id (decimal)"
+    )
+    listfiles = local_command(
+        "listfilesondisc",
+        "the journal files, entry logs and index files of a bookie's directories",
+        _cmd_listfilesondisc,
+    )
+    listfiles.add_argument("--journal-dir", action="append", required=True)
+    listfiles.add_argument("--ledger-dir", required=True)
+    listfiles.add_argument("-txn", "--journal", action="store_true", help="journal files")
+    listfiles.add_argument("-log", "--entrylog", action="store_true", help="entry logs")
+    listfiles.add_argument("-idx", "--index", action="store_true", help="index files")
     consistency = local_command(
         "localconsistencycheck",
         "read every indexed entry back and check it",

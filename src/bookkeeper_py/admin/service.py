@@ -136,6 +136,35 @@ class ClusterAdmin:
             found += [BookieStatus(b, True) for b in self.metadata.readonly_bookies()]
         return found
 
+    def endpoint_info(self, bookie_id: str) -> list[str]:
+        """BookKeeper's ``endpointinfo``: the lines of a live bookie's registered service info
+        (its properties, then each endpoint: id, protocol, address, auth, extensions);
+        ``CommandError`` when it is not registered."""
+        info = self.metadata.bookie_service_info(bookie_id)
+        if info is None:
+            known = [status.bookie_id for status in self.bookies()]
+            raise CommandError(
+                f"bookie {bookie_id} is not registered (it is down, or the id is wrong); "
+                f"registered: {', '.join(known) or 'none'}"
+            )
+        if not info.endpoints:
+            raise CommandError(
+                f"bookie {bookie_id} did not publish any endpoint info; maybe it is down"
+            )
+        lines = [f"BookieId: {bookie_id}"]
+        if info.properties:
+            lines.append("Properties")
+            lines += [f"{key} : {value}" for key, value in sorted(info.properties.items())]
+        for endpoint in info.endpoints:
+            lines += [
+                f"Endpoint: {endpoint.id}",
+                f"Protocol: {endpoint.protocol}",
+                f"Address: {endpoint.host} : {endpoint.port}",
+                f"Auth: {list(endpoint.auth)}",
+                f"Extensions: {list(endpoint.extensions)}",
+            ]
+        return lines
+
     def ledgers(self, bookie_id: str | None = None) -> list[int]:
         """The ledger ids; with ``bookie_id``, those whose ensembles (any fragment) hold it
         (``listledgers -bookieid``; ``CommandError`` for a bookie unknown here)."""

@@ -154,6 +154,33 @@ class BookieClient:
         )
         return status
 
+    async def bookie_info(self, bookie_id: str) -> tuple[int, int]:
+        """GET_BOOKIE_INFO (v3): the bookie's (total disk capacity, free disk space) in bytes;
+        ``BKError`` when it cannot say."""
+        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+
+        def answered(
+            status: StatusCode | None, total: int, free: int, error: errors.BKError | None
+        ) -> None:
+            if future.done():
+                return
+            if status is StatusCode.EOK:
+                future.set_result((total, free))
+            else:
+                future.set_exception(
+                    error
+                    or errors.BKError(
+                        f"bookie {bookie_id} did not give its disk space: "
+                        f"{status.name if status is not None else 'no answer'}"
+                    )
+                )
+
+        def failed(_status: StatusCode | None, error: bytes | errors.BKError) -> None:
+            answered(None, 0, 0, error if isinstance(error, errors.BKError) else None)
+
+        self.send(bookie_id, lambda connection: connection.bookie_info(answered), failed, v3=True)
+        return await future
+
     async def read_lac(self, bookie_id: str, ledger_id: int) -> tuple[StatusCode, bytes, bytes]:
         """READ_LAC (v3): (status, the explicit LAC the writer sent, the bookie's last entry)."""
         future: asyncio.Future[tuple[StatusCode, bytes, bytes]] = (

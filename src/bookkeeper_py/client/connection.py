@@ -91,10 +91,13 @@ _V2Key = tuple[int, int, int]  # (operation, ledger, entry)
 # A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
 LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
 ReadLacCallback = Callable[[StatusCode | None, bytes, bytes | errors.BKError], None]
+# GET_BOOKIE_INFO's answer: (status, total disk capacity, free disk space) in bytes, or (None,
+# 0, 0) with the error instead of the status.
+DiskInfoCallback = Callable[[StatusCode | None, int, int, errors.BKError | None], None]
 
 
 class _Pending:
-    __slots__ = ("callback", "deadline", "done", "key", "lac_body", "max_lac")
+    __slots__ = ("callback", "deadline", "disk", "done", "key", "lac_body", "max_lac")
 
     def __init__(
         self, key: tuple[int, int, int] | int, callback: Callback, deadline: float
@@ -105,6 +108,7 @@ class _Pending:
         self.done = False
         self.max_lac = -1  # a v3 read answer's maxLAC
         self.lac_body = b""  # a READ_LAC answer's explicit LAC (its body is the last entry)
+        self.disk = (0, 0)  # a GET_BOOKIE_INFO answer's (total disk capacity, free space)
 
 
 class BookieConnection(asyncio.Protocol):
@@ -659,6 +663,29 @@ class BookieConnection(asyncio.Protocol):
         if pending is not None:
             sent.append(pending)
 
+    def bookie_info(self, callback: DiskInfoCallback) -> None:
+        """GET_BOOKIE_INFO (v3 only): the bookie's total and free disk space, in bytes, over its
+        ledger directories (BookKeeper's ``getBookieInfo``). A v2 connection answers
+        EBADVERSION."""
+        if not self.use_v3:
+            callback(StatusCode.EBADVERSION, 0, 0, None)
+            return
+        request = self._v3_request(pb.GET_BOOKIE_INFO)
+        request.getBookieInfoRequest.requested = (
+            pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY | pb.GetBookieInfoRequest.FREE_DISK_SPACE
+        )
+        sent: list[_Pending] = []
+
+        def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
+            if status is None or not sent:
+                callback(None, 0, 0, body if isinstance(body, errors.BKError) else None)
+                return
+            callback(status, *sent[0].disk, None)
+
+        pending = self._send_v3(request, answered)
+        if pending is not None:
+            sent.append(pending)
+
     # -- responses -----------------------------------------------------------------------------
 
     def _decrypt(self, data: bytes) -> bytes:
@@ -797,6 +824,10 @@ class BookieConnection(asyncio.Protocol):
             body = response.readLacResponse.lastEntryBody
         elif response.HasField("forceLedgerResponse"):
             status = StatusCode(response.forceLedgerResponse.status)
+        elif response.HasField("getBookieInfoResponse"):
+            info = response.getBookieInfoResponse
+            status = StatusCode(info.status)
+            request.disk = (info.totalDiskCapacity, info.freeDiskSpace)
         self._finish(request, status, body)
 
 

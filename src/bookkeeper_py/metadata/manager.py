@@ -415,8 +415,9 @@ class MetadataClient:
         except NoNodeError:
             return []
 
-    def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
-        """Where ``bookie_id`` listens: its registered service info, or its host:port id."""
+    def bookie_service_info(self, bookie_id: str) -> formats.BookieServiceInfoFormat | None:
+        """The service info a live bookie registered (its endpoints and properties, as
+        BookKeeper's ``getBookieServiceInfo``); None if it is not registered."""
         for readonly in (False, True):
             try:
                 data, _ = self.store.get(self._bookie_path(bookie_id, readonly))
@@ -424,9 +425,15 @@ class MetadataClient:
                 continue
             info = formats.BookieServiceInfoFormat()
             info.ParseFromString(data)
-            for endpoint in info.endpoints:
-                if endpoint.protocol == "bookie-rpc":
-                    return BookieEndpoint(bookie_id, endpoint.host, endpoint.port)
+            return info
+        return None
+
+    def bookie_endpoint(self, bookie_id: str) -> BookieEndpoint:
+        """Where ``bookie_id`` listens: its registered service info, or its host:port id."""
+        info = self.bookie_service_info(bookie_id)
+        for endpoint in info.endpoints if info is not None else ():
+            if endpoint.protocol == "bookie-rpc":
+                return BookieEndpoint(bookie_id, endpoint.host, endpoint.port)
         host, port = parse_bookie_id(bookie_id)
         return BookieEndpoint(bookie_id, host, port)
 

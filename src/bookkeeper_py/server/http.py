@@ -10,6 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bookkeeper_py import aio
+from bookkeeper_py.admin.bookie_info import disk_space, readable
 from bookkeeper_py.admin.service import cluster_info
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.metadata.port import MetadataPort
@@ -224,8 +226,29 @@ def make_app(
     return app
 
 
-def add_cluster_routes(app: web.Application, port: MetadataPort) -> None:
-    """The endpoints that read the cluster through the bookie's metadata session."""
+def add_cluster_routes(app: web.Application, port: MetadataPort, metadata_uri: str) -> None:
+    """The endpoints that read the cluster through the bookie's metadata session (and, to ask
+    the bookies, a client connected for the request to ``metadata_uri``, as BookKeeper's)."""
+
+    async def list_bookie_info(request: web.Request) -> web.Response:
+        """BookKeeper's bookie/list_bookie_info: {bookie: ": {Free: F(..), Total: T(..)},", ...,
+        "ClusterInfo: ": "{Free: F, Total: T}"} (its odd strings kept); 404 when no bookie
+        answers."""
+        async with await aio.BookKeeper.connect(metadata_uri) as client:
+            found = await disk_space(client)
+        if not found:
+            raise web.HTTPNotFound(text="Not found any Bookie info.")
+        answer = {
+            bookie_id: f": {{Free: {space.free}{readable(space.free)}, "
+            f"Total: {space.total}{readable(space.total)}}},"
+            for bookie_id, space in found.items()
+        }
+        free = sum(space.free for space in found.values())
+        total = sum(space.total for space in found.values())
+        answer["ClusterInfo: "] = (
+            f"{{Free: {free}{readable(free)}, Total: {total}{readable(total)}}}"
+        )
+        return web.json_response(answer)
 
     async def list_bookies(request: web.Request) -> web.Response:
         """BookKeeper's bookie/list_bookies: ?type=rw (the default) or ro, and with
@@ -252,6 +275,7 @@ def add_cluster_routes(app: web.Application, port: MetadataPort) -> None:
 
     app.router.add_get("/api/v1/bookie/list_bookies", list_bookies)
     app.router.add_get("/api/v1/bookie/cluster_info", cluster_info_json)
+    app.router.add_get("/api/v1/bookie/list_bookie_info", list_bookie_info)
 
 
 async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:

@@ -158,7 +158,7 @@ class BookieServer:
                 from bookkeeper_py.server.autorecovery_http import add_routes
 
                 add_routes(app, self.metadata, self.metadata_uri)
-                add_cluster_routes(app, self.metadata)
+                add_cluster_routes(app, self.metadata, self.metadata_uri)
                 add_ledger_routes(app, self.metadata, self.metadata_uri)
             self._http = await start_http(
                 app, self.config.http_host or self.config.host, self.config.http_port

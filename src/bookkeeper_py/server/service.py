@@ -4,16 +4,14 @@ parts. ``server.http`` only turns these answers into BookKeeper's JSON."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.server.bookie import Bookie
 from bookkeeper_py.storage.engine import StorageEngine
-from bookkeeper_py.storage.entry_log import log_name
 from bookkeeper_py.storage.gc import GarbageCollector, GcStatus
-from bookkeeper_py.storage.journal import journal_name, list_journal_ids
+from bookkeeper_py.storage.inspect import entry_files
 
 
 @dataclass(frozen=True)
@@ -111,20 +109,10 @@ class BookieService:
 
     def disk_files(self) -> DiskFiles:
         storage = self._storage
-        return DiskFiles(
-            journals=tuple(
-                os.path.join(directory, journal_name(file_id))
-                for directory in storage.journal_directories
-                for file_id in list_journal_ids(directory)
-            ),
-            entry_logs=tuple(
-                os.path.join(storage.ledger_directory, log_name(log_id))
-                for log_id in self._engine.entry_log_ids()
-            ),
-            index=tuple(
-                os.path.join(storage.ledger_directory, name) for name in ("data.mdb", "lock.mdb")
-            ),
+        journals, logs, index = entry_files(
+            list(storage.journal_directories), storage.ledger_directory
         )
+        return DiskFiles(journals=tuple(journals), entry_logs=tuple(logs), index=tuple(index))
 
     # -- garbage collection (BookKeeper's /api/v1/bookie/gc*) ----------------------------------
 

@@ -111,7 +111,8 @@ class LogRecord:
     length: int
 
 
-def log_records(ledger_directory: str, log_id: int) -> Iterator[LogRecord]:
+def _entry_logger(ledger_directory: str, log_id: int) -> EntryLogger:
+    """An entry logger of ``ledger_directory`` (checked) that holds entry log ``log_id``."""
     check_ledger_directory(ledger_directory)
     logger = EntryLogger(ledger_directory)
     if not os.path.exists(logger.path(log_id)):
@@ -120,8 +121,44 @@ def log_records(ledger_directory: str, log_id: int) -> Iterator[LogRecord]:
             f"no entry log {log_name(log_id)} in {ledger_directory}; its entry logs: "
             f"{present or 'none'}"
         )
+    return logger
+
+
+def log_records(ledger_directory: str, log_id: int) -> Iterator[LogRecord]:
+    logger = _entry_logger(ledger_directory, log_id)
     for ledger_id, entry_id, offset, entry in logger.records(log_id):
         yield LogRecord(log_id, offset, ledger_id, entry_id, len(entry))
+
+
+def log_ledgers(ledger_directory: str, log_id: int) -> dict[int, int]:
+    """Ledger id -> bytes of its entries in entry log ``log_id`` (BookKeeper's
+    ``EntryLogMetadata``): from the log's ledgers map, or a scan of a log without one."""
+    return _entry_logger(ledger_directory, log_id).ledgers_map(log_id)
+
+
+def entry_files(
+    journal_directories: list[str], ledger_directory: str
+) -> tuple[list[str], list[str], list[str]]:
+    """The paths of the journal files, entry logs and index files of a bookie's directories
+    (each checked), in id order (BookKeeper's ``listfilesondisc``)."""
+    for directory in journal_directories:
+        check_journal_directory(directory)
+    check_ledger_directory(ledger_directory)
+    journals = [
+        os.path.join(directory, journal_name(file_id))
+        for directory in journal_directories
+        for file_id in list_journal_ids(directory)
+    ]
+    logs = [
+        os.path.join(ledger_directory, log_name(log_id))
+        for log_id in EntryLogger(ledger_directory).log_ids()
+    ]
+    index = [
+        os.path.join(ledger_directory, name)
+        for name in ("data.mdb", "lock.mdb")
+        if os.path.exists(os.path.join(ledger_directory, name))
+    ]
+    return journals, logs, index
 
 
 @dataclass
