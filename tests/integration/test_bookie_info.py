@@ -12,6 +12,7 @@ import sys
 import urllib.request
 
 from bookkeeper_py.admin.bookie_info import readable
+from bookkeeper_py.storage.entry_log import log_name
 from bookkeeper_py.testing import LocalCluster
 
 
@@ -110,10 +111,45 @@ def test_activeledgers_keeps_only_the_ledgers_the_metadata_still_holds() -> None
         shown = bookieinfo(local.metadata_uri, "activeledgers", "--ledger-dir", ledgers, "-l", "0")
         assert shown.returncode == 0, shown.stderr
         lines = shown.stdout.splitlines()
-        assert lines[0] == "Active ledgers on entry log 0 (0.log) as follow:"
+        assert lines[0] == f"Active ledgers on entry log 0 ({log_name(0)}) as follow:"
         assert [line.split()[0] for line in lines[1:-1]] == [str(kept.ledger_id)]
         assert lines[-1].startswith("remaining size: ") and "usage: 0.5" in lines[-1]
         missing = bookieinfo(
             local.metadata_uri, "activeledgers", "--ledger-dir", ledgers, "-l", "99"
         )
-        assert missing.returncode == 1 and "no entry log 63.log" in missing.stderr
+        assert missing.returncode == 1 and f"no entry log {log_name(99)}" in missing.stderr
+
+
+def test_bookiesanity_over_the_shell_and_http() -> None:
+    from bookkeeper_py import BookKeeper
+
+    with LocalCluster(2) as local:
+        uri = local.metadata_uri
+        everyone = bookieinfo(uri, "bookiesanity")
+        assert everyone.returncode == 0, everyone.stderr
+        lines = everyone.stdout.splitlines()
+        assert len(lines) == 2 and all("sanity test succeeded" in line for line in lines)
+        assert {line.split()[1].rstrip(":") for line in lines} == set(local.bookie_ids)
+        assert get(local.bookies[0].http_port, "/api/v1/bookie/sanity") == {
+            "passed": True,
+            "readOnly": False,
+        }
+        with BookKeeper(uri) as client:
+            assert client.list_ledgers() == []  # every test ledger deleted
+
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{local.bookies[1].http_port}/api/v1/bookie/state/readonly",
+            data=b'{"readOnly": true}',
+            method="PUT",
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.loads(answer.read()) == {"readOnly": True}
+        assert get(local.bookies[1].http_port, "/api/v1/bookie/sanity") == {
+            "passed": False,
+            "readOnly": True,
+        }
+        for bookie_id in (local.bookie_ids[1], "127.0.0.1:1"):
+            failed = bookieinfo(uri, "bookiesanity", "-b", bookie_id)
+            assert failed.returncode == 1, failed.stdout
+            assert f"bookie {bookie_id}: sanity test FAILED: " in failed.stdout
+            assert "is not writable" in failed.stdout

@@ -66,7 +66,8 @@ def test_readlogmetadata_and_listfilesondisc(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     journal, ledgers = filled(tmp_path)
-    sizes = {ledger_id: 5 * len(entry(ledger_id, 0)) for ledger_id in (1, 2)}
+    # each record: its 8-byte header (length, checksum) and the entry
+    sizes = {ledger_id: 5 * (8 + len(entry(ledger_id, 0))) for ledger_id in (1, 2)}
     for log in ("0", log_name(0), str(Path(ledgers) / log_name(0))):  # hex id or file name
         main(["shell", "readlogmetadata", "--ledger-dir", ledgers, log])
         out = capsys.readouterr().out.splitlines()
@@ -77,7 +78,7 @@ def test_readlogmetadata_and_listfilesondisc(
             f"--------- Lid={ledger_id}, TotalSizeOfEntriesOfLedger={size}  ---------"
             for ledger_id, size in sorted(sizes.items())
         ]
-    for bad, wanted in (("7", "no entry log 7.log"), ("zz", "neither an entry log id")):
+    for bad, wanted in (("7", f"no entry log {log_name(7)}"), ("zz", "neither an entry log id")):
         with pytest.raises(SystemExit) as exited:
             main(["shell", "readlogmetadata", "--ledger-dir", ledgers, bad])
         assert exited.value.code in (1, 2)

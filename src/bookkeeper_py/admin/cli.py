@@ -403,6 +403,32 @@ def _cmd_endpointinfo(args: argparse.Namespace) -> None:
         print("\n".join(ClusterAdmin(metadata).endpoint_info(args.bookieid)))
 
 
+def _cmd_bookiesanity(args: argparse.Namespace) -> None:
+    from bookkeeper_py import aio
+    from bookkeeper_py import loop as event_loop
+    from bookkeeper_py.admin.sanity import SanityResult, sanity_test
+
+    async def run() -> list[SanityResult]:
+        uri = _metadata_uri(args)
+        async with await aio.BookKeeper.connect(uri) as lister:
+            writable = await lister.metadata_port.writable_bookies()
+        bookies = [args.bookie] if args.bookie else sorted(writable)
+        if not bookies:
+            raise CommandError("no writable bookie is registered to test (see listbookies)")
+        results = []
+        for bookie_id in bookies:  # a client each: the test sets its placement
+            async with await aio.BookKeeper.connect(uri, request_timeout_s=args.timeout) as client:
+                results.append(await sanity_test(client, bookie_id, args.entries))
+        return results
+
+    results = event_loop.run(run())
+    for result in results:
+        verdict = "succeeded" if result.passed else "FAILED"
+        print(f"bookie {result.bookie_id}: sanity test {verdict}: {result.message}")
+    if not all(result.passed for result in results):
+        raise SystemExit(1)
+
+
 def _cmd_lastmark(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import last_mark
 
@@ -458,11 +484,12 @@ def _log_id_argument(text: str) -> int:
 
 
 def _cmd_readlogmetadata(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.entry_log import log_name
     from bookkeeper_py.storage.inspect import log_ledgers
 
     sizes = log_ledgers(args.ledger_dir, args.log)
     total = sum(sizes.values())
-    print(f"Print entryLogMetadata of entrylog {args.log} ({args.log:x}.log)")
+    print(f"Print entryLogMetadata of entrylog {args.log} ({log_name(args.log)})")
     print(f"entryLogId: {args.log}, remaining size: {total}, total size: {total}, usage: 1.0")
     for ledger_id, size in sorted(sizes.items()):
         print(f"--------- Lid={ledger_id}, TotalSizeOfEntriesOfLedger={size}  ---------")
@@ -470,13 +497,14 @@ def _cmd_readlogmetadata(args: argparse.Namespace) -> None:
 
 def _cmd_activeledgers(args: argparse.Namespace) -> None:
     from bookkeeper_py.metadata.manager import MetadataClient
+    from bookkeeper_py.storage.entry_log import log_name
     from bookkeeper_py.storage.inspect import log_ledgers
 
     sizes = log_ledgers(args.ledger_dir, args.logid)
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
         existing = set(metadata.list_ledgers())
     active = sorted(ledger_id for ledger_id in sizes if ledger_id in existing)
-    print(f"Active ledgers on entry log {args.logid} ({args.logid:x}.log) as follow:")
+    print(f"Active ledgers on entry log {args.logid} ({log_name(args.logid)}) as follow:")
     for ledger_id in active:
         print(f"{ledger_id} ({sizes[ledger_id]} bytes)")
     remaining, total = sum(sizes[ledger_id] for ledger_id in active), sum(sizes.values())
@@ -641,6 +669,16 @@ def build_parser() -> argparse.ArgumentParser:
         "endpointinfo", "a live bookie's registered endpoints and properties", _cmd_endpointinfo
     )
     endpointinfo.add_argument("-b", "-bookieid", "--bookieid", required=True)
+    sanity = shell_command(
+        "bookiesanity",
+        "write, recover and read back a ledger on a bookie alone (each writable one by default)",
+        _cmd_bookiesanity,
+    )
+    sanity.add_argument("-b", "--bookie", help="the bookie to test (default: every writable one)")
+    sanity.add_argument("-e", "--entries", type=int, default=10, help="entries to write [10]")
+    sanity.add_argument(
+        "-t", "--timeout", type=float, default=1.0, help="seconds an add or read may take [1]"
+    )
     readledger = shell_command(
         "readledger",
         "read a ledger's entries (through the client, or from one bookie with -b)",

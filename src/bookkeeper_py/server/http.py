@@ -4,7 +4,9 @@ Prometheus port of its own (``prometheusStatsHttpPort``), ``/metrics`` alone."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -12,6 +14,7 @@ from aiohttp import web
 
 from bookkeeper_py import aio
 from bookkeeper_py.admin.bookie_info import disk_space, readable
+from bookkeeper_py.admin.sanity import sanity_test
 from bookkeeper_py.admin.service import cluster_info
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.metadata.port import MetadataPort
@@ -19,6 +22,9 @@ from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server.service import BookieService, GcNotRunning, StateChangeRefused
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+log = logging.getLogger(__name__)
 
 
 def _metrics_handler(
@@ -224,6 +230,28 @@ def make_app(
     app.router.add_put("/api/v1/bookie/gc/suspend_compaction", compaction)
     app.router.add_put("/api/v1/bookie/gc/resume_compaction", compaction)
     return app
+
+
+def add_sanity_route(app: web.Application, service: BookieService, metadata_uri: str) -> None:
+    """BookKeeper's bookie/sanity: {"passed": bool, "readOnly": bool}, the sanity test of this
+    bookie (``admin.sanity``) on a client connected for it; one test at a time. A read-only
+    bookie is not tested (it takes no adds): passed false."""
+    one_at_a_time = asyncio.Lock()
+
+    async def sanity(request: web.Request) -> web.Response:
+        info = service.info()
+        if info.read_only:
+            return web.json_response({"passed": False, "readOnly": True})
+        async with (
+            one_at_a_time,
+            await aio.BookKeeper.connect(metadata_uri, request_timeout_s=1.0) as client,
+        ):
+            result = await sanity_test(client, info.bookie_id)
+        if not result.passed:
+            log.warning("sanity test of bookie %s failed: %s", info.bookie_id, result.message)
+        return web.json_response({"passed": result.passed, "readOnly": False})
+
+    app.router.add_get("/api/v1/bookie/sanity", sanity)
 
 
 def add_cluster_routes(app: web.Application, port: MetadataPort, metadata_uri: str) -> None:

@@ -25,7 +25,13 @@ from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server import config, limbo
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection, Security
-from bookkeeper_py.server.http import add_cluster_routes, make_app, make_metrics_app, start_http
+from bookkeeper_py.server.http import (
+    add_cluster_routes,
+    add_sanity_route,
+    make_app,
+    make_metrics_app,
+    start_http,
+)
 from bookkeeper_py.server.ledger_http import add_ledger_routes
 from bookkeeper_py.server.service import BookieService
 from bookkeeper_py.storage.cookie import Cookie, verify_or_create
@@ -159,6 +165,7 @@ class BookieServer:
 
                 add_routes(app, self.metadata, self.metadata_uri)
                 add_cluster_routes(app, self.metadata, self.metadata_uri)
+                add_sanity_route(app, service, self.metadata_uri)
                 add_ledger_routes(app, self.metadata, self.metadata_uri)
             self._http = await start_http(
                 app, self.config.http_host or self.config.host, self.config.http_port
