@@ -97,3 +97,64 @@ def test_readlogmetadata_and_listfilesondisc(
     with pytest.raises(SystemExit) as exited:
         main(["shell", "listfilesondisc", "--journal-dir", ledgers, "--ledger-dir", ledgers])
     assert exited.value.code == 1 and "journal" in capsys.readouterr().err
+
+
+def test_readlog_filters_by_entry_and_position_and_prints_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, ledgers = filled(tmp_path)
+    main(["shell", "readlog", "--ledger-dir", ledgers, "-l", "0"])
+    offsets = [
+        int(line.split(":")[0].split()[1])
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("offset ")
+    ]
+    assert len(offsets) == 10 and offsets == sorted(offsets)
+    main(
+        ["shell", "readlog", "--ledger-dir", ledgers, "-l", "0", "--ledgerid", "2", "-e", "3", "-m"]
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("ledger 2 entry 3 (" + str(len(entry(2, 3))) + " bytes)")
+    assert out[-1] == "1 entries" and len(out) == 3  # the record, its bytes, the count
+    main(
+        [
+            "shell",
+            "readlog",
+            "--ledger-dir",
+            ledgers,
+            "-l",
+            "0",
+            "-sp",
+            str(offsets[2]),
+            "-ep",
+            str(offsets[5]),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert [f"offset {offset}:" in out for offset in offsets] == [
+        False, False, True, True, True, True, False, False, False, False,
+    ]  # fmt: skip
+    for bad, wanted in ((["-e", "3"], "give --ledgerid too"), (["-sp", "9", "-ep", "2"], "before")):
+        with pytest.raises(SystemExit) as exited:
+            main(["shell", "readlog", "--ledger-dir", ledgers, "-l", "0", *bad])
+        assert exited.value.code == 1 and wanted in capsys.readouterr().err
+
+
+def test_lastmark_prints_the_mark_of_every_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine, durable = open_engine(
+        tmp_path,
+        journal_directory=str(tmp_path / "j0"),
+        extra_journal_directories=(str(tmp_path / "j1"),),
+    )
+    for ledger_id in (1, 2):  # one ledger per journal (ledger id mod 2)
+        engine.create_ledger(ledger_id, KEY)
+        engine.add_entry(ledger_id, 0, entry(ledger_id, 0), True)
+    durable.wait_for(2)
+    engine.checkpoint()
+    engine.close()
+    main(["shell", "lastmark", "--ledger-dir", str(tmp_path / "ledgers")])
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["journal 0", "journal 1"]
+    assert all("LastLogMark: journal file" in line for line in out)

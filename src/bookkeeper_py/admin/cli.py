@@ -430,13 +430,17 @@ def _cmd_bookiesanity(args: argparse.Namespace) -> None:
 
 
 def _cmd_lastmark(args: argparse.Namespace) -> None:
-    from bookkeeper_py.storage.inspect import last_mark
+    from bookkeeper_py.storage.inspect import last_marks
 
-    mark = last_mark(args.ledger_dir)
-    if mark is None:
-        print(f"no LastLogMark in {args.ledger_dir}: every journal file present would be replayed")
-    else:
-        print(f"LastLogMark: journal file {mark[0]:x} ({mark[0]}), offset {mark[1]}")
+    marks = last_marks(args.ledger_dir)
+    for index, mark in enumerate(marks):
+        which = f"journal {index}: " if len(marks) > 1 else ""
+        if mark is None:
+            print(
+                f"{which}no LastLogMark in {args.ledger_dir}: every journal file present would be replayed"
+            )
+        else:
+            print(f"{which}LastLogMark: journal file {mark[0]:x} ({mark[0]}), offset {mark[1]}")
 
 
 def _cmd_readjournal(args: argparse.Namespace) -> None:
@@ -456,17 +460,30 @@ def _cmd_readjournal(args: argparse.Namespace) -> None:
 
 
 def _cmd_readlog(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.ledger_reader import printable
     from bookkeeper_py.storage.inspect import log_records
 
+    if args.entryid is not None and args.ledgerid is None:
+        raise CommandError("-e/--entryid picks an entry of a ledger: give --ledgerid too")
+    if args.endpos is not None and args.endpos < args.startpos:
+        raise CommandError(f"the end position {args.endpos} is before the start {args.startpos}")
     count = 0
     for record in log_records(args.ledger_dir, args.logid):
+        if record.offset < args.startpos:
+            continue
+        if args.endpos is not None and record.offset > args.endpos:
+            break
         if args.ledgerid is not None and record.ledger_id != args.ledgerid:
+            continue
+        if args.entryid is not None and record.entry_id != args.entryid:
             continue
         count += 1
         if not args.summary:
             print(
                 f"offset {record.offset}: ledger {record.ledger_id} entry {record.entry_id} ({record.length} bytes)"
             )
+            if args.msg:
+                print(printable(record.body))
     print(f"{count} entries")
 
 
@@ -751,6 +768,14 @@ def build_parser() -> argparse.ArgumentParser:
     readlog.add_argument("--ledger-dir", required=True)
     readlog.add_argument("-l", "--logid", type=hex_id, required=True, help="entry log id in hex")
     readlog.add_argument("--ledgerid", type=int, help="only this ledger's entries")
+    readlog.add_argument(
+        "-e", "--entryid", type=int, help="only this entry of the ledger (with --ledgerid)"
+    )
+    readlog.add_argument(
+        "-sp", "--startpos", type=int, default=0, help="only records at this offset or after [0]"
+    )
+    readlog.add_argument("-ep", "--endpos", type=int, help="only records at this offset or before")
+    readlog.add_argument("-m", "--msg", action="store_true", help="print each entry's bytes")
     readlog.add_argument("--summary", action="store_true", help="only count entries")
     readlogmetadata = local_command(
         "readlogmetadata",

@@ -23,7 +23,7 @@ from bookkeeper_py.storage.entry_log import (
 from bookkeeper_py.storage.index import LedgerIndex
 from bookkeeper_py.storage.journal import RecordType, journal_name, list_journal_ids, scan
 from bookkeeper_py.storage.last_log_mark import FILE_NAME as LAST_MARK_FILE
-from bookkeeper_py.storage.last_log_mark import read_mark
+from bookkeeper_py.storage.last_log_mark import mark_file_name, read_mark
 
 _IDS = struct.Struct(">qq")
 _LEDGER = struct.Struct(">q")
@@ -66,9 +66,16 @@ def check_journal_directory(path: str) -> None:
     _check_directory(path, "journal directory", "journalDirectories", looks_right)
 
 
-def last_mark(ledger_directory: str) -> tuple[int, int] | None:
+def last_marks(ledger_directory: str) -> list[tuple[int, int] | None]:
+    """The LastLogMark of each journal (journalDirectories, in order), as far as the marks go:
+    ``lastMark``, ``lastMark.1``, ...; [None] before the first checkpoint."""
     check_ledger_directory(ledger_directory)
-    return read_mark(ledger_directory)
+    marks = [read_mark(ledger_directory)]
+    for index in range(1, 1000):  # bounded: a bookie has a few journal directories
+        if not os.path.exists(os.path.join(ledger_directory, mark_file_name(index))):
+            break
+        marks.append(read_mark(ledger_directory, mark_file_name(index)))
+    return marks
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,7 @@ class LogRecord:
     ledger_id: int
     entry_id: int
     length: int
+    body: bytes  # the entry as stored (the packaged entry the client sent)
 
 
 def _entry_logger(ledger_directory: str, log_id: int) -> EntryLogger:
@@ -127,7 +135,7 @@ def _entry_logger(ledger_directory: str, log_id: int) -> EntryLogger:
 def log_records(ledger_directory: str, log_id: int) -> Iterator[LogRecord]:
     logger = _entry_logger(ledger_directory, log_id)
     for ledger_id, entry_id, offset, entry in logger.records(log_id):
-        yield LogRecord(log_id, offset, ledger_id, entry_id, len(entry))
+        yield LogRecord(log_id, offset, ledger_id, entry_id, len(entry), bytes(entry))
 
 
 def log_ledgers(ledger_directory: str, log_id: int) -> dict[int, int]:
