@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from bookkeeper_py import BookKeeper
+from bookkeeper_py.metadata.format import serialize
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.testing import LocalCluster
 
@@ -79,3 +81,50 @@ def test_listbookies_all_and_with_host_names() -> None:
             f"{bookie} host 127.0.0.1 port {bookie.rsplit(':', 1)[1]}"
             for bookie in local.bookie_ids
         )
+
+
+def test_ledgermetadata_dumps_restores_and_updates(tmp_path: Path) -> None:
+    with LocalCluster(1) as local, BookKeeper(local.metadata_uri) as client:
+        handle = client.create_ledger(1, 1, 1, custom_metadata={"k": b"v"})
+        handle.add_entry(b"x")
+        handle.close()
+        ledger_id = handle.ledger_id
+        stored = client.get_ledger_metadata(ledger_id)
+        uri = local.metadata_uri
+        dump = tmp_path / "ledger.meta"
+        dumped = shell(uri, "-l", str(ledger_id), "-d", str(dump), command="ledgermetadata")
+        assert dumped.returncode == 0, dumped.stderr
+        assert dump.read_bytes() == serialize(stored)
+
+        client.delete_ledger(ledger_id)
+        restored = shell(uri, "-l", str(ledger_id), "-r", str(dump), command="ledgermetadata")
+        assert restored.returncode == 0, restored.stderr
+        assert client.get_ledger_metadata(ledger_id) == stored
+        assert client.open_ledger(ledger_id).read_entries(0, 0)[0].data == b"x"
+
+        garbage = tmp_path / "garbage"
+        garbage.write_bytes(b"\x00not metadata")
+        for args, wanted in (
+            (["-r", str(dump)], "already has metadata; pass --update"),
+            (["-r", str(garbage), "-u"], "is not a ledger's metadata"),
+            (["-r", str(tmp_path / "missing")], "cannot read"),
+            (["-u"], "--update goes with --restorefromfile"),
+            (["-d", str(dump), "-r", str(dump)], "do not go together"),
+        ):
+            failed = shell(uri, "-l", str(ledger_id), *args, command="ledgermetadata")
+            assert failed.returncode == 1 and wanted in failed.stderr, (args, failed.stderr)
+            assert failed.stderr.count("\n") == 1
+        assert client.get_ledger_metadata(ledger_id) == stored
+
+        other = client.create_ledger(1, 1, 1)
+        other.close()
+        other_dump = tmp_path / "other.meta"
+        shell(uri, "-l", str(other.ledger_id), "-d", str(other_dump), command="ledgermetadata")
+        updated = shell(
+            uri, "-l", str(ledger_id), "-r", str(other_dump), "-u", command="ledgermetadata"
+        )
+        assert updated.returncode == 0 and "written over" in updated.stdout
+        assert client.get_ledger_metadata(ledger_id).custom_metadata == {}  # the other's
+        back = shell(uri, "-l", str(ledger_id), "-r", str(dump), "-u", command="ledgermetadata")
+        assert back.returncode == 0
+        assert client.get_ledger_metadata(ledger_id) == stored

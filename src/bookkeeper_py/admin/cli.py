@@ -278,8 +278,35 @@ def _cmd_ledgermetadata(args: argparse.Namespace) -> None:
     from bookkeeper_py.admin.service import ClusterAdmin
     from bookkeeper_py.metadata.manager import MetadataClient
 
+    if args.dumptofile and args.restorefromfile:
+        raise CommandError("--dumptofile and --restorefromfile do not go together: pick one")
+    if args.update and not args.restorefromfile:
+        raise CommandError("--update goes with --restorefromfile (it overwrites on restore)")
+    data = b""
+    if args.restorefromfile:
+        try:
+            with open(args.restorefromfile, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            raise CommandError(f"cannot read {args.restorefromfile}: {error.strerror}") from None
     with MetadataClient.connect(_metadata_uri(args)) as metadata:
-        _print_ledger(*ClusterAdmin(metadata).ledger(args.ledgerid))
+        admin = ClusterAdmin(metadata)
+        if args.dumptofile:
+            dumped = admin.dump_ledger_metadata(args.ledgerid)
+            try:
+                with open(args.dumptofile, "wb") as handle:
+                    handle.write(dumped)
+            except OSError as error:
+                raise CommandError(f"cannot write {args.dumptofile}: {error.strerror}") from None
+            print(
+                f"ledger {args.ledgerid}: metadata ({len(dumped)} bytes) written to {args.dumptofile}"
+            )
+        elif args.restorefromfile:
+            updated = admin.restore_ledger_metadata(args.ledgerid, data, args.update)
+            done = "written over its metadata" if updated else "created"
+            print(f"ledger {args.ledgerid}: metadata from {args.restorefromfile} {done}")
+        else:
+            _print_ledger(*admin.ledger(args.ledgerid))
 
 
 def _cmd_deleteledger(args: argparse.Namespace) -> None:
@@ -679,6 +706,18 @@ def build_parser() -> argparse.ArgumentParser:
         "ledgermetadata", "print a ledger's metadata", _cmd_ledgermetadata
     )
     ledgermetadata.add_argument("-l", "--ledgerid", type=int, required=True)
+    ledgermetadata.add_argument(
+        "-d", "--dumptofile", help="write the metadata, as stored, to this file"
+    )
+    ledgermetadata.add_argument(
+        "-r", "--restorefromfile", help="store the metadata of a dump (a new ledger's)"
+    )
+    ledgermetadata.add_argument(
+        "-u",
+        "--update",
+        action="store_true",
+        help="with --restorefromfile: write over the metadata of a ledger that exists",
+    )
     shell_command(
         "bookieinfo", "every bookie's free and total disk space, and the cluster's", _cmd_bookieinfo
     )

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.core.metadata import LedgerMetadata
-from bookkeeper_py.errors import NoSuchLedgerError
-from bookkeeper_py.metadata.driver import NodeExistsError, NoNodeError
+from bookkeeper_py.errors import LedgerExistsError, MetadataStoreError, NoSuchLedgerError
+from bookkeeper_py.metadata.driver import ANY_VERSION, NodeExistsError, NoNodeError
+from bookkeeper_py.metadata.format import deserialize, serialize
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.metadata.port import MetadataPort, run_blocking
 from bookkeeper_py.metadata.underreplication import UnderReplication
@@ -203,6 +204,36 @@ class ClusterAdmin:
             raise CommandError(
                 f"no ledger {ledger_id} in the cluster at {self.root}; see listledgers"
             ) from None
+
+    def dump_ledger_metadata(self, ledger_id: int) -> bytes:
+        """The ledger's metadata as the metadata store keeps it (BookKeeper's serialized form:
+        ``ledgermetadata --dumptofile``)."""
+        metadata, _ = self.ledger(ledger_id)
+        return serialize(metadata)
+
+    def restore_ledger_metadata(self, ledger_id: int, data: bytes, update: bool) -> bool:
+        """Stores ``data`` (a dump) as ledger ``ledger_id``'s metadata: created, or with
+        ``update`` written over the metadata there (``ledgermetadata --restorefromfile
+        [--update]``). True if it was updated. A dump that does not parse, or a ledger that
+        exists without ``update``, is a ``CommandError`` and nothing is written."""
+        try:
+            metadata = deserialize(ledger_id, data)
+        except (MetadataStoreError, ValueError) as error:
+            raise CommandError(
+                f"the file is not a ledger's metadata as ledgermetadata --dumptofile writes it: "
+                f"{error}"
+            ) from None
+        try:
+            self.metadata.create_ledger_metadata(metadata)
+            return False
+        except LedgerExistsError:
+            if not update:
+                raise CommandError(
+                    f"ledger {ledger_id} already has metadata; pass --update to write the file's "
+                    "over it"
+                ) from None
+        self.metadata.write_ledger_metadata(metadata, ANY_VERSION)
+        return True
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Deletes the ledger's metadata; bookies reclaim its data in garbage collection."""
