@@ -83,7 +83,8 @@ def test_shell_command_without_a_metadata_uri() -> None:
     env = {k: v for k, v in os.environ.items() if k != "BOOKKEEPER_METADATA_URI"}
     line = one_line_error(bookkeeper("shell", "listledgers", env=env))
     assert line == (
-        "error: no metadata service URI; pass --metadata-uri URI or set BOOKKEEPER_METADATA_URI"
+        "error: no metadata service URI; pass --metadata-uri URI, set BOOKKEEPER_METADATA_URI, "
+        "or give shell --conf bk_server.conf with metadataServiceUri (or zkServers)"
     )
 
 

@@ -128,3 +128,19 @@ def test_ledgermetadata_dumps_restores_and_updates(tmp_path: Path) -> None:
         back = shell(uri, "-l", str(ledger_id), "-r", str(dump), "-u", command="ledgermetadata")
         assert back.returncode == 0
         assert client.get_ledger_metadata(ledger_id) == stored
+
+
+def test_shell_conf_gives_the_metadata_service_uri(tmp_path: Path) -> None:
+    with LocalCluster(2) as local:
+        conf = tmp_path / "bk_server.conf"
+        conf.write_text(f"metadataServiceUri={local.metadata_uri}\n")
+        listed = subprocess.run(
+            [sys.executable, "-m", "bookkeeper_py", "shell", "--conf", str(conf), "listbookies"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(listed.stdout.split()) == sorted(local.bookie_ids)

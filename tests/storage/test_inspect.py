@@ -158,3 +158,23 @@ def test_lastmark_prints_the_mark_of_every_journal(
     out = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in out] == ["journal 0", "journal 1"]
     assert all("LastLogMark: journal file" in line for line in out)
+
+
+def test_shell_conf_gives_the_local_commands_their_directories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal, ledgers = filled(tmp_path)
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(f"journalDirectories={journal}\nledgerDirectories={ledgers}\n")
+    main(["shell", "--conf", str(conf), "lastmark"])
+    assert "LastLogMark: journal file 0 (0), offset" in capsys.readouterr().out
+    main(["shell", "-conf", str(conf), "listfilesondisc", "-txn"])
+    assert "0000000000000000.txn" in capsys.readouterr().out
+    main(["shell", "--conf", str(conf), "readjournal", "--summary"])
+    assert "records: ENTRY 10" in capsys.readouterr().out
+    main(["shell", "--conf", str(conf), "readlog", "-l", "0", "--summary"])
+    assert capsys.readouterr().out.strip().endswith("10 entries")
+    with pytest.raises(SystemExit) as exited:
+        main(["shell", "lastmark"])
+    assert exited.value.code == 1
+    assert "pass --ledger-dir DIR, or shell --conf" in capsys.readouterr().err

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bookkeeper_py.admin import CommandError, autorecovery_commands, log_commands, spark_commands
 from bookkeeper_py.admin import bench as bench_module
@@ -68,13 +68,53 @@ def hex_id(text: str) -> int:
     return value
 
 
+LEDGER_DIR_HELP = "the bookie's ledger directory (default: that of shell --conf)"
+JOURNAL_DIR_HELP = "the bookie's journal directory (default: that of shell --conf)"
+
+
 def _metadata_uri(args: argparse.Namespace) -> str:
     uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
+    if not uri and getattr(args, "shell_conf", None):
+        uri = _shell_conf(args)["metadataServiceUri"]
     if not uri:
         raise CommandError(
-            "no metadata service URI; pass --metadata-uri URI or set BOOKKEEPER_METADATA_URI"
+            "no metadata service URI; pass --metadata-uri URI, set BOOKKEEPER_METADATA_URI, or "
+            "give shell --conf bk_server.conf with metadataServiceUri (or zkServers)"
         )
     return str(uri)
+
+
+def _shell_conf(args: argparse.Namespace) -> dict[str, Any]:
+    """The keys of ``shell --conf FILE`` (read once)."""
+    from bookkeeper_py.server.config import read_conf
+
+    if getattr(args, "_conf_values", None) is None:
+        args._conf_values = read_conf(args.shell_conf)
+    values: dict[str, Any] = args._conf_values
+    return values
+
+
+def _bookie_directories(args: argparse.Namespace) -> None:
+    """A local shell command's bookie directories: those given (--ledger-dir, --journal-dir),
+    else those of ``shell --conf FILE`` (its ledgerDirectories and journalDirectories, with the
+    bookie's defaults)."""
+    if not getattr(args, "bookie_dirs", False):
+        return  # not a command on a bookie's directories
+    needs_ledger = hasattr(args, "ledger_dir") and args.ledger_dir is None
+    needs_journal = hasattr(args, "journal_dir") and args.journal_dir is None
+    if not (needs_ledger or needs_journal):
+        return
+    if not getattr(args, "shell_conf", None):
+        missing = "--ledger-dir" if needs_ledger else "--journal-dir"
+        raise CommandError(f"which bookie? pass {missing} DIR, or shell --conf bk_server.conf")
+    from bookkeeper_py.server.config import build
+
+    storage = build(_shell_conf(args)).storage
+    if needs_ledger:
+        args.ledger_dir = storage.ledger_directory
+    if needs_journal:
+        journals = list(storage.journal_directories)
+        args.journal_dir = journals if args.journal_dir_many else journals[0]
 
 
 def _cmd_bookie(args: argparse.Namespace) -> None:
@@ -658,6 +698,14 @@ def build_parser() -> argparse.ArgumentParser:
     spark_commands.add_commands(spark, _metadata_uri)
 
     shell = commands.add_parser("shell", help="admin and test commands")
+    shell.add_argument(
+        "--conf",
+        "-conf",
+        dest="shell_conf",
+        metavar="bk_server.conf",
+        help="a bookie's configuration: the metadata URI and the directories the commands use "
+        "when not given (before the command, as BookKeeper's)",
+    )
     shell_commands = shell.add_subparsers(dest="shell_command", required=True)
 
     def shell_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
@@ -788,23 +836,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         sub = shell_commands.add_parser(name, help=help_text)
-        sub.set_defaults(run=run)
+        sub.set_defaults(run=run, bookie_dirs=True)
         return sub
 
     lastmark = local_command(
         "lastmark", "print the LastLogMark of a ledger directory", _cmd_lastmark
     )
-    lastmark.add_argument("--ledger-dir", required=True)
+    lastmark.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
     readjournal = local_command(
         "readjournal", "list the records of journal files", _cmd_readjournal
     )
-    readjournal.add_argument("--journal-dir", required=True)
+    readjournal.add_argument("--journal-dir", help=JOURNAL_DIR_HELP)
+    readjournal.set_defaults(journal_dir_many=False)
     readjournal.add_argument(
         "--id", type=hex_id, help="journal file id in hex (default: every file)"
     )
     readjournal.add_argument("--summary", action="store_true", help="only count records by type")
     readlog = local_command("readlog", "list the entries of an entry log", _cmd_readlog)
-    readlog.add_argument("--ledger-dir", required=True)
+    readlog.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
     readlog.add_argument("-l", "--logid", type=hex_id, required=True, help="entry log id in hex")
     readlog.add_argument("--ledgerid", type=int, help="only this ledger's entries")
     readlog.add_argument(
@@ -821,7 +870,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the ledgers of an entry log and their bytes (its ledgers map)",
         _cmd_readlogmetadata,
     )
-    readlogmetadata.add_argument("--ledger-dir", required=True)
+    readlogmetadata.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
     readlogmetadata.add_argument(
         "log", type=_log_id_argument, help="entry log id in hex, or its file name (<hex>.log)"
     )
@@ -830,7 +879,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the ledgers of an entry log that still exist in the metadata store",
         _cmd_activeledgers,
     )
-    activeledgers.add_argument("--ledger-dir", required=True)
+    activeledgers.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
+    activeledgers.set_defaults(bookie_dirs=True)
     activeledgers.add_argument(
         "-l", "-logId", "--logid", type=int, required=True, help="entry log id (decimal)"
     )
@@ -839,8 +889,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the journal files, entry logs and index files of a bookie's directories",
         _cmd_listfilesondisc,
     )
-    listfiles.add_argument("--journal-dir", action="append", required=True)
-    listfiles.add_argument("--ledger-dir", required=True)
+    listfiles.add_argument("--journal-dir", action="append", help=JOURNAL_DIR_HELP)
+    listfiles.set_defaults(journal_dir_many=True)
+    listfiles.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
     listfiles.add_argument("-txn", "--journal", action="store_true", help="journal files")
     listfiles.add_argument("-log", "--entrylog", action="store_true", help="entry logs")
     listfiles.add_argument("-idx", "--index", action="store_true", help="index files")
@@ -849,7 +900,7 @@ def build_parser() -> argparse.ArgumentParser:
         "read every indexed entry back and check it",
         _cmd_localconsistencycheck,
     )
-    consistency.add_argument("--ledger-dir", required=True)
+    consistency.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
     return parser
 
 
@@ -896,6 +947,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     try:
+        _bookie_directories(args)
         args.run(args)
     except KeyboardInterrupt:
         if args.verbose:

@@ -603,6 +603,12 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
+def read_conf(path: str) -> dict[str, Any]:
+    """Key -> value after the defaults and the file at ``path`` alone (what the shell takes
+    from ``--conf``: the metadata service URI, the directories)."""
+    return resolve(argparse.Namespace(conf=path, no_journal_sync=False))
+
+
 def session_timeout_s(values: dict[str, Any]) -> float | None:
     """zkTimeout in seconds (None: the metadata store's default); ``ConfigError`` below 1 s."""
     timeout_ms = values["zkTimeout"]
