@@ -40,6 +40,7 @@ from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
 
 if TYPE_CHECKING:
+    from bookkeeper_py.server.bookie import BookieConfig
     from bookkeeper_py.testing.local_cluster import LocalCluster
 
 DIGESTS = {
@@ -496,6 +497,57 @@ def _cmd_bookiesanity(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _conf_bookie(args: argparse.Namespace, command: str) -> BookieConfig:
+    """The bookie ``shell --conf FILE`` describes (``command`` needs one)."""
+    if not getattr(args, "shell_conf", None):
+        raise CommandError(
+            f"{command} works on the bookie a configuration describes: give shell --conf "
+            "bk_server.conf (before the command)"
+        )
+    from bookkeeper_py.server.config import build
+
+    return build(_shell_conf(args))
+
+
+def _cmd_bookieformat(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.bookie_format import format_bookie
+    from bookkeeper_py.metadata.manager import MetadataClient
+    from bookkeeper_py.server.main import lock_directories
+
+    config = _conf_bookie(args, "bookieformat")
+    directories = [directory for directory, _ in lock_directories(config)]
+    if not (args.force or args.nonInteractive):
+        if not sys.stdin.isatty():
+            raise CommandError(
+                "formatting deletes the bookie's data: pass -f (--force) when not asked on a "
+                "terminal"
+            )
+        answer = input(f"delete everything in {', '.join(directories)}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing formatted")
+            return
+    if args.deleteCookie:
+        with MetadataClient.connect(_metadata_uri(args)) as metadata:
+            emptied = format_bookie(config, metadata)
+    else:
+        emptied = format_bookie(config, None)
+    print(
+        f"bookie {config.effective_bookie_id}: formatted "
+        f"{', '.join(emptied) if emptied else 'nothing (its directories were empty)'}"
+        + ("; its cookie deleted" if args.deleteCookie else "")
+    )
+
+
+def _cmd_initbookie(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.bookie_format import init_check
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    config = _conf_bookie(args, "initbookie")
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        init_check(config, metadata)
+    print(f"bookie {config.effective_bookie_id} can start as a new bookie")
+
+
 def _cmd_lastmark(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import last_marks
 
@@ -782,6 +834,29 @@ def build_parser() -> argparse.ArgumentParser:
     sanity.add_argument("-e", "--entries", type=int, default=10, help="entries to write [10]")
     sanity.add_argument(
         "-t", "--timeout", type=float, default=1.0, help="seconds an add or read may take [1]"
+    )
+    bookieformat = shell_command(
+        "bookieformat",
+        "delete the data of the bookie shell --conf describes (asks first on a terminal)",
+        _cmd_bookieformat,
+    )
+    bookieformat.add_argument(
+        "-n", "-nonInteractive", "--nonInteractive", action="store_true", help="do not ask"
+    )
+    bookieformat.add_argument(
+        "-f", "-force", "--force", action="store_true", help="do not ask (needed off a terminal)"
+    )
+    bookieformat.add_argument(
+        "-d",
+        "-deleteCookie",
+        "--deleteCookie",
+        action="store_true",
+        help="delete its cookie in the metadata store too",
+    )
+    shell_command(
+        "initbookie",
+        "check that the bookie shell --conf describes can start as a new one",
+        _cmd_initbookie,
     )
     readledger = shell_command(
         "readledger",
