@@ -87,6 +87,46 @@ def test_cookie_commands(capsys: pytest.CaptureFixture[str], uri: str, tmp_path:
     assert "no cookie" in refused(capsys, uri, "cookie_delete", bookie)
 
 
+def test_cookie_generate_writes_a_cookie_the_other_commands_take(
+    capsys: pytest.CaptureFixture[str], uri: str, tmp_path: Path
+) -> None:
+    shell(capsys, uri, "initnewcluster")
+    instance = shell(capsys, uri, "whatisinstanceid").split()[-1]
+    bookie = "127.0.0.1:3181"
+    generated = tmp_path / "cookie"
+    said = shell(
+        capsys, uri, "cookie_generate", bookie, "-j", "/j1,/j2", "-l", "/l", "-o", str(generated)
+    )
+    assert str(generated) in said
+    cookie = Cookie.decode(generated.read_bytes(), str(generated))
+    assert cookie == Cookie(bookie, ("/j1", "/j2"), ("/l",), instance)
+    shell(capsys, uri, "cookie_create", bookie, "-cf", str(generated))  # taken as it is
+    assert "/j1" in shell(capsys, uri, "cookie_get", bookie)
+    given = tmp_path / "given"
+    shell(
+        capsys,
+        uri,
+        "cookie_generate",
+        bookie,
+        "-j",
+        "/j",
+        "-l",
+        "/l",
+        "-i",
+        "other",
+        "-o",
+        str(given),
+    )
+    assert Cookie.decode(given.read_bytes(), str(given)).instance_id == "other"
+    assert "exists; not overwriting" in refused(
+        capsys, uri, "cookie_generate", bookie, "-j", "/j", "-l", "/l", "-o", str(generated)
+    )
+    assert "is not host:port" in refused(
+        capsys, uri, "cookie_generate", "nohost", "-j", "/j", "-l", "/l", "-o", str(tmp_path / "x")
+    )
+    assert not (tmp_path / "x").exists()
+
+
 def test_ledgers_are_shown_and_deleted_through_the_admin_service(
     capsys: pytest.CaptureFixture[str], uri: str
 ) -> None:

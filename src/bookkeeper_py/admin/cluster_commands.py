@@ -6,11 +6,13 @@ AutoRecovery switches ``listunderreplicated``, ``autorecovery``, ``lostbookierec
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.admin.service import ClusterAdmin
-from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.manager import MetadataClient, parse_bookie_id
+from bookkeeper_py.storage.cookie import Cookie
 
 Register = Callable[[str, str, Callable[[argparse.Namespace], None]], argparse.ArgumentParser]
 UriOf = Callable[[argparse.Namespace], str]
@@ -65,6 +67,37 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
         print(
             f"cookie of {args.bookie_id} {'updated' if update else 'created'} (version {version})"
         )
+
+    def cookie_generate(args: argparse.Namespace) -> None:
+        """BookKeeper's cookie_generate: a cookie file for a bookie (its id, directories and
+        the cluster's instance id: the one given, else the cluster's), to store with
+        cookie_create or cookie_update."""
+        try:
+            parse_bookie_id(args.bookie_id)
+        except ValueError:
+            raise CommandError(
+                f"bookie id {args.bookie_id!r} is not host:port (as bookies register)"
+            ) from None
+        instance_id = args.instanceid
+        if instance_id is None:
+            with connect(args) as metadata:
+                instance_id = ClusterAdmin(metadata).instance_id()
+        cookie = Cookie(
+            args.bookie_id,
+            tuple(os.path.abspath(d) for d in args.journal_dirs.split(",")),
+            tuple(os.path.abspath(d) for d in args.ledger_dirs.split(",")),
+            instance_id,
+        )
+        try:
+            with open(args.output_file, "xb") as handle:
+                handle.write(cookie.encode())
+        except FileExistsError:
+            raise CommandError(
+                f"{args.output_file} exists; not overwriting it: remove it or name another file"
+            ) from None
+        except OSError as error:
+            raise CommandError(f"cannot write {args.output_file}: {error.strerror}") from None
+        print(f"cookie of {args.bookie_id} written to {args.output_file}")
 
     def cookie_delete(args: argparse.Namespace) -> None:
         with connect(args) as metadata:
@@ -129,6 +162,18 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
     nuke.add_argument("-i", "--instanceid", help="delete only a cluster with this instance id")
     nuke.add_argument("-f", "--force", action="store_true", help="whatever its instance id")
     shell_command("whatisinstanceid", "print the cluster's instance id", whatisinstanceid)
+    generate = shell_command(
+        "cookie_generate", "write a cookie file for a bookie (see cookie_create)", cookie_generate
+    )
+    generate.add_argument("bookie_id")
+    generate.add_argument(
+        "-j", "--journal-dirs", required=True, help="its journal directories, comma-separated"
+    )
+    generate.add_argument(
+        "-l", "--ledger-dirs", required=True, help="its ledger directories, comma-separated"
+    )
+    generate.add_argument("-i", "--instanceid", help="the cluster's instance id (default: read)")
+    generate.add_argument("-o", "--output-file", required=True, help="the cookie file to write")
     for name, run, help_text, needs_file in (
         ("cookie_get", cookie_get, "print a bookie's cookie", False),
         (
