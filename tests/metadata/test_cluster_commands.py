@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,67 @@ def test_cookie_generate_writes_a_cookie_the_other_commands_take(
         capsys, uri, "cookie_generate", "nohost", "-j", "/j", "-l", "/l", "-o", str(tmp_path / "x")
     )
     assert not (tmp_path / "x").exists()
+
+
+def test_update_bookie_in_ledger_replaces_a_stopped_bookie_everywhere(
+    capsys: pytest.CaptureFixture[str], uri: str
+) -> None:
+    shell(capsys, uri, "initnewcluster")
+    with MetadataClient.connect(uri) as metadata:
+        holding = [metadata.generate_ledger_id() for _ in range(3)]
+        for ledger_id in holding:  # h:2 in two fragments of each
+            metadata.create_ledger_metadata(
+                replace(
+                    sample(ledger_id),
+                    ensembles=((0, ("h:1", "h:2", "h:3")), (5, ("h:4", "h:2", "h:3"))),
+                )
+            )
+        other = metadata.generate_ledger_id()
+        metadata.create_ledger_metadata(
+            replace(sample(other), ensembles=((0, ("h:1", "h:3", "h:4")),))
+        )
+        clashing = metadata.generate_ledger_id()  # h:9 is there already: not updated
+        metadata.create_ledger_metadata(
+            replace(sample(clashing), ensembles=((0, ("h:2", "h:9", "h:3")),))
+        )
+        metadata.register_bookie("h:2", "h", 2)
+        assert "is registered (running)" in refused(
+            capsys, uri, "updateBookieInLedger", "-sb", "h:2", "-db", "h:9"
+        )
+        metadata.unregister_bookie("h:2")
+    assert "not host:port" in refused(
+        capsys, uri, "updateBookieInLedger", "-sb", "h2", "-db", "h:9"
+    )
+
+    limited = shell(
+        capsys, uri, "updateBookieInLedger", "-sb", "h:2", "-db", "h:9", "-l", "1", "-s", "1000"
+    )
+    assert limited.strip().endswith("1 of 1 ledgers holding h:2 now hold h:9 instead")
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(
+            [
+                "shell",
+                "updateBookieInLedger",
+                "--metadata-uri",
+                uri,
+                "-sb",
+                "h:2",
+                "-db",
+                "h:9",
+                "-s",
+                "1000",
+            ]
+        )
+    assert stopped.value.code == 1  # the clashing ledger is left as it was, and said
+    out = capsys.readouterr().out
+    assert f"ledger {clashing}: not updated: its fragment from entry 0 already holds h:9" in out
+    assert out.strip().endswith("2 of 3 ledgers holding h:2 now hold h:9 instead")
+    with MetadataClient.connect(uri) as metadata:
+        for ledger_id in holding:
+            ensembles = metadata.read_ledger_metadata(ledger_id)[0].ensembles
+            assert ensembles == ((0, ("h:1", "h:9", "h:3")), (5, ("h:4", "h:9", "h:3")))
+        assert metadata.read_ledger_metadata(other)[0].ensembles == ((0, ("h:1", "h:3", "h:4")),)
+        assert metadata.read_ledger_metadata(clashing)[0].ensembles == ((0, ("h:2", "h:9", "h:3")),)
 
 
 def test_ledgers_are_shown_and_deleted_through_the_admin_service(

@@ -548,6 +548,34 @@ def _cmd_initbookie(args: argparse.Namespace) -> None:
     print(f"bookie {config.effective_bookie_id} can start as a new bookie")
 
 
+def _cmd_update_bookie_in_ledger(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.service import ClusterAdmin
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    shown = [time.monotonic()]
+
+    def progress(updated: int, seen: int) -> None:
+        if args.verbose and time.monotonic() - shown[0] >= args.printprogress:
+            shown[0] = time.monotonic()
+            print(f"ledgers holding {args.srcBookie}: {seen}, updated: {updated}", flush=True)
+
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        seen, updated, skipped = ClusterAdmin(metadata).replace_bookie_in_ledgers(
+            args.srcBookie,
+            args.destBookie,
+            per_second=args.updatespersec,
+            limit=args.limit,
+            progress=progress,
+        )
+    for line in skipped:
+        print(line)
+    print(
+        f"{updated} of {seen} ledgers holding {args.srcBookie} now hold {args.destBookie} instead"
+    )
+    if skipped:
+        raise SystemExit(1)
+
+
 def _cmd_lastmark(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import last_marks
 
@@ -857,6 +885,32 @@ def build_parser() -> argparse.ArgumentParser:
         "initbookie",
         "check that the bookie shell --conf describes can start as a new one",
         _cmd_initbookie,
+    )
+    update_bookie = shell_command(
+        "updateBookieInLedger",
+        "put another bookie id in place of a stopped bookie's in every ledger's ensembles",
+        _cmd_update_bookie_in_ledger,
+    )
+    update_bookie.add_argument("-sb", "--srcBookie", required=True, help="the bookie id to replace")
+    update_bookie.add_argument("-db", "--destBookie", required=True, help="the bookie id to put")
+    update_bookie.add_argument(
+        "-s", "--updatespersec", type=float, default=5.0, help="ledgers updated a second [5]"
+    )
+    update_bookie.add_argument(
+        "-r",
+        "--maxOutstandingReads",
+        type=int,
+        default=25,
+        help="accepted for BookKeeper's scripts: ledgers are read one at a time here",
+    )
+    update_bookie.add_argument("-l", "--limit", type=int, help="update at most this many ledgers")
+    update_bookie.add_argument("-v", "--verbose", action="store_true", help="print progress")
+    update_bookie.add_argument(
+        "-p",
+        "--printprogress",
+        type=float,
+        default=10.0,
+        help="seconds between progress lines [10]",
     )
     readledger = shell_command(
         "readledger",

@@ -7,18 +7,22 @@ line: what is wrong and what to do)."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.errors import LedgerExistsError, MetadataStoreError, NoSuchLedgerError
-from bookkeeper_py.metadata.driver import ANY_VERSION, NodeExistsError, NoNodeError
+from bookkeeper_py.metadata.driver import ANY_VERSION, BadVersionError, NodeExistsError, NoNodeError
 from bookkeeper_py.metadata.format import deserialize, serialize
-from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.manager import MetadataClient, parse_bookie_id
 from bookkeeper_py.metadata.port import MetadataPort, run_blocking
 from bookkeeper_py.metadata.underreplication import UnderReplication
 from bookkeeper_py.storage.cookie import Cookie
+
+# Reads and compare-and-set writes of one ledger's metadata before giving up on it.
+MAX_METADATA_RETRIES = 10
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,79 @@ class ClusterAdmin:
                 ) from None
         self.metadata.write_ledger_metadata(metadata, ANY_VERSION)
         return True
+
+    def replace_bookie_in_ledgers(
+        self,
+        source: str,
+        destination: str,
+        *,
+        per_second: float = 5.0,
+        limit: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[int, int, list[str]]:
+        """BookKeeper's ``updateBookieInLedger``: every ledger whose ensembles (any fragment)
+        hold ``source`` gets ``destination`` in its place (a compare-and-set write, read again
+        and redone when another writer got there first), at most ``per_second`` ledgers a second
+        and ``limit`` ledgers in all. ``source`` must not be a live bookie. Returns (ledgers
+        holding it, ledgers updated, one line per ledger left as it was and why).
+        ``progress(updated, seen)`` after each ledger."""
+        for bookie_id in (source, destination):
+            try:
+                parse_bookie_id(bookie_id)
+            except ValueError:
+                raise CommandError(f"bookie id {bookie_id!r} is not host:port") from None
+        if source == destination:
+            raise CommandError("the source and destination bookies are the same")
+        if source in (*self.metadata.writable_bookies(), *self.metadata.readonly_bookies()):
+            raise CommandError(
+                f"bookie {source} is registered (running): stop it before moving its ledgers' "
+                "entries to another id"
+            )
+        if per_second <= 0 or (limit is not None and limit <= 0):
+            raise CommandError("the rate and the limit must be positive")
+        seen = updated = 0
+        skipped: list[str] = []
+        for ledger_id in self.metadata.list_ledgers():
+            if limit is not None and updated >= limit:
+                break
+            for _ in range(MAX_METADATA_RETRIES):
+                try:
+                    metadata, version = self.metadata.read_ledger_metadata(ledger_id)
+                except NoSuchLedgerError:
+                    break  # deleted meanwhile
+                if not any(source in bookies for _, bookies in metadata.ensembles):
+                    break
+                clash = [first for first, bookies in metadata.ensembles if destination in bookies]
+                if clash:
+                    seen += 1
+                    skipped.append(
+                        f"ledger {ledger_id}: not updated: its fragment from entry {clash[0]} "
+                        f"already holds {destination}"
+                    )
+                    break
+                moved = replace(
+                    metadata,
+                    ensembles=tuple(
+                        (first, tuple(destination if b == source else b for b in bookies))
+                        for first, bookies in metadata.ensembles
+                    ),
+                )
+                try:
+                    self.metadata.write_ledger_metadata(moved, version)
+                except BadVersionError:
+                    continue  # changed since read: read it again
+                except NoSuchLedgerError:
+                    break
+                seen += 1
+                updated += 1
+                time.sleep(1.0 / per_second)
+                break
+            else:
+                seen += 1
+                skipped.append(f"ledger {ledger_id}: not updated: its metadata kept changing")
+            if progress is not None:
+                progress(updated, seen)
+        return seen, updated, skipped
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Deletes the ledger's metadata; bookies reclaim its data in garbage collection."""
