@@ -189,6 +189,49 @@ def test_update_bookie_in_ledger_replaces_a_stopped_bookie_everywhere(
         assert metadata.read_ledger_metadata(clashing)[0].ensembles == ((0, ("h:2", "h:9", "h:3")),)
 
 
+def test_forceauditchecks_and_queryautorecoverystatus(
+    capsys: pytest.CaptureFixture[str], uri: str
+) -> None:
+    from bookkeeper_py.metadata.port import MetadataPort, run_blocking
+    from bookkeeper_py.metadata.underreplication import (
+        CHECK_ALL_LEDGERS,
+        PLACEMENT_POLICY_CHECK,
+        REPLICAS_CHECK,
+        UnderReplication,
+    )
+    from bookkeeper_py.wire.proto import data_formats_pb2 as formats
+
+    shell(capsys, uri, "initnewcluster")
+    assert "name the checks" in refused(capsys, uri, "forceauditchecks")
+    said = shell(capsys, uri, "forceauditchecks", "-calc", "-rc")
+    assert "checkallledgersctime, replicascheckctime set to 0" in said
+    with MetadataClient.connect(uri) as metadata:
+        root = metadata.root
+
+        async def check(port: MetadataPort) -> None:
+            markers = await UnderReplication(port).ensure_layout()
+            assert await markers.check_ctime(CHECK_ALL_LEDGERS) == 0
+            assert await markers.check_ctime(REPLICAS_CHECK) == 0
+            assert await markers.check_ctime(PLACEMENT_POLICY_CHECK) is None  # not asked
+            data, _ = await port.get_node(f"{root}/underreplication/checkallledgersctime")
+            parsed = formats.CheckAllLedgersFormat.FromString(data)  # BookKeeper's binary form
+            assert parsed.HasField("checkAllLedgersCTime") and parsed.checkAllLedgersCTime == 0
+            await markers.mark(7, ["h:1"])
+            await markers.mark(8, ["h:2"])
+            assert await markers.acquire(7, "worker-a:3181")
+
+        assert shell(capsys, uri, "queryautorecoverystatus").splitlines() == [
+            "CurrentRecoverLedgerInfo:",
+            "No Ledger is being recovered",
+        ]
+        metadata.create_ledger_metadata(sample(7))
+        run_blocking(metadata, check)  # the lock lasts as long as this session
+        assert shell(capsys, uri, "queryautorecoverystatus", "-v").splitlines() == [
+            "CurrentRecoverLedgerInfo:",
+            "LedgerId: 7, BookieId: worker-a:3181, LedgerSize: 0",
+        ]
+
+
 def test_ledgers_are_shown_and_deleted_through_the_admin_service(
     capsys: pytest.CaptureFixture[str], uri: str
 ) -> None:

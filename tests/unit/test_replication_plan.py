@@ -149,3 +149,33 @@ def test_the_placement_check_counts_ledgers_whose_quorums_share_a_rack() -> None
 
 def _fields(metadata: LedgerMetadata) -> dict[str, object]:
     return {name: getattr(metadata, name) for name in LedgerMetadata.__dataclass_fields__}
+
+
+def test_a_new_auditor_runs_a_periodic_check_one_interval_after_its_last_run() -> None:
+    """Never run: one interval after this auditor's start; run an hour ago with a day's
+    interval: 23 hours on; forced (0) or long overdue: at once."""
+    import time
+    from types import SimpleNamespace
+
+    from bookkeeper_py.autorecovery.auditor import Auditor
+    from bookkeeper_py.metadata.underreplication import CHECK_ALL_LEDGERS
+
+    last: dict[str, int | None] = {CHECK_ALL_LEDGERS: None}
+
+    async def check_ctime(check: str) -> int | None:
+        return last[check]
+
+    markers = SimpleNamespace(check_ctime=check_ctime)
+    auditor = Auditor(SimpleNamespace(), markers)  # type: ignore[arg-type]
+    day = 86_400.0
+
+    def first(interval: float) -> float | None:
+        return asyncio.run(auditor._first_check(CHECK_ALL_LEDGERS, interval, 1000.0))
+
+    assert first(0) is None  # the check is off
+    assert first(day) == 1000.0 + day
+    last[CHECK_ALL_LEDGERS] = int((time.time() - 3600) * 1000)
+    assert first(day) == pytest.approx(1000.0 + day - 3600, abs=5)
+    for forced in (0, int((time.time() - 2 * day) * 1000)):
+        last[CHECK_ALL_LEDGERS] = forced
+        assert first(day) == 1000.0

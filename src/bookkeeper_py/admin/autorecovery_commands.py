@@ -118,6 +118,75 @@ def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
             ClusterAdmin(metadata).trigger_audit()
         print("audit triggered: the auditor checks every lost bookie's ledgers now")
 
+    def forceauditchecks(args: argparse.Namespace) -> None:
+        from bookkeeper_py.admin.service import ClusterAdmin
+        from bookkeeper_py.metadata.manager import MetadataClient
+        from bookkeeper_py.metadata.underreplication import (
+            CHECK_ALL_LEDGERS,
+            PLACEMENT_POLICY_CHECK,
+            REPLICAS_CHECK,
+        )
+
+        chosen = [
+            check
+            for check, wanted in (
+                (CHECK_ALL_LEDGERS, args.checkallledgerscheck),
+                (PLACEMENT_POLICY_CHECK, args.placementpolicycheck),
+                (REPLICAS_CHECK, args.replicascheck),
+            )
+            if wanted
+        ]
+        if not chosen:
+            raise CommandError("name the checks to force: -calc, -ppc and/or -rc")
+        with MetadataClient.connect(uri_of(args)) as metadata:
+            ClusterAdmin(metadata).force_audit_checks(chosen)
+        print(f"{', '.join(chosen)} set to 0: the next auditor elected runs those checks at once")
+
+    def queryautorecoverystatus(args: argparse.Namespace) -> None:
+        from bookkeeper_py.admin.service import ClusterAdmin
+        from bookkeeper_py.metadata.manager import MetadataClient
+
+        with MetadataClient.connect(uri_of(args)) as metadata:
+            admin_service = ClusterAdmin(metadata)
+            being = [
+                ledger for ledger in admin_service.underreplicated() if ledger.replication_worker
+            ]
+            print("CurrentRecoverLedgerInfo:")
+            for ledger in being:
+                line = f"LedgerId: {ledger.ledger_id}, BookieId: {ledger.replication_worker}"
+                if args.verbose:
+                    try:
+                        size = admin_service.ledger(ledger.ledger_id)[0].length
+                        line += f", LedgerSize: {size}"
+                    except CommandError:
+                        line += ", LedgerSize: (deleted)"
+                print(line)
+            if not being:
+                print("No Ledger is being recovered")
+
+    command = shell_command(
+        "forceauditchecks",
+        "make the next auditor run the periodic checks named at once",
+        forceauditchecks,
+    )
+    command.add_argument(
+        "-calc", "--checkallledgerscheck", action="store_true", help="the check of every ledger"
+    )
+    command.add_argument(
+        "-ppc", "--placementpolicycheck", action="store_true", help="the placement policy check"
+    )
+    command.add_argument(
+        "-rc",
+        "--replicascheck",
+        action="store_true",
+        help="the replicas check (its time is kept for BookKeeper's auditors; ours runs none)",
+    )
+    command = shell_command(
+        "queryautorecoverystatus",
+        "the under-replicated ledgers being re-replicated now, and by whom",
+        queryautorecoverystatus,
+    )
+    command.add_argument("-v", "--verbose", action="store_true", help="with each ledger's size")
     command = shell_command(
         "recover", "copy the data of lost bookies to other bookies now", recover
     )

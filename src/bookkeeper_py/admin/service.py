@@ -473,6 +473,17 @@ class ClusterAdmin:
         """``clusterinfo``: see ``cluster_info``."""
         return run_blocking(self.metadata, cluster_info)
 
+    def force_audit_checks(self, checks: list[str]) -> None:
+        """Sets when each of ``checks`` last ran to 0 (``forceauditchecks``): the next auditor
+        elected runs them at once (the one in office keeps its schedule, as in BookKeeper)."""
+
+        async def work(port: MetadataPort) -> None:
+            markers = await UnderReplication(port).ensure_layout()
+            for check in checks:
+                await markers.set_check_ctime(check, 0)
+
+        run_blocking(self.metadata, work)
+
     def trigger_audit(self) -> None:
         """Makes the auditor check every bookie's ledgers now (``triggeraudit``)."""
 

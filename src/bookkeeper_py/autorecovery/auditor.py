@@ -16,7 +16,10 @@ and marks the ledgers that had copies on them (reference section 1.14).
   bookies' contents (the first and last entry each live bookie of a fragment should hold are
   read; one that answers "no such entry/ledger" is marked missing); every
   ``auditorPeriodicPlacementPolicyCheckInterval`` (0: never) the ensembles against the placement
-  policy, counted.
+  policy, counted. When each last ran is kept in the metadata store (BookKeeper's
+  ``checkallledgersctime`` and ``placementpolicycheckctime``): a newly elected auditor runs a
+  check one interval after its last run by any auditor, at once when that is past (or after
+  ``shell forceauditchecks`` set it to 0).
 * Gauges: ledgers marked, fragments and bytes they are short of, placement violations.
 """
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -37,7 +41,11 @@ from bookkeeper_py.autorecovery.replication import (
 )
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.core.metadata import LedgerMetadata
-from bookkeeper_py.metadata.underreplication import UnderReplication
+from bookkeeper_py.metadata.underreplication import (
+    CHECK_ALL_LEDGERS,
+    PLACEMENT_POLICY_CHECK,
+    UnderReplication,
+)
 from bookkeeper_py.metrics import Metrics, NullMetrics, attribute_gauges
 
 log = logging.getLogger(__name__)
@@ -115,13 +123,11 @@ class Auditor:
             if bookie not in bookies.live:
                 self.lost_since.setdefault(bookie, started)
         next_bookie_check = started + options.bookie_check_interval_s
-        next_ledger_check = (
-            started + options.ledger_check_interval_s if options.ledger_check_interval_s else None
+        next_ledger_check = await self._first_check(
+            CHECK_ALL_LEDGERS, options.ledger_check_interval_s, started
         )
-        next_placement_check = (
-            started + options.placement_check_interval_s
-            if options.placement_check_interval_s
-            else None
+        next_placement_check = await self._first_check(
+            PLACEMENT_POLICY_CHECK, options.placement_check_interval_s, started
         )
         while True:
             now = loop.time()
@@ -164,11 +170,24 @@ class Auditor:
                 await self.mark_cleared_again()
             if next_ledger_check is not None and now >= next_ledger_check:
                 await self.check_ledgers()
+                await self.markers.set_check_ctime(CHECK_ALL_LEDGERS, int(time.time() * 1000))
                 next_ledger_check = now + options.ledger_check_interval_s
             if next_placement_check is not None and now >= next_placement_check:
                 await self.check_placement()
+                await self.markers.set_check_ctime(PLACEMENT_POLICY_CHECK, int(time.time() * 1000))
                 next_placement_check = now + options.placement_check_interval_s
             await asyncio.sleep(options.poll_s)
+
+    async def _first_check(self, check: str, interval_s: float, started: float) -> float | None:
+        """When this auditor first runs a periodic check (loop time; None: the check is off):
+        one interval after it last ran in this cluster, by any auditor (at once when that is
+        past, or after ``forceauditchecks``), else one interval after this auditor started."""
+        if not interval_s:
+            return None
+        last_ms = await self.markers.check_ctime(check)
+        if last_ms is None:
+            return started + interval_s
+        return started + max(0.0, last_ms / 1000 + interval_s - time.time())
 
     def deregistered_since_audit(self, registered: Collection[str]) -> set[str]:
         """The lost bookies audited while their registration stayed (their processes refused

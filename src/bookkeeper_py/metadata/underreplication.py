@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from google.protobuf import text_format
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from bookkeeper_py.errors import MetadataStoreError
 from bookkeeper_py.metadata.driver import (
@@ -57,6 +57,12 @@ def marker_parent(base: str, ledger_id: int) -> str:
 def _text(message: Message) -> bytes:
     return text_format.MessageToString(message).encode()
 
+
+# The auditor's periodic checks whose last-run times live under underreplication/ (their node
+# names, as BookKeeper's BookKeeperConstants).
+CHECK_ALL_LEDGERS = "checkallledgersctime"
+PLACEMENT_POLICY_CHECK = "placementpolicycheckctime"
+REPLICAS_CHECK = "replicascheckctime"
 
 M = TypeVar("M", bound=Message)
 
@@ -366,6 +372,48 @@ class UnderReplication:
             await self.port.create_node(self.delay_path, data)
         except NodeExistsError:
             await self.port.set_node(self.delay_path, data, ANY_VERSION)
+
+    # -- when the auditor's periodic checks last ran ---------------------------------------------
+
+    def _check_node(self, check: str) -> tuple[str, type[Message], str]:
+        """(path, message type, field) of a periodic check's last-run time (BookKeeper's
+        ``checkallledgersctime``, ``placementpolicycheckctime``, ``replicascheckctime``)."""
+        kinds = {
+            CHECK_ALL_LEDGERS: (formats.CheckAllLedgersFormat, "checkAllLedgersCTime"),
+            PLACEMENT_POLICY_CHECK: (
+                formats.PlacementPolicyCheckFormat,
+                "placementPolicyCheckCTime",
+            ),
+            REPLICAS_CHECK: (formats.ReplicasCheckFormat, "replicasCheckCTime"),
+        }
+        kind, field = kinds[check]
+        return f"{self.base}/{check}", kind, field
+
+    async def check_ctime(self, check: str) -> int | None:
+        """When a periodic check last ran (ms since the epoch; 0 after ``forceauditchecks``),
+        or None if it never did. A node that does not parse counts as never (the check then
+        runs on its own schedule, and its next run writes the node again)."""
+        path, kind, field = self._check_node(check)
+        try:
+            data, _ = await self.port.get_node(path)
+        except NoNodeError:
+            return None
+        message = kind()
+        try:
+            message.ParseFromString(data)
+        except DecodeError:
+            return None
+        return int(getattr(message, field)) if message.HasField(field) else None
+
+    async def set_check_ctime(self, check: str, ms: int) -> None:
+        """Records when a periodic check ran (0: it is overdue: the next auditor elected runs
+        it at once), as BookKeeper's binary protobuf."""
+        path, kind, field = self._check_node(check)
+        data = kind(**{field: ms}).SerializeToString()
+        try:
+            await self.port.create_node(path, data)
+        except NodeExistsError:
+            await self.port.set_node(path, data, ANY_VERSION)
 
     async def trigger_audit(self) -> None:
         seconds, _ = await self.lost_bookie_recovery_delay()
