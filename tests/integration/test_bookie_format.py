@@ -78,3 +78,57 @@ def test_bookieformat_and_initbookie(tmp_path: Path) -> None:
             handle = client.create_ledger(1, 1, 1)
             assert handle.add_entry(b"again") == 0
             handle.close()
+
+
+def test_updatecookie_lists_moves_to_a_new_id_and_deletes(tmp_path: Path) -> None:
+    from bookkeeper_py.server.config import build, read_conf
+    from bookkeeper_py.server.main import check_cookies
+    from bookkeeper_py.storage.cookie import Cookie
+
+    with LocalCluster(1) as local:
+        bookie = local.bookies[0]
+        journal = bookie.journal_directory
+        ledgers = os.path.join(bookie.directory, "ledgers")
+        base = (
+            f"metadataServiceUri={local.metadata_uri}\nadvertisedAddress=127.0.0.1\n"
+            f"bookiePort={bookie.port}\njournalDirectories={journal}\nledgerDirectories={ledgers}\n"
+        )
+        conf = tmp_path / "bk_server.conf"
+        conf.write_text(base)
+        listed = shell("--conf", str(conf), "updatecookie", "-l")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.splitlines() == [
+            os.path.join(journal, "current", "VERSION"),
+            os.path.join(ledgers, "current", "VERSION"),
+            f"/ledgers/cookies/{bookie.bookie_id}",
+        ]
+        refused = shell("--conf", str(conf), "updatecookie", "-d", "force")
+        assert refused.returncode == 1 and "in use by" in refused.stderr  # it runs
+        assert shell("--conf", str(conf), "updatecookie", "-l").stdout == listed.stdout
+        local.stop_bookie(0)
+
+        renamed = tmp_path / "renamed.conf"
+        new_id = f"renamed-bookie:{bookie.port}"
+        renamed.write_text(base + f"bookieId={new_id}\n")
+        for args, wanted in (
+            (["-b", bookie.bookie_id], "is 127.0.0.1"),  # the old conf: same id
+            (["-l", "-d", "force"], "give one of"),
+            (["-e"], "one ledger directory"),
+        ):
+            failed = shell("--conf", str(conf), "updatecookie", *args)
+            assert failed.returncode == 1 and wanted in failed.stderr, (args, failed.stderr)
+        moved = shell("--conf", str(renamed), "updatecookie", "-b", bookie.bookie_id)
+        assert moved.returncode == 0, moved.stderr
+        assert f"updateBookieInLedger -sb {bookie.bookie_id} -db {new_id}" in moved.stdout
+        with MetadataClient.connect(local.metadata_uri) as metadata:
+            assert metadata.read_cookie(bookie.bookie_id) is None
+            stored = metadata.read_cookie(new_id)
+            assert stored is not None
+            assert Cookie.decode(stored[0], "metadata").bookie_id == new_id
+            check_cookies(build(read_conf(str(renamed))), metadata)  # what the bookie checks
+        again = shell("--conf", str(renamed), "updatecookie", "-b", bookie.bookie_id)
+        assert again.returncode == 1 and "no cookie of bookie" in again.stderr
+
+        deleted = shell("--conf", str(renamed), "updatecookie", "-d", "force")
+        assert deleted.returncode == 0 and deleted.stdout.count("deleted ") == 3
+        assert shell("--conf", str(renamed), "updatecookie", "-l").stdout == ""

@@ -576,6 +576,46 @@ def _cmd_update_bookie_in_ledger(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _cmd_updatecookie(args: argparse.Namespace) -> None:
+    from bookkeeper_py.admin.bookie_format import change_bookie_id, cookie_paths, delete_cookies
+    from bookkeeper_py.metadata.manager import MetadataClient
+
+    chosen = [
+        name for name in ("bookieId", "expandstorage", "list", "delete") if getattr(args, name)
+    ]
+    if len(chosen) != 1:
+        raise CommandError("give one of -b OLD_BOOKIE_ID, -e, -l or -d [force]")
+    if args.expandstorage:
+        raise CommandError(
+            "-e (expandstorage) adds ledger directories; this bookie takes one ledger directory"
+        )
+    config = _conf_bookie(args, "updatecookie")
+    with MetadataClient.connect(_metadata_uri(args)) as metadata:
+        if args.list:
+            for path in cookie_paths(config, metadata):
+                print(path)
+            return
+        if args.delete:
+            if args.delete != "force" and not sys.stdin.isatty():
+                raise CommandError(
+                    "deleting the cookies makes this a new bookie: pass -d force when not asked "
+                    "on a terminal"
+                )
+            if args.delete != "force":
+                answer = input(f"delete the cookies of bookie {config.effective_bookie_id}? [y/N] ")
+                if answer.strip().lower() not in ("y", "yes"):
+                    print("nothing deleted")
+                    return
+            for path in delete_cookies(config, metadata):
+                print(f"deleted {path}")
+            return
+        new = change_bookie_id(config, metadata, args.bookieId)
+        print(
+            f"cookies of bookie {args.bookieId} now name {new.bookie_id}; move its ledgers with "
+            f"updateBookieInLedger -sb {args.bookieId} -db {new.bookie_id}"
+        )
+
+
 def _cmd_lastmark(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import last_marks
 
@@ -911,6 +951,29 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds between progress lines [10]",
+    )
+    updatecookie = shell_command(
+        "updatecookie",
+        "list, delete or re-id the cookies of the bookie shell --conf describes",
+        _cmd_updatecookie,
+    )
+    updatecookie.add_argument(
+        "-b",
+        "--bookieId",
+        metavar="OLD_BOOKIE_ID",
+        help="move the cookies from this (old) id to the one the configuration now gives",
+    )
+    updatecookie.add_argument(
+        "-e", "--expandstorage", action="store_true", help="(one ledger directory here)"
+    )
+    updatecookie.add_argument("-l", "--list", action="store_true", help="where the cookies are")
+    updatecookie.add_argument(
+        "-d",
+        "--delete",
+        nargs="?",
+        const="ask",
+        metavar="force",
+        help="delete the cookies, in the directories and the metadata store",
     )
     readledger = shell_command(
         "readledger",
