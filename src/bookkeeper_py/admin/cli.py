@@ -734,6 +734,40 @@ def _cmd_listfilesondisc(args: argparse.Namespace) -> None:
                 print(os.path.realpath(path))
 
 
+def _cmd_check_ledgers_index(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.index_rebuild import check_ledgers_index
+
+    report = check_ledgers_index(args.ledger_dir)
+    for problem in report.problems:
+        print(problem)
+    if report.problems:
+        raise CommandError(
+            f"{len(report.problems)} of {report.ledgers} ledger states are damaged: rebuild them "
+            "(rebuild-db-ledgers-index) with the bookie stopped"
+        )
+    print(f"ledgers index of {args.ledger_dir}: {report.ledgers} ledger states, all readable")
+
+
+def _rebuild_index(args: argparse.Namespace, *, locations: bool, ledgers: bool) -> None:
+    from bookkeeper_py.storage.index_rebuild import rebuild_index
+
+    journals = args.journal_dir if isinstance(args.journal_dir, list) else [args.journal_dir]
+    report = rebuild_index(
+        args.ledger_dir,
+        journals,
+        locations=locations or args.all,
+        ledgers=ledgers or args.all,
+        progress=(lambda line: print(line, flush=True)) if args.verbose_rebuild else lambda _: None,
+    )
+    for problem in report.problems:
+        print(problem)
+    print(
+        f"index of {args.ledger_dir} rebuilt: {report.ledgers} ledgers, {report.entries} entry "
+        f"locations from {report.entry_logs} entry logs and {report.journal_files} journal files"
+        + (f"; the old index is in {report.previous}" if report.previous else "")
+    )
+
+
 def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import local_consistency_check
 
@@ -1087,6 +1121,42 @@ def build_parser() -> argparse.ArgumentParser:
     listfiles.add_argument("-txn", "--journal", action="store_true", help="journal files")
     listfiles.add_argument("-log", "--entrylog", action="store_true", help="entry logs")
     listfiles.add_argument("-idx", "--index", action="store_true", help="index files")
+    check_index = local_command(
+        "check-db-ledgers-index",
+        "read every ledger state of a bookie's index (nothing is changed)",
+        _cmd_check_ledgers_index,
+    )
+    check_index.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
+    for name, locations, ledgers, what in (
+        (
+            "rebuild-db-ledger-locations-index",
+            True,
+            False,
+            "its entry locations, from the entry logs",
+        ),
+        (
+            "rebuild-db-ledgers-index",
+            False,
+            True,
+            "its ledger states, from the entry logs and journals",
+        ),
+    ):
+        rebuild = local_command(
+            name,
+            f"rebuild a stopped bookie's index: {what} (the old index is kept aside)",
+            lambda args, locations=locations, ledgers=ledgers: _rebuild_index(
+                args, locations=locations, ledgers=ledgers
+            ),
+        )
+        rebuild.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
+        rebuild.add_argument("--journal-dir", action="append", help=JOURNAL_DIR_HELP)
+        rebuild.set_defaults(journal_dir_many=True)
+        rebuild.add_argument(
+            "--all", action="store_true", help="rebuild both parts (needed when the index is gone)"
+        )
+        rebuild.add_argument(
+            "-v", "--verbose", dest="verbose_rebuild", action="store_true", help="show progress"
+        )
     consistency = local_command(
         "localconsistencycheck",
         "read every indexed entry back and check it",
