@@ -178,3 +178,35 @@ def test_shell_conf_gives_the_local_commands_their_directories(
         main(["shell", "lastmark"])
     assert exited.value.code == 1
     assert "pass --ledger-dir DIR, or shell --conf" in capsys.readouterr().err
+
+
+def test_ledger_prints_where_each_entry_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, ledgers = filled(tmp_path)
+    main(["shell", "ledger", "--ledger-dir", ledgers, "-id", "2", "-m"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "===== LEDGER: 2 =====",
+        f"master key  : {KEY.hex().upper()}",
+        "entries      : 5",
+        "isFenced     : true",
+    ]
+    offsets = [
+        int(line.split(":")[0].split()[1])
+        for line in _readlog(ledgers, capsys)
+        if " ledger 2 " in line
+    ]
+    assert out[5:] == [
+        f"entry {entry_id}\t:\t(log: 0, pos: {offset})" for entry_id, offset in enumerate(offsets)
+    ]
+    main(["shell", "ledger", "--ledger-dir", ledgers, "1"])  # BookKeeper's positional form
+    assert capsys.readouterr().out.count("\t(log: 0, pos: ") == 5
+    with pytest.raises(SystemExit) as exited:
+        main(["shell", "ledger", "--ledger-dir", ledgers, "-id", "9"])
+    assert exited.value.code == 1 and "ledger 9 is not in the index" in capsys.readouterr().err
+
+
+def _readlog(ledgers: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    main(["shell", "readlog", "--ledger-dir", ledgers, "-l", "0"])
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("offset ")]

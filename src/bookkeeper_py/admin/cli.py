@@ -768,6 +768,23 @@ def _rebuild_index(args: argparse.Namespace, *, locations: bool, ledgers: bool) 
     )
 
 
+def _cmd_ledger(args: argparse.Namespace) -> None:
+    from bookkeeper_py.storage.inspect import ledger_index_entries
+
+    ledger_id = args.ledgerId if args.ledgerId is not None else args.ledger
+    if ledger_id is None:
+        raise CommandError("which ledger? give -id LEDGER_ID")
+    state, entries = ledger_index_entries(args.ledger_dir, ledger_id)
+    if args.meta:
+        print(f"===== LEDGER: {ledger_id} =====")
+        print(f"master key  : {state.masterKey.hex().upper()}")
+        print(f"entries      : {len(entries)}")
+        print(f"isFenced     : {str(state.fenced).lower()}")
+    print(f"===== LEDGER: {ledger_id} =====")
+    for entry_id, log_id, offset in entries:
+        print(f"entry {entry_id}\t:\t(log: {log_id}, pos: {offset})")
+
+
 def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import local_consistency_check
 
@@ -1121,6 +1138,15 @@ def build_parser() -> argparse.ArgumentParser:
     listfiles.add_argument("-txn", "--journal", action="store_true", help="journal files")
     listfiles.add_argument("-log", "--entrylog", action="store_true", help="entry logs")
     listfiles.add_argument("-idx", "--index", action="store_true", help="index files")
+    ledger_command = local_command(
+        "ledger", "a ledger's index entries: where each entry is (entry log, offset)", _cmd_ledger
+    )
+    ledger_command.add_argument("--ledger-dir", help=LEDGER_DIR_HELP)
+    ledger_command.add_argument("ledger", nargs="?", type=int, help="the ledger id")
+    ledger_command.add_argument("-id", "--ledgerId", type=int, help="the ledger id")
+    ledger_command.add_argument(
+        "-m", "--meta", action="store_true", help="its state too (master key, fenced)"
+    )
     check_index = local_command(
         "check-db-ledgers-index",
         "read every ledger state of a bookie's index (nothing is changed)",

@@ -24,6 +24,7 @@ from bookkeeper_py.storage.index import LedgerIndex
 from bookkeeper_py.storage.journal import RecordType, journal_name, list_journal_ids, scan
 from bookkeeper_py.storage.last_log_mark import FILE_NAME as LAST_MARK_FILE
 from bookkeeper_py.storage.last_log_mark import mark_file_name, read_mark
+from bookkeeper_py.wire.proto import data_formats_pb2 as formats
 
 _IDS = struct.Struct(">qq")
 _LEDGER = struct.Struct(">q")
@@ -167,6 +168,30 @@ def entry_files(
         if os.path.exists(os.path.join(ledger_directory, name))
     ]
     return journals, logs, index
+
+
+def ledger_index_entries(
+    ledger_directory: str, ledger_id: int
+) -> tuple[formats.LedgerData, list[tuple[int, int, int]]]:
+    """A ledger's state and (entry id, entry log id, offset) of each of its indexed entries
+    (``shell ledger``); ``NotABookieDirectoryError`` when the index does not know it."""
+    check_ledger_directory(ledger_directory)
+    if not os.path.exists(os.path.join(ledger_directory, "data.mdb")):
+        raise NotABookieDirectoryError(f"{ledger_directory} has no entry-location index (data.mdb)")
+    index = LedgerIndex(ledger_directory, readonly=True)
+    try:
+        state = index.ledger(ledger_id)
+        if state is None:
+            raise NotABookieDirectoryError(
+                f"ledger {ledger_id} is not in the index of {ledger_directory} (never stored "
+                "here, or collected)"
+            )
+        entries = [
+            (entry_id, *split_location(location)) for entry_id, location in index.entries(ledger_id)
+        ]
+    finally:
+        index.close()
+    return state, entries
 
 
 @dataclass
