@@ -11,7 +11,9 @@ Certificates and keys are PEM files (BookKeeper's ``tlsKeyStoreType=PEM``).
 
 from __future__ import annotations
 
+import os
 import ssl
+import tempfile
 from dataclasses import dataclass
 
 from bookkeeper_py.errors import BKError
@@ -190,3 +192,89 @@ class TlsSession:
         if not self.handshake_done:
             return None
         return self._tls.getpeercert() or None  # type: ignore[return-value]
+
+
+def _keystore(
+    path: str, password: str | None, what: str
+) -> tuple[bytes, bytes | None, list[bytes]]:
+    """(PEM certificate chain, PEM private key or None, PEM extra certificates) of a keystore
+    file: PKCS#12 (what Java's keytool writes by default since Java 9) or PEM. A JKS file is
+    refused with the one-line conversion that makes it PKCS#12."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise TlsConfigError(f"cannot read the {what} {path}: {error.strerror}") from None
+    if data[:4] == b"\xfe\xed\xfe\xed":
+        raise TlsConfigError(
+            f"the {what} {path} is a JKS keystore: convert it once to PKCS#12 with "
+            f"keytool -importkeystore -srckeystore {path} -destkeystore {path}.p12 "
+            "-deststoretype PKCS12, and name that file"
+        )
+    if b"-----BEGIN" in data:
+        return data, data if b"PRIVATE KEY-----" in data else None, []
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        pkcs12,
+    )
+
+    try:
+        key, certificate, extra = pkcs12.load_key_and_certificates(
+            data, password.encode() if password else None
+        )
+    except ValueError as error:
+        raise TlsConfigError(
+            f"cannot open the {what} {path} as PKCS#12 or PEM ({error}); check the file and its "
+            "password"
+        ) from None
+    chain = b"".join(
+        cert.public_bytes(Encoding.PEM)
+        for cert in ([certificate] if certificate else []) + list(extra)
+    )
+    key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()) if key else None
+    return chain, key_pem, [cert.public_bytes(Encoding.PEM) for cert in extra]
+
+
+def http_server_context(
+    keystore_path: str,
+    keystore_password: str | None,
+    truststore_path: str,
+    truststore_password: str | None,
+) -> ssl.SSLContext:
+    """The TLS context of a bookie's HTTP endpoint (``httpServerTlsEnable``): its certificate
+    and key from the keystore, clients required to show a certificate signed by a CA of the
+    truststore, as BookKeeper's Vert.x server requires (``ClientAuth.REQUIRED``)."""
+    chain, key, _ = _keystore(keystore_path, keystore_password, "HTTP keystore")
+    if key is None:
+        raise TlsConfigError(
+            f"the HTTP keystore {keystore_path} holds no private key: it needs the server's "
+            "certificate and key"
+        )
+    trusted, _, extra = _keystore(truststore_path, truststore_password, "HTTP truststore")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    with tempfile.TemporaryDirectory(prefix="bk-http-tls-") as directory:
+        chain_path, key_path = (
+            os.path.join(directory, "chain.pem"),
+            os.path.join(directory, "key.pem"),
+        )
+        for path, data in ((chain_path, chain), (key_path, key)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+        try:
+            context.load_cert_chain(chain_path, key_path)
+        except ssl.SSLError as error:
+            raise TlsConfigError(
+                f"the HTTP keystore {keystore_path}: its certificate and key do not load ({error})"
+            ) from None
+    try:
+        context.load_verify_locations(cadata=(trusted + b"".join(extra)).decode("ascii"))
+    except (ssl.SSLError, ValueError) as error:
+        raise TlsConfigError(
+            f"the HTTP truststore {truststore_path} holds no usable CA certificate ({error})"
+        ) from None
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context

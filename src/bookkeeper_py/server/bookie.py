@@ -92,6 +92,8 @@ class BookieConfig:
     read_only_mode_enabled: bool = True  # readOnlyModeEnabled; False: full disks stop the bookie
     http_port: int | None = None  # httpServerPort when httpServerEnabled; None: no HTTP endpoint
     http_host: str | None = None  # httpServerHost; None: the bookie's address (host)
+    # httpServerTlsEnable: (keystore, its password, truststore, its password), or None: plain
+    http_tls: tuple[str, str | None, str, str | None] | None = None
     metrics_port: int | None = None  # prometheusStatsHttpPort: /metrics on a port of its own
     metrics_host: str | None = None  # prometheusStatsHttpAddress; None: the bookie's address
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)

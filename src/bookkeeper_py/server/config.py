@@ -265,6 +265,41 @@ SETTINGS: tuple[Setting, ...] = (
         "httpServerHost: the address the HTTP endpoint listens on (default: advertisedAddress)",
     ),
     Setting(
+        "httpServerTlsEnable",
+        "--http-tls",
+        _bool,
+        False,
+        "httpServerTlsEnable: HTTPS, clients required to show a certificate of the truststore",
+    ),
+    Setting(
+        "httpServerKeyStorePath",
+        "--http-keystore",
+        str,
+        None,
+        "httpServerKeyStorePath: the HTTP endpoint's certificate and key (PKCS#12 or PEM)",
+    ),
+    Setting(
+        "httpServerKeyStorePassword",
+        "--http-keystore-password",
+        str,
+        None,
+        "httpServerKeyStorePassword",
+    ),
+    Setting(
+        "httpServerTrustStorePath",
+        "--http-truststore",
+        str,
+        None,
+        "httpServerTrustStorePath: the CAs whose client certificates the HTTP endpoint takes",
+    ),
+    Setting(
+        "httpServerTrustStorePassword",
+        "--http-truststore-password",
+        str,
+        None,
+        "httpServerTrustStorePassword",
+    ),
+    Setting(
         "prometheusStatsHttpPort",
         "--metrics-port",
         int,
@@ -619,6 +654,24 @@ def session_timeout_s(values: dict[str, Any]) -> float | None:
     return float(timeout_ms) / 1000.0
 
 
+def _http_tls(values: dict[str, Any]) -> tuple[str, str | None, str, str | None] | None:
+    """The HTTP endpoint's TLS files (httpServerTlsEnable), checked to be named."""
+    if not values["httpServerTlsEnable"]:
+        return None
+    keystore, truststore = values["httpServerKeyStorePath"], values["httpServerTrustStorePath"]
+    if not keystore or not truststore:
+        raise ConfigError(
+            "httpServerTlsEnable needs httpServerKeyStorePath (the endpoint's certificate and "
+            "key) and httpServerTrustStorePath (the CAs of the client certificates it requires)"
+        )
+    return (
+        os.path.abspath(keystore),
+        values["httpServerKeyStorePassword"],
+        os.path.abspath(truststore),
+        values["httpServerTrustStorePassword"],
+    )
+
+
 def build(values: dict[str, Any]) -> BookieConfig:
     """The bookie configuration for resolved ``values``; raises ``ConfigError`` naming the key."""
 
@@ -719,6 +772,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         max_frame_size=positive("nettyMaxFrameSizeBytes"),
         http_port=values["httpServerPort"] if values["httpServerEnabled"] else None,
         http_host=values["httpServerHost"],
+        http_tls=_http_tls(values),
         tcp_no_delay=values["serverTcpNoDelay"],
         tcp_keepalive=values["serverSockKeepalive"],
         tcp_linger_s=values["serverTcpLinger"],

@@ -168,7 +168,6 @@ _TLS_PASSWORD = (
 )
 _TLS_REFRESH = "certificates are read at start; restart the bookie to take new ones"
 _NOT_YET = "not implemented yet (issue 22)"
-_HTTP_TLS = _NOT_YET + ": the bookie's HTTP endpoint speaks plain HTTP; put a TLS proxy before it"
 _ANY_DISK_FULL = (
     "this bookie counts its fullest directory: it turns read-only as soon as one directory "
     "passes diskUsageThreshold (as with readOnlyModeOnAnyDiskFullEnabled=true)"
@@ -329,16 +328,6 @@ NOT_USED: Mapping[str, str] = {
     ),
     "exposeDefaultJVMMetrics": _JVM_METRICS,
     "httpServerClass": _HTTP_CLASS,
-    **dict.fromkeys(
-        (
-            "httpServerTlsEnable",
-            "httpServerKeyStorePath",
-            "httpServerKeyStorePassword",
-            "httpServerTrustStorePath",
-            "httpServerTrustStorePassword",
-        ),
-        _HTTP_TLS,
-    ),
     **dict.fromkeys(("requestTimerTickDurationMs", "requestTimerNumTicks"), _LONG_POLL_TIMER),
     **dict.fromkeys(("zkRequestRateLimit", "zkReplicationTaskRateLimit"), _ZK_RATE),
     **dict.fromkeys(("zkRetryBackoffStartMs", "zkRetryBackoffMaxMs"), _ZK_RETRY),

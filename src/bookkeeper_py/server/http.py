@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -306,8 +307,10 @@ def add_cluster_routes(app: web.Application, port: MetadataPort, metadata_uri: s
     app.router.add_get("/api/v1/bookie/list_bookie_info", list_bookie_info)
 
 
-async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
+async def start_http(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context).start()
     return runner

@@ -40,6 +40,7 @@ from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
 from bookkeeper_py.storage.files import write_atomically
 from bookkeeper_py.storage.gc import LedgerExists, ListLedgers
 from bookkeeper_py.storage.journal import Callback as DurableCallback
+from bookkeeper_py.tls import http_server_context
 
 if TYPE_CHECKING:
     from bookkeeper_py.autorecovery.service import AutoRecovery, AutoRecoveryOptions
@@ -168,7 +169,10 @@ class BookieServer:
                 add_sanity_route(app, service, self.metadata_uri)
                 add_ledger_routes(app, self.metadata, self.metadata_uri)
             self._http = await start_http(
-                app, self.config.http_host or self.config.host, self.config.http_port
+                app,
+                self.config.http_host or self.config.host,
+                self.config.http_port,
+                http_server_context(*self.config.http_tls) if self.config.http_tls else None,
             )
         if self.config.metrics_port is not None:
             self._metrics_http = await start_http(
