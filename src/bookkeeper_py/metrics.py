@@ -4,8 +4,9 @@
 Code records through ``Metrics`` (counters, gauges, operation latencies with success/failure as
 BookKeeper's ``OpStatsLogger`` does) and never imports a metrics library itself. Names are
 BookKeeper's, with its scope prefixes (``bookkeeper_server_``, ``bookie_``, ``bookie_journal_``,
-``bookie_gc_``). Latencies are Prometheus histograms in seconds with a ``success`` label
-(BookKeeper's own Prometheus provider exports summaries in milliseconds; the names match).
+``bookie_gc_``). Latencies are Prometheus histograms in seconds with a ``success`` label, or
+(``metricsStyle=bookkeeper``) summaries in milliseconds as BookKeeper's own provider exports them
+(:mod:`bookkeeper_py.prometheus`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ class OpStats(Protocol):
 class Metrics(Protocol):
     def counter(self, name: str, help_text: str) -> CounterMetric: ...
 
-    def op_stats(self, name: str, help_text: str) -> OpStats: ...
+    def op_stats(self, name: str, help_text: str, aliases: tuple[str, ...] = ()) -> OpStats:
+        """``aliases``: other names the same latencies are exported under (a span BookKeeper
+        measures twice, where this bookie has one)."""
+        ...
 
     def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None: ...
 
@@ -73,7 +77,7 @@ class NullMetrics:
     def counter(self, name: str, help_text: str) -> CounterMetric:
         return _NullCounter()
 
-    def op_stats(self, name: str, help_text: str) -> OpStats:
+    def op_stats(self, name: str, help_text: str, aliases: tuple[str, ...] = ()) -> OpStats:
         return _NullOpStats()
 
     def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:

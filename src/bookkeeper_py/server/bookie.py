@@ -96,6 +96,8 @@ class BookieConfig:
     http_tls: tuple[str, str | None, str, str | None] | None = None
     metrics_port: int | None = None  # prometheusStatsHttpPort: /metrics on a port of its own
     metrics_host: str | None = None  # prometheusStatsHttpAddress; None: the bookie's address
+    metrics_style: str = "histograms"  # metricsStyle (ours): histograms or bookkeeper
+    metrics_rollover_s: float = 60.0  # prometheusStatsLatencyRolloverSeconds
     max_pending_adds: int = 50_000  # adds not yet durable, per bookie (see server/config.py)
     max_throttle_time_s: float = 10.0  # dbStorage_maxThrottleTimeMs: an add waits this long
     # for a full write cache to drain before it is answered ETOOMANYREQUESTS
@@ -159,14 +161,22 @@ class Bookie:
         self._read_at = -READERS_QUIET_S  # perf_counter() of the last read request
         self.engine.write_journals_on(loop, self._sync_on_loop_ok, partial(call_on, loop))
         stats = self.metrics.op_stats
+        # BookKeeper times an add twice: from its arrival (ADD_ENTRY_REQUEST) and from its
+        # processing on a write thread (ADD_ENTRY); here one loop takes it at arrival: one span.
         self._add_stats = stats(
-            "bookkeeper_server_ADD_ENTRY_REQUEST", "add requests, arrival to answer (s)"
+            "bookkeeper_server_ADD_ENTRY_REQUEST",
+            "add requests, arrival to answer (s)",
+            aliases=("bookkeeper_server_ADD_ENTRY",),
         )
         self._recovery_add_stats = stats(
             "bookkeeper_server_RECOVERY_ADD_ENTRY_REQUEST",
             "recovery add requests, arrival to answer (s)",
         )
-        self._read_stats = stats("bookkeeper_server_READ_ENTRY_REQUEST", "read requests (s)")
+        self._read_stats = stats(
+            "bookkeeper_server_READ_ENTRY_REQUEST",
+            "read requests (s)",
+            aliases=("bookkeeper_server_READ_ENTRY",),
+        )
         self._fence_stats = stats(
             "bookkeeper_server_READ_ENTRY_FENCE_REQUEST",
             "fencing reads, durable fence included (s)",
@@ -190,6 +200,32 @@ class Bookie:
             "bookie_SERVER_STATUS",
             "1 writable, 0 read-only",
             lambda: 0.0 if self.read_only else 1.0,
+        )
+        gauge = self.metrics.gauge_function
+        gauge(
+            "bookkeeper_server_ADD_ENTRY_IN_PROGRESS",
+            "adds taken and not yet answered (durable)",
+            lambda: float(self.pending_adds),
+        )
+        gauge(
+            "bookkeeper_server_ADD_ENTRY_BLOCKED",
+            "adds held back until the write cache has room",
+            lambda: float(len(self._throttled)),
+        )
+        gauge(
+            "bookkeeper_server_READ_ENTRY_IN_PROGRESS",
+            "reads waiting for a reader thread (the others are answered in the pass that takes them)",
+            lambda: float(self._reads_off_loop),
+        )
+        gauge(
+            "bookie_ledger_writable_dirs",
+            "ledger directories with room for writes (this bookie has one)",
+            lambda: 0.0 if self.disk_full else 1.0,
+        )
+        gauge(
+            "bookkeeper_server_READ_ENTRY_BLOCKED",
+            "reads held back (this bookie holds none back: always 0)",
+            lambda: 0.0,
         )
         # Ledgers whose fence record is not durable yet -> callbacks waiting for it.
         self._fences_in_flight: dict[int, list[Callable[[bool], None]]] = {}
@@ -216,6 +252,7 @@ class Bookie:
         self._lacs: dict[int, int] = {}
         self._lac_waiters: dict[int, list[_LacWaiter]] = {}
         self.pending_adds = 0  # adds whose journal record is not durable yet
+        self._reads_off_loop = 0  # reads handed to a reader thread, not answered yet
         self.parked_long_polls = 0
         self._rejected = self.metrics.counter(
             "bookkeeper_server_REQUESTS_REJECTED", "requests answered ETOOMANYREQUESTS"
@@ -766,11 +803,14 @@ class Bookie:
             return StatusCode.EBADREQ, []
         status, entries = self._batch_read(ledger_id, start, max_count, max_size)
         elapsed = time.perf_counter() - started
+        # BookKeeper counts a batch read as a read request too (its batch processor is one)
         if status == StatusCode.EOK:
             self._batch_read_stats.success(elapsed)
+            self._read_stats.success(elapsed)
             self._read_bytes.inc(sum(len(entry) for entry in entries))
         else:
             self._batch_read_stats.failure(elapsed)
+            self._read_stats.failure(elapsed)
         return status, entries
 
     def _batch_read(
@@ -852,6 +892,7 @@ class Bookie:
         meanwhile; they are answered on the loop, in order, each latency recorded in ``timed``
         (since when, where) if given."""
         self._disk_reads.inc(len(entry_ids))
+        self._reads_off_loop += len(entry_ids)
 
         def serve() -> list[tuple[int, StatusCode, bytes]]:
             answers: list[tuple[int, StatusCode, bytes]] = []
@@ -864,6 +905,7 @@ class Bookie:
             except Exception:
                 log.exception("ledger %d: reading %d entries failed", ledger_id, len(entry_ids))
                 answers = [(entry_id, StatusCode.EIO, b"") for entry_id in entry_ids]
+            self._reads_off_loop -= len(entry_ids)
             for entry_id, status, body in answers:
                 if timed is not None:
                     _observe(timed[1], status, time.perf_counter() - timed[0])

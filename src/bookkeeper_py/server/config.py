@@ -300,6 +300,23 @@ SETTINGS: tuple[Setting, ...] = (
         "httpServerTrustStorePassword",
     ),
     Setting(
+        "prometheusStatsLatencyRolloverSeconds",
+        "--metrics-rollover-s",
+        int,
+        60,
+        "prometheusStatsLatencyRolloverSeconds: the window of the summaries' quantiles "
+        "(metricsStyle=bookkeeper)",
+    ),
+    Setting(
+        "metricsStyle",
+        "--metrics-style",
+        str,
+        "histograms",
+        "metricsStyle (ours): histograms (in seconds, counters as _total) or bookkeeper (as "
+        "BookKeeper's Prometheus provider: summaries in ms with quantile labels, which its "
+        "Grafana dashboards read)",
+    ),
+    Setting(
         "prometheusStatsHttpPort",
         "--metrics-port",
         int,
@@ -672,6 +689,14 @@ def _http_tls(values: dict[str, Any]) -> tuple[str, str | None, str, str | None]
     )
 
 
+def _metrics_style(style: str) -> str:
+    from bookkeeper_py.prometheus import STYLES
+
+    if style not in STYLES:
+        raise ConfigError(f"metricsStyle must be {' or '.join(STYLES)}, not {style!r}")
+    return style
+
+
 def build(values: dict[str, Any]) -> BookieConfig:
     """The bookie configuration for resolved ``values``; raises ``ConfigError`` naming the key."""
 
@@ -780,6 +805,8 @@ def build(values: dict[str, Any]) -> BookieConfig:
         read_only_mode_enabled=values["readOnlyModeEnabled"],
         metrics_port=values["prometheusStatsHttpPort"],
         metrics_host=values["prometheusStatsHttpAddress"],
+        metrics_style=_metrics_style(values["metricsStyle"]),
+        metrics_rollover_s=positive("prometheusStatsLatencyRolloverSeconds"),
         max_pending_adds=positive("maxPendingAddRequestsPerThread"),
         max_throttle_time_s=values["dbStorage_maxThrottleTimeMs"] / 1000.0,
         max_parked_long_polls=positive("maxPendingReadRequestsPerThread"),

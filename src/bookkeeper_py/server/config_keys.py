@@ -321,7 +321,6 @@ NOT_USED: Mapping[str, str] = {
             "codahaleStatsCSVEndpoint",
             "codahaleStatsSlf4jEndpoint",
             "codahaleStatsJmxEndpoint",
-            "prometheusStatsLatencyRolloverSeconds",
             "sanityCheckMetricsEnabled",
         ),
         _STATS_OTHER,

@@ -68,7 +68,7 @@ class BookieServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[BookieConnection] = set()
         self._registered_read_only: bool | None = None
-        self.metrics = PrometheusMetrics()
+        self.metrics = PrometheusMetrics(config.metrics_style, config.metrics_rollover_s)
         self._http: web.AppRunner | None = None
         self._metrics_http: web.AppRunner | None = None  # prometheusStatsHttpPort
         self._disk_task: asyncio.Task[None] | None = None

@@ -213,8 +213,8 @@ class StorageEngine:
         sync_stats = self.metrics.op_stats(
             "bookie_journal_JOURNAL_SYNC", "journal fdatasync latency (s)"
         )
-        records_added = self.metrics.counter(
-            "bookie_journal_JOURNAL_ADD_ENTRY", "records made durable by journals"
+        add_stats = self.metrics.op_stats(
+            "bookie_journal_JOURNAL_ADD_ENTRY", "journal records, appended to durable (s)"
         )
         self._checkpoint_stats = self.metrics.op_stats(
             "bookie_CHECKPOINT", "checkpoint latency (s)"
@@ -243,7 +243,7 @@ class StorageEngine:
                 preallocate_bytes=config.journal_preallocate_bytes,
                 max_group_wait_s=config.journal_max_group_wait_s,
                 sync_stats=sync_stats,
-                records_added=records_added,
+                add_stats=add_stats,
                 on_rolled=self.request_checkpoint,
                 remove_from_page_cache=config.journal_remove_from_page_cache,
             )
@@ -268,20 +268,46 @@ class StorageEngine:
             lambda: float(sum(journal.queued for journal in self.journals)),
         )
         self.metrics.gauge_function(
-            "bookie_WRITE_CACHE_SIZE",
+            "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
+            "records written to the journals and waiting for their sync",
+            lambda: float(sum(journal.unsynced_records for journal in self.journals)),
+        )
+        # BookKeeper's DbLedgerStorage names (dashboards read these)
+        self.metrics.gauge_function(
+            "bookie_write_cache_size",
             "bytes in the write cache",
             lambda: float(self.storage.write_cache_bytes + self.storage.flushing_bytes),
         )
+        self.metrics.gauge_function(
+            "bookie_read_cache_size",
+            "bytes in a read cache: none here (reads go through the page cache): 0",
+            lambda: 0.0,
+        )
+        self.metrics.gauge_function(
+            "bookie_ledgers_count",
+            "ledgers in the index",
+            lambda: float(self.storage.ledger_count()),
+        )
+        self.metrics.gauge_function(
+            "bookie_entries_count",
+            "entry locations in the index",
+            lambda: float(self.storage.index.counts()[1]),
+        )
         for name, field_name in (
-            ("bookie_gc_RECLAIMED_DELETION_SPACE_BYTES", "reclaimed_deletion_bytes"),
-            ("bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES", "reclaimed_compaction_bytes"),
-            ("bookie_gc_MAJOR_COMPACTION_TOTAL", "major_compactions"),
-            ("bookie_gc_MINOR_COMPACTION_TOTAL", "minor_compactions"),
-            ("bookie_gc_DELETED_LEDGER_COUNT", "ledgers_deleted"),
+            ("bookie_RECLAIMED_DELETION_SPACE_BYTES", "reclaimed_deletion_bytes"),
+            ("bookie_RECLAIMED_COMPACTION_SPACE_BYTES", "reclaimed_compaction_bytes"),
+            ("bookie_MAJOR_COMPACTION_TOTAL", "major_compactions"),
+            ("bookie_MINOR_COMPACTION_TOTAL", "minor_compactions"),
+            ("bookie_DELETED_LEDGER_TOTAL", "ledgers_deleted"),
         ):
             self.metrics.gauge_function(
                 name, f"garbage collection: {field_name}", self._gc_figure(field_name)
             )
+        self.metrics.gauge_function(
+            "bookie_DELETED_LEDGER_COUNT",
+            "ledgers deleted by garbage collection (the name before BookKeeper 4.16)",
+            self._gc_figure("ledgers_deleted"),
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -163,6 +163,14 @@ class LedgerIndex:
             key_ledger, entry_id = _KEY.unpack(cursor.key())
             return int(entry_id) if key_ledger == ledger_id else -1
 
+    def counts(self) -> tuple[int, int]:
+        """(ledgers with a state, entry locations): the sizes of the two databases."""
+        with self._env.begin() as txn:
+            return (
+                int(txn.stat(self._ledgers)["entries"]),
+                int(txn.stat(self._locations)["entries"]),
+            )
+
     def ledger(self, ledger_id: int) -> formats.LedgerData | None:
         with self._env.begin(db=self._ledgers) as txn:
             value = txn.get(_LEDGER.pack(ledger_id))

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import crc32c
 
 from bookkeeper_py.errors import BKError
-from bookkeeper_py.metrics import CounterMetric, OpStats
+from bookkeeper_py.metrics import OpStats
 from bookkeeper_py.speedups import native
 from bookkeeper_py.storage.files import fsync_directory
 
@@ -444,7 +444,7 @@ class Journal:
         preallocate_bytes: int = 16 * 1024 * 1024,
         max_group_wait_s: float = 0.0,
         sync_stats: OpStats | None = None,
-        records_added: CounterMetric | None = None,
+        add_stats: OpStats | None = None,
         on_rolled: Callable[[], None] | None = None,
         remove_from_page_cache: bool = True,
     ) -> None:
@@ -460,7 +460,8 @@ class Journal:
         # an fsync runs are grouped anyway, and waiting would only add latency to a lone writer.
         self._max_group_wait_s = max_group_wait_s
         self._sync_stats = sync_stats
-        self._records_added = records_added
+        # JOURNAL_ADD_ENTRY: each record's time from its append to its durability
+        self._add_stats = add_stats
         self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
         # Bytes of the current file that hold records or written zeros (below _allocated).
         self._zeroed = 0
@@ -500,9 +501,13 @@ class Journal:
         self._gather: list[_Record] = []  # foreground records of this loop pass
         self._gathered_bytes = 0  # their bytes, counted only with journalMaxGroupWaitMSec
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._gathered_at = 0.0  # time.monotonic() when this pass's first record came
         self._flush_timed = False  # the flush waits for journalMaxGroupWaitMSec
-        # Groups written and not yet known durable: (sync number, tokens, records, end offset).
-        self._unsynced: collections.deque[tuple[int, list[Any], int, int]] = collections.deque()
+        # Groups written and not yet known durable: (sync number, tokens, records, end offset,
+        # time.monotonic() their first record was appended).
+        self._unsynced: collections.deque[tuple[int, list[Any], int, int, float]] = (
+            collections.deque()
+        )
         self._unsynced_records = 0
         self._sync_seq = 0  # the last sync number asked for
         self._background_seq = 0  # the sync that covers the last background records written
@@ -581,6 +586,11 @@ class Journal:
         )
 
     @property
+    def unsynced_records(self) -> int:
+        """Records written and waiting for their sync (BookKeeper's force-write queue)."""
+        return self._unsynced_records
+
+    @property
     def idle_past_a_sync(self) -> bool:
         """Whether the journal has been idle longer than its last sync took: a group written
         now would not have overlapped a sync in progress (see ``INLINE_SYNC_LIMIT_S``)."""
@@ -638,6 +648,8 @@ class Journal:
             if waits or not self._flush_timed:
                 return  # due already
             self._flush_handle.cancel()  # the threshold is reached: now
+        if self._flush_handle is None:
+            self._gathered_at = time.monotonic()
         if waits:
             self._flush_handle = loop.call_later(self._max_group_wait_s, self._flush)
         else:
@@ -649,6 +661,7 @@ class Journal:
         along up to ``BACKGROUND_WITH_FOREGROUND`` bytes once the last ones written are durable
         (``everything``: all of them, at close)."""
         self._flush_handle = None
+        since = self._gathered_at
         batch, self._gather = self._gather, []
         self._gathered_bytes = 0
         carries = bool(self._background) and (
@@ -664,7 +677,7 @@ class Journal:
         if tokens is None:
             return  # failed, and said so
         if self._syncer is None:  # journalSyncData=false: written is as far as it goes
-            self._done(tokens, len(batch))
+            self._done(tokens, len(batch), since=since)
             if self._background and self._writing:
                 self._flush_soon()
             return
@@ -676,9 +689,9 @@ class Journal:
             and self.idle_past_a_sync
             and self._inline_ok()
         ):
-            self._sync_here(tokens, len(batch))
+            self._sync_here(tokens, len(batch), since)
             return
-        self._ask_sync(tokens, len(batch))
+        self._ask_sync(tokens, len(batch), since)
         if carries:  # the next background records wait for these to be durable
             self._background_seq = self._sync_seq
 
@@ -686,13 +699,13 @@ class Journal:
         """The last sync number whose groups are known durable."""
         return self._unsynced[0][0] - 1 if self._unsynced else self._sync_seq
 
-    def _ask_sync(self, tokens: list[Any], records: int) -> None:
+    def _ask_sync(self, tokens: list[Any], records: int, since: float) -> None:
         self._sync_seq += 1
-        self._unsynced.append((self._sync_seq, tokens, records, self._size))
+        self._unsynced.append((self._sync_seq, tokens, records, self._size, since))
         self._unsynced_records += records
         self._syncer.request(self._sync_seq)
 
-    def _sync_here(self, tokens: list[Any], records: int) -> None:
+    def _sync_here(self, tokens: list[Any], records: int, since: float) -> None:
         """An idle journal's group, synced on the loop (see ``INLINE_SYNC_LIMIT_S``)."""
         started = time.monotonic()
         try:
@@ -705,14 +718,23 @@ class Journal:
         self._last_sync_s = self._idle_since - started
         if self._sync_stats is not None:
             self._sync_stats.success(self._last_sync_s)
-        self._done(tokens, records, self._size)
+        self._done(tokens, records, self._size, since)
 
-    def _done(self, tokens: list[Any], records: int, synced_end: int = 0) -> None:
+    def _done(
+        self, tokens: list[Any], records: int, synced_end: int = 0, since: float | None = None
+    ) -> None:
+        """A group's records are durable (appended ``since``, when known): reported."""
         if self._drop_pages and synced_end:
             self._drop_durable_pages(synced_end)
-        if self._records_added is not None:
-            self._records_added.inc(records)
+        if self._add_stats is not None and since is not None:
+            self._record_adds(records, time.monotonic() - since)
         self._on_synced(tokens, None)
+
+    def _record_adds(self, records: int, seconds: float) -> None:
+        add = self._add_stats
+        assert add is not None
+        for _ in range(records):
+            add.success(seconds)
 
     def _take_synced(self, idle_work: bool = True) -> None:
         """The syncer finished syncs (its eventfd is readable, or it was drained): the groups
@@ -728,10 +750,13 @@ class Journal:
         tokens: list[Any] = []
         records = end = 0
         unsynced = self._unsynced
+        now = time.monotonic()
         while unsynced and unsynced[0][0] <= synced:
-            _, group_tokens, group_records, end = unsynced.popleft()
+            _, group_tokens, group_records, end, since = unsynced.popleft()
             tokens += group_tokens
             records += group_records
+            if self._add_stats is not None and group_records and not error:
+                self._record_adds(group_records, now - since)
         self._unsynced_records -= records
         if error:
             self._fail(OSError(error, os.strerror(error)))
@@ -756,7 +781,7 @@ class Journal:
         """An idle journal written by the loop writes the next stretch of zeros ahead (see
         ``_write_zeros_ahead``) and has the syncer sync them."""
         if self._write_zeros_ahead(sync=False):
-            self._ask_sync([], 0)
+            self._ask_sync([], 0, time.monotonic())
 
     def _roll_on_loop(self) -> None:
         if self._failure is None and self._size > FILE_HEADER.size:
@@ -848,13 +873,14 @@ class Journal:
                     log.warning("journal: cannot start a new file to free space: %s", error)
             if not batch:
                 return
+        since = time.monotonic()
         tokens = self._write_group(batch)
         if tokens is None:
             return
         if self._sync_data:
-            self._sync_here(tokens, len(batch))
+            self._sync_here(tokens, len(batch), since)
         else:
-            self._done(tokens, len(batch))
+            self._done(tokens, len(batch), since=since)
 
     def _write_group(self, batch: list[_Record]) -> list[Any] | None:
         """Writes ``batch`` as one group (rolling or growing the file first if need be) and

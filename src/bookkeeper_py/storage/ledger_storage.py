@@ -80,6 +80,7 @@ class _Generation:
     ledgers: dict[int, dict[int, bytes]] = field(default_factory=dict)
     last_entry: dict[int, int] = field(default_factory=dict)
     dirty_ledgers: set[int] = field(default_factory=set)
+    new_ledgers: set[int] = field(default_factory=set)  # created here, not in the index yet
     # Ledgers whose entries did not all arrive in increasing order: only these are sorted at a
     # checkpoint; the others are taken in insertion order, a slice at a time.
     unordered: set[int] = field(default_factory=set)
@@ -103,6 +104,7 @@ def _merge_into(current: _Generation, older: _Generation) -> None:
             current.last_entry[ledger_id] = last
         current.unordered.add(ledger_id)  # the older entries came after the newer ones here
     current.dirty_ledgers |= older.dirty_ledgers
+    current.new_ledgers |= older.new_ledgers
 
 
 def _pause_for_gil() -> None:
@@ -269,11 +271,22 @@ class LedgerStorage:
         if info is None:
             info = LedgerInfo(master_key)
             self.mark_dirty(ledger_id)  # first: a dirty state is never evicted
+            with self._lock:
+                self._current.new_ledgers.add(ledger_id)
             self._remember(ledger_id, info)
         elif not info.master_key:
             info.master_key = master_key
             self.mark_dirty(ledger_id)
         return info
+
+    def ledger_count(self) -> int:
+        """Ledgers stored here: those in the index and those created since the checkpoint that
+        will write them there (a gauge: a checkpoint's commit may count a few twice briefly)."""
+        flushing = self._flushing
+        waiting = len(self._current.new_ledgers) + (
+            len(flushing.new_ledgers) if flushing is not None else 0
+        )
+        return self.index.counts()[0] + waiting
 
     def mark_dirty(self, ledger_id: int) -> None:
         with self._lock:
@@ -566,6 +579,7 @@ class LedgerStorage:
                     self._current.count -= len(removed)
                 self._current.last_entry.pop(ledger_id, None)
                 self._current.dirty_ledgers.discard(ledger_id)
+                self._current.new_ledgers.discard(ledger_id)
                 self._infos.pop(ledger_id, None)
             return self.index.delete_ledger(ledger_id)
 

@@ -1,0 +1,94 @@
+"""The two exposition styles of ``PrometheusMetrics``: histograms (ours) and BookKeeper's
+(summaries in ms with quantiles over the last finished window, counters without _total)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from bookkeeper_py.prometheus import PrometheusMetrics
+
+
+def lines(metrics: PrometheusMetrics) -> list[str]:
+    return metrics.render().decode().splitlines()
+
+
+def value(rendered: list[str], sample: str) -> float:
+    [line] = [line for line in rendered if line.startswith(sample + " ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_bookkeeper_style_summaries_counters_and_gauges() -> None:
+    metrics = PrometheusMetrics("bookkeeper", rollover_s=3600)
+    stats = metrics.op_stats(
+        "bookkeeper_server_ADD_ENTRY_REQUEST", "adds", aliases=("bookkeeper_server_ADD_ENTRY",)
+    )
+    counter = metrics.counter("bookie_WRITE_BYTES", "bytes")
+    metrics.gauge_function("bookie_SERVER_STATUS", "status", lambda: 1.0)
+    latencies_ms = [0.2 * (number + 1) for number in range(1000)]  # 0.2 ms .. 200 ms
+    for ms in latencies_ms:
+        stats.success(ms / 1000)
+    stats.failure(0.004)
+    counter.inc(1024)
+    first = lines(metrics)
+    # the first window is not finished: no quantile yet, counts and sums already
+    assert value(
+        first, 'bookkeeper_server_ADD_ENTRY_REQUEST{success="true",quantile="0.99"}'
+    ) != value(first, 'bookkeeper_server_ADD_ENTRY_REQUEST{success="true",quantile="0.99"}')  # NaN
+    assert value(first, 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"}') == 1000
+    assert value(first, 'bookkeeper_server_ADD_ENTRY_REQUEST_sum{success="true"}') == pytest.approx(
+        sum(latencies_ms)
+    )
+    assert (
+        "# TYPE bookie_WRITE_BYTES counter" in first and value(first, "bookie_WRITE_BYTES") == 1024
+    )
+    assert not any(line.startswith("bookie_WRITE_BYTES_total") for line in first)
+    assert (
+        "# TYPE bookie_SERVER_STATUS gauge" in first and value(first, "bookie_SERVER_STATUS") == 1
+    )
+    assert any(line.startswith("process_cpu_seconds_total") for line in first)
+
+    metrics.rollover_s = 0  # the window ends at this scrape
+    rolled = lines(metrics)
+    for name in ("bookkeeper_server_ADD_ENTRY_REQUEST", "bookkeeper_server_ADD_ENTRY"):
+        assert f"# TYPE {name} summary" in rolled
+        for quantile, exact in (
+            (0.5, 100.0),
+            (0.75, 150.0),
+            (0.95, 190.0),
+            (0.99, 198.0),
+            (0.999, 199.8),
+        ):
+            got = value(rolled, f'{name}{{success="true",quantile="{quantile}"}}')
+            assert got == pytest.approx(exact, rel=0.02), (quantile, got)
+        assert value(rolled, f'{name}{{success="true",quantile="1.0"}}') == pytest.approx(200.0)
+        assert value(rolled, f'{name}{{success="false",quantile="0.5"}}') == pytest.approx(
+            4.0, rel=0.02
+        )
+    # success="false" first, as BookKeeper writes them
+    block = [line for line in rolled if line.startswith("bookkeeper_server_ADD_ENTRY_REQUEST{")]
+    assert block[0].startswith(
+        'bookkeeper_server_ADD_ENTRY_REQUEST{success="false",quantile="0.5"}'
+    )
+    assert [re.search(r'quantile="([^"]+)"', line).group(1) for line in block[:7]] == [  # type: ignore[union-attr]
+        "0.5", "0.75", "0.95", "0.99", "0.999", "0.9999", "1.0",
+    ]  # fmt: skip
+    empty = lines(metrics)  # a window without events
+    assert math.isnan(
+        value(empty, 'bookkeeper_server_ADD_ENTRY_REQUEST{success="true",quantile="0.5"}')
+    )
+
+
+def test_histograms_style_and_bad_style() -> None:
+    metrics = PrometheusMetrics()
+    stats = metrics.op_stats("bookie_journal_JOURNAL_SYNC", "syncs", aliases=("other_NAME",))
+    metrics.counter("bookie_READ_BYTES", "bytes").inc(5)
+    stats.success(0.0003)
+    rendered = lines(metrics)
+    assert value(rendered, 'bookie_journal_JOURNAL_SYNC_bucket{le="0.0005",success="true"}') == 1
+    assert value(rendered, 'other_NAME_count{success="true"}') == 1
+    assert value(rendered, "bookie_READ_BYTES_total") == 5
+    with pytest.raises(ValueError, match="histograms, bookkeeper"):
+        PrometheusMetrics("summaries")
