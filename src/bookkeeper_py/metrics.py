@@ -57,6 +57,10 @@ class Metrics(Protocol):
 
     def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None: ...
 
+    def counter_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        """A counter whose value ``read()`` gives at scrape time (a count kept elsewhere)."""
+        ...
+
 
 class _NullCounter:
     def inc(self, amount: float = 1) -> None:
@@ -81,6 +85,9 @@ class NullMetrics:
         return _NullOpStats()
 
     def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        pass
+
+    def counter_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         pass
 
 

@@ -155,22 +155,25 @@ class _PrometheusOpStats:
 
 class _PrometheusCounter:
     """A counter without a lock (see ``_Buckets``): ``<name>_total`` in the ``histograms``
-    style, ``<name>`` in BookKeeper's."""
+    style, ``<name>`` in BookKeeper's. Its value is kept here, or (``read``) elsewhere."""
 
-    __slots__ = ("_help", "_name", "value")
+    __slots__ = ("_help", "_name", "_read", "value")
 
-    def __init__(self, name: str, help_text: str) -> None:
-        self._name, self._help = name, help_text
+    def __init__(self, name: str, help_text: str, read: Callable[[], float] | None = None) -> None:
+        self._name, self._help, self._read = name, help_text, read
         self.value = 0.0
 
     def inc(self, amount: float = 1) -> None:
         self.value += amount
 
+    def current(self) -> float:
+        return float(self._read()) if self._read is not None else self.value
+
     def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily(self._name, self._help, value=self.value)
+        yield CounterMetricFamily(self._name, self._help, value=self.current())
 
     def bookkeeper_lines(self) -> list[str]:
-        return [f"# TYPE {self._name} counter", f"{self._name} {_number(self.value)}"]
+        return [f"# TYPE {self._name} counter", f"{self._name} {_number(self.current())}"]
 
 
 def _number(value: float) -> str:
@@ -212,6 +215,11 @@ class PrometheusMetrics:
     def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         Gauge(name, help_text, registry=self.registry).set_function(read)
         self._gauges.append((name, read))
+
+    def counter_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        counter = _PrometheusCounter(name, help_text, read)
+        self.registry.register(counter)
+        self._counters.append(counter)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric, in this registry's style."""

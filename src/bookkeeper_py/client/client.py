@@ -13,6 +13,7 @@ from typing import Any
 
 from bookkeeper_py import errors
 from bookkeeper_py.client.bookie_client import BookieClient
+from bookkeeper_py.client.client_metrics import ClientMetrics, timed
 from bookkeeper_py.client.clock import Clock, MonotonicClock
 from bookkeeper_py.client.config import ClientConfig
 from bookkeeper_py.client.connection import BookiePool
@@ -128,6 +129,7 @@ class BookKeeper:
             config.bookie_failure_history_ms, config.read_reorder_threshold_pending
         )
         self.speculative_reads = 0  # reads sent to a second replica because one was slow
+        self.stats = ClientMetrics(self, config.metrics) if config.metrics is not None else None
         self._closed = False
 
     @classmethod
@@ -287,6 +289,27 @@ class BookKeeper:
         custom_metadata: Mapping[str, bytes] | None,
         ledger_id: int | None,
     ) -> LedgerMetadata:
+        async with timed(self.stats.create if self.stats else None):
+            return await self._create_untimed(
+                ensemble_size,
+                write_quorum_size,
+                ack_quorum_size,
+                digest_type,
+                password,
+                custom_metadata,
+                ledger_id,
+            )
+
+    async def _create_untimed(
+        self,
+        ensemble_size: int,
+        write_quorum_size: int,
+        ack_quorum_size: int,
+        digest_type: DigestType,
+        password: str | bytes,
+        custom_metadata: Mapping[str, bytes] | None,
+        ledger_id: int | None,
+    ) -> LedgerMetadata:
         password = password_bytes(password)
         await self._ready()
         check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
@@ -380,10 +403,12 @@ class BookKeeper:
         The digest type stored in the metadata is used (BookKeeper's digest autodetection);
         ``digest_type`` (default CRC32) only for legacy ledgers whose metadata stores none.
         """
-        metadata = await self._open(ledger_id, password, digest_type)
-        handle = ReadHandle(self, metadata, metadata.password)
-        if not metadata.is_closed:
-            await recover(handle)
+        async with timed(self.stats.open if self.stats else None):
+            metadata = await self._open(ledger_id, password, digest_type)
+            handle = ReadHandle(self, metadata, metadata.password)
+            if not metadata.is_closed:
+                async with timed(self.stats.recover if self.stats else None):
+                    await recover(handle)
         return handle
 
     async def open_ledger_no_recovery(
@@ -393,16 +418,18 @@ class BookKeeper:
         ledger's LAC is read from the bookies of its last ensemble first, as BookKeeper's
         ``openLedgerNoRecovery`` does (it used to start at -1 until ``read_last_add_confirmed``);
         ``ReadError`` when they cannot tell it."""
-        metadata = await self._open(ledger_id, password, digest_type)
-        handle = ReadHandle(self, metadata, metadata.password)
-        if not metadata.is_closed:
-            await handle.read_last_add_confirmed()
+        async with timed(self.stats.open if self.stats else None):
+            metadata = await self._open(ledger_id, password, digest_type)
+            handle = ReadHandle(self, metadata, metadata.password)
+            if not metadata.is_closed:
+                await handle.read_last_add_confirmed()
         return handle
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Deletes the ledger's metadata; bookies reclaim the data in their garbage collection."""
         await self._ready()
-        await self.metadata_port.delete_ledger_metadata(ledger_id)
+        async with timed(self.stats.delete if self.stats else None):
+            await self.metadata_port.delete_ledger_metadata(ledger_id)
 
     async def list_ledgers(self) -> list[int]:
         await self._ready()

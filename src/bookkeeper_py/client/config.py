@@ -13,6 +13,7 @@ from typing import Any
 
 from bookkeeper_py import errors
 from bookkeeper_py.auth import ClientAuthProvider
+from bookkeeper_py.metrics import Metrics
 from bookkeeper_py.tls import TlsConfig
 
 PLACEMENT_POLICIES = ("random", "rackaware", "regionaware")
@@ -51,6 +52,9 @@ class ClientConfig:
     min_racks_per_write_quorum: int = 2  # [minNumRacksPerWriteQuorum]
     enforce_min_racks_per_write_quorum: bool = False  # [enforceMinNumRacksPerWriteQuorum]
     local_region: str = ""  # regionaware: reads prefer this region's replicas
+    # Where the client records its metrics (bookkeeper_client_*, see client/client_metrics.py),
+    # e.g. a prometheus.PrometheusMetrics the application serves; None: none are recorded
+    metrics: Metrics | None = None
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENT_POLICIES:

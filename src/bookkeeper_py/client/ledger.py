@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import (
     AsyncGenerator,
     Awaitable,
     Callable,
     Collection,
     Coroutine,
+    Iterable,
     Sequence,
 )
 from dataclasses import dataclass, replace
@@ -22,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Self
 
 from bookkeeper_py import errors
+from bookkeeper_py.client.client_metrics import timed
 from bookkeeper_py.client.connection import (
     AddSink,
     BatchSink,
@@ -277,7 +280,9 @@ class ReadHandle:
                 f"ledger {self.ledger_id} is closed at entry {self.metadata.last_entry_id}: "
                 f"entry {last} does not exist"
             )
-        return await _RangeRead(self, first, last).run()
+        stats = self._client.stats
+        async with timed(stats.read if stats else None):
+            return await _RangeRead(self, first, last).run()
 
     async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first``..``last`` (inclusive); only up to the last add confirmed."""
@@ -920,6 +925,17 @@ class WriteHandle(ReadHandle):
         self._sinks: dict[tuple[int, str], _WriterSink] = {}
         self._head_length = -1  # the last entry length's request head, for the next one
         self._head = b""
+        # With the client's metrics: when each pending add was called (perf_counter())
+        self._stats = client.stats
+        self._added_at: dict[int, float] | None = None
+        if self._stats is not None:
+            self._added_at = {}
+            self._stats.writer_opened(self)
+
+    @property
+    def pending_adds(self) -> int:
+        """Adds called and not completed."""
+        return len(self._futures)
 
     @property
     def last_add_pushed(self) -> int:
@@ -933,6 +949,16 @@ class WriteHandle(ReadHandle):
     def _now(self) -> int:
         return self._client.now_ms()
 
+    def _record_adds(self, entry_ids: Iterable[int], succeeded: bool) -> None:
+        """The client's ADD_ENTRY latencies of adds that completed (or failed)."""
+        assert self._added_at is not None and self._stats is not None
+        now, called = time.perf_counter(), self._added_at.pop
+        record = self._stats.add.success if succeeded else self._stats.add.failure
+        for entry_id in entry_ids:
+            at = called(entry_id, None)
+            if at is not None:
+                record(now - at)
+
     def _add(self, data: bytes, entry_id: int | None) -> asyncio.Future[int]:
         if self._closed:
             raise errors.LedgerClosedError(f"ledger {self.ledger_id} is closed by this writer")
@@ -942,6 +968,8 @@ class WriteHandle(ReadHandle):
         entry_id = writer.push(len(data), entry_id)
         future: asyncio.Future[int] = self._loop.create_future()
         self._futures[entry_id] = future
+        if self._added_at is not None:
+            self._added_at[entry_id] = time.perf_counter()
         self._entries[entry_id] = self._digest.package(
             entry_id, writer.last_add_confirmed, writer.pushed_length, data
         )
@@ -1004,6 +1032,8 @@ class WriteHandle(ReadHandle):
                     future = take(entry_id, None)
                     if future is not None and not future.done():  # not cancelled by its caller
                         future.set_result(entry_id)
+                if self._added_at is not None:
+                    self._record_adds(range(instruction.first, instruction.last + 1), True)
             elif isinstance(instruction, Failed):
                 log.warning("ledger %d writer failed: %s", self.ledger_id, instruction.error)
                 for entry_id in instruction.entry_ids:
@@ -1011,6 +1041,8 @@ class WriteHandle(ReadHandle):
                     future = self._futures.pop(entry_id, None)
                     if future is not None and not future.done():
                         future.set_exception(instruction.error)
+                if self._added_at is not None:
+                    self._record_adds(instruction.entry_ids, False)
             elif isinstance(instruction, ChangeEnsemble):
                 self._spawn(self._change_ensemble(instruction))
             elif isinstance(instruction, WriteLac):
@@ -1240,6 +1272,8 @@ class WriteHandle(ReadHandle):
             self._ticker = None
         last_entry, length, failures = self._writer.close()
         self._execute(failures)
+        if self._stats is not None:
+            self._stats.writer_closed(self)
 
         self.metadata, _ = await update_ledger_metadata(
             self._client.metadata_port,

@@ -300,10 +300,10 @@ class StorageEngine:
             ("bookie_MINOR_COMPACTION_TOTAL", "minor_compactions"),
             ("bookie_DELETED_LEDGER_TOTAL", "ledgers_deleted"),
         ):
-            self.metrics.gauge_function(
+            self.metrics.counter_function(
                 name, f"garbage collection: {field_name}", self._gc_figure(field_name)
             )
-        self.metrics.gauge_function(
+        self.metrics.counter_function(
             "bookie_DELETED_LEDGER_COUNT",
             "ledgers deleted by garbage collection (the name before BookKeeper 4.16)",
             self._gc_figure("ledgers_deleted"),
