@@ -290,66 +290,49 @@ class BookKeeper:
         ledger_id: int | None,
     ) -> LedgerMetadata:
         async with timed(self.stats.create if self.stats else None):
-            return await self._create_untimed(
+            password = password_bytes(password)
+            await self._ready()
+            check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
+            bookies = await self.metadata_port.writable_bookies()
+            if len(bookies) < ensemble_size:
+                raise errors.NotEnoughBookiesError(
+                    f"need {ensemble_size} writable bookies for the ensemble, {len(bookies)} registered: {bookies}"
+                )
+            ensemble = self.placement.new_ensemble(
                 ensemble_size,
+                bookies,
+                self.quarantine.quarantined(self.now_ms()),
                 write_quorum_size,
-                ack_quorum_size,
-                digest_type,
-                password,
-                custom_metadata,
-                ledger_id,
             )
-
-    async def _create_untimed(
-        self,
-        ensemble_size: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        digest_type: DigestType,
-        password: str | bytes,
-        custom_metadata: Mapping[str, bytes] | None,
-        ledger_id: int | None,
-    ) -> LedgerMetadata:
-        password = password_bytes(password)
-        await self._ready()
-        check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
-        bookies = await self.metadata_port.writable_bookies()
-        if len(bookies) < ensemble_size:
-            raise errors.NotEnoughBookiesError(
-                f"need {ensemble_size} writable bookies for the ensemble, {len(bookies)} registered: {bookies}"
+            chosen = ledger_id is not None
+            for _ in range(MAX_ID_COLLISIONS):
+                if not chosen:
+                    ledger_id = await self.metadata_port.generate_ledger_id()
+                assert ledger_id is not None
+                metadata = self._new_metadata(
+                    ledger_id,
+                    ensemble,
+                    (ensemble_size, write_quorum_size, ack_quorum_size),
+                    digest_type,
+                    password,
+                    custom_metadata,
+                )
+                try:
+                    await self.metadata_port.create_ledger_metadata(metadata)
+                except errors.LedgerExistsError:
+                    # Another kind of client allocates ids from another counter (Java's flat layout
+                    # counts under <root>/ID-, ours did under <root>/idgen/ID-): take the next id, as
+                    # BookKeeper's LedgerCreateOp does. An id the caller chose is the caller's error.
+                    if chosen:
+                        raise
+                    log.info("ledger id %d is taken already; generating another", ledger_id)
+                    continue
+                log.debug("created ledger %d on %s", ledger_id, ensemble)
+                return metadata
+            raise errors.LedgerExistsError(
+                f"{MAX_ID_COLLISIONS} generated ledger ids in a row were taken already; the id "
+                "generator of this metadata store is not the one its ledgers were made with"
             )
-        ensemble = self.placement.new_ensemble(
-            ensemble_size, bookies, self.quarantine.quarantined(self.now_ms()), write_quorum_size
-        )
-        chosen = ledger_id is not None
-        for _ in range(MAX_ID_COLLISIONS):
-            if not chosen:
-                ledger_id = await self.metadata_port.generate_ledger_id()
-            assert ledger_id is not None
-            metadata = self._new_metadata(
-                ledger_id,
-                ensemble,
-                (ensemble_size, write_quorum_size, ack_quorum_size),
-                digest_type,
-                password,
-                custom_metadata,
-            )
-            try:
-                await self.metadata_port.create_ledger_metadata(metadata)
-            except errors.LedgerExistsError:
-                # Another kind of client allocates ids from another counter (Java's flat layout
-                # counts under <root>/ID-, ours did under <root>/idgen/ID-): take the next id, as
-                # BookKeeper's LedgerCreateOp does. An id the caller chose is the caller's error.
-                if chosen:
-                    raise
-                log.info("ledger id %d is taken already; generating another", ledger_id)
-                continue
-            log.debug("created ledger %d on %s", ledger_id, ensemble)
-            return metadata
-        raise errors.LedgerExistsError(
-            f"{MAX_ID_COLLISIONS} generated ledger ids in a row were taken already; the id "
-            "generator of this metadata store is not the one its ledgers were made with"
-        )
 
     def _new_metadata(
         self,
