@@ -113,7 +113,7 @@ def test_updatecookie_lists_moves_to_a_new_id_and_deletes(tmp_path: Path) -> Non
         for args, wanted in (
             (["-b", bookie.bookie_id], "is 127.0.0.1"),  # the old conf: same id
             (["-l", "-d", "force"], "give one of"),
-            (["-e"], "one ledger directory"),
+            (["-e"], "would move every ledger"),
         ):
             failed = shell("--conf", str(conf), "updatecookie", *args)
             assert failed.returncode == 1 and wanted in failed.stderr, (args, failed.stderr)

@@ -83,9 +83,10 @@ def crash(engine: StorageEngine) -> None:
     engine._sync_thread.join()
     for journal in engine.journals:
         journal.close()
-    engine.storage.index.close()
-    engine.storage.entry_logger._buffer.clear()  # buffered, unflushed log bytes die with the process
-    engine.storage.entry_logger.close()
+    for storage in engine.storages:
+        storage.index.close()
+        storage.entry_logger._buffer.clear()  # buffered, unflushed log bytes die with the process
+        storage.entry_logger.close()
 
 
 def test_entries_are_read_from_cache_then_from_entry_log_after_checkpoint(tmp_path: Path) -> None:

@@ -152,7 +152,7 @@ def change_bookie_id(config: BookieConfig, metadata: MetadataClient, old_id: str
         configured = Cookie(
             old_id,
             tuple(config.storage.journal_directories),
-            (config.storage.ledger_directory,),
+            tuple(config.storage.ledger_directories),
             old.instance_id,
         )
         if not configured.matches(old):

@@ -587,7 +587,8 @@ def _cmd_updatecookie(args: argparse.Namespace) -> None:
         raise CommandError("give one of -b OLD_BOOKIE_ID, -e, -l or -d [force]")
     if args.expandstorage:
         raise CommandError(
-            "-e (expandstorage) adds ledger directories; this bookie takes one ledger directory"
+            "-e (expandstorage) adds ledger directories, which a bookie cannot take: a ledger "
+            "lives in directory ledgerId mod n, so a directory added would move every ledger"
         )
     config = _conf_bookie(args, "updatecookie")
     with MetadataClient.connect(_metadata_uri(args)) as metadata:

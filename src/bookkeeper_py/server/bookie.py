@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 import time
 from collections import deque
@@ -234,7 +235,7 @@ class Bookie:
         # Absence answers are not trusted while the bookie repairs lost journal records.
         self.limbo = Limbo(config.storage.ledger_directory)
         self.disk = DiskChecker(
-            [*config.storage.journal_directories, config.storage.ledger_directory], config.disk
+            [*config.storage.journal_directories, *config.storage.ledger_directories], config.disk
         )
         # Read-only (disks full, or an operator asked): normal adds get EREADONLY; recovery adds,
         # fences and reads still work.
@@ -858,7 +859,7 @@ class Bookie:
         first that must come from a disk; how many were answered."""
         at, count = 0, len(entry_ids)
         read_many, read = self.engine.read_many, self._read
-        with self.engine.read_run():
+        with self.engine.read_run(ledger_id):
             while at < count:
                 run = read_many(ledger_id, entry_ids, at, nowait)
                 if run:
@@ -1019,5 +1020,15 @@ class Bookie:
         self._loop.run_in_executor(None, scan).add_done_callback(answer)
 
     def disk_info(self) -> tuple[int, int]:
-        """(total, free) bytes of the ledger disk."""
-        return total_and_free(self.config.storage.ledger_directory)
+        """(total, free) bytes of the ledger disks (each file system counted once)."""
+        seen: set[int] = set()
+        total = free = 0
+        for directory in self.config.storage.ledger_directories:
+            device = os.stat(directory).st_dev
+            if device in seen:
+                continue
+            seen.add(device)
+            size, room = total_and_free(directory)
+            total += size
+            free += room
+        return total, free

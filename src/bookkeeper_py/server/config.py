@@ -111,7 +111,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--ledger-dir",
         _dirs,
         None,
-        "ledgerDirectories (one; default 'ledgers' beside the journal)",
+        "ledgerDirectories (repeat the option for several; a ledger lives in directory "
+        "ledgerId mod n; default 'ledgers' beside the first journal)",
         str,
     ),
     Setting(
@@ -713,10 +714,9 @@ def build(values: dict[str, Any]) -> BookieConfig:
         )
     journals = [os.path.abspath(directory) for directory in journals]
     ledgers = values["ledgerDirectories"] or [os.path.join(os.path.dirname(journals[0]), "ledgers")]
-    if len(ledgers) != 1:
-        raise ConfigError(
-            f"ledgerDirectories lists {len(ledgers)} directories; this bookie takes one"
-        )
+    ledgers = [os.path.abspath(directory) for directory in ledgers]
+    if len(set(ledgers)) != len(ledgers):
+        raise ConfigError(f"ledgerDirectories names a directory twice: {', '.join(ledgers)}")
     log_size_limit = int(positive("logSizeLimit") * MiB)
     if log_size_limit >= 2**32:
         raise ConfigError(
@@ -734,7 +734,8 @@ def build(values: dict[str, Any]) -> BookieConfig:
     storage = StorageConfig(
         journal_directory=journals[0],
         extra_journal_directories=tuple(journals[1:]),
-        ledger_directory=os.path.abspath(ledgers[0]),
+        ledger_directory=ledgers[0],
+        extra_ledger_directories=tuple(ledgers[1:]),
         journal_sync_data=values["journalSyncData"],
         journal_remove_from_page_cache=values["journalRemoveFromPageCache"],
         journal_max_size_bytes=positive("journalMaxSizeMB") * MiB,

@@ -150,8 +150,9 @@ _PERSIST_STATUS = (
     "are full"
 )
 _STORAGE_EXPANSION = (
-    "not implemented yet (issue 22: updatecookie --expandstorage); the directories of a bookie "
-    "must stay those its cookie records"
+    "a ledger lives in ledger directory ledgerId mod n, as in BookKeeper's DbLedgerStorage (whose "
+    "expansion BookKeeper does not support either): a directory added would move every ledger; "
+    "the directories of a bookie stay those its cookie records"
 )
 _MULTI_DIRS = (
     "this bookie does not check whether its directories share a disk partition: any layout is "
@@ -167,7 +168,6 @@ _TLS_PASSWORD = (
     "readable by the bookie's user only"
 )
 _TLS_REFRESH = "certificates are read at start; restart the bookie to take new ones"
-_NOT_YET = "not implemented yet (issue 22)"
 _ANY_DISK_FULL = (
     "this bookie counts its fullest directory: it turns read-only as soon as one directory "
     "passes diskUsageThreshold (as with readOnlyModeOnAnyDiskFullEnabled=true)"

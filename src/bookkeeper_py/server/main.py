@@ -186,7 +186,7 @@ class BookieServer:
             self.config.host,
             self.config.port,
             ", ".join(storage.journal_directories),
-            storage.ledger_directory,
+            ", ".join(storage.ledger_directories),
         )
 
     def _make_engine(
@@ -438,10 +438,10 @@ def check_cookies(config: BookieConfig, metadata: MetadataClient | None) -> None
     expected = Cookie(
         bookie_id=config.effective_bookie_id,
         journal_dirs=storage.journal_directories,
-        ledger_dirs=(storage.ledger_directory,),
+        ledger_dirs=storage.ledger_directories,
         instance_id=metadata.instance_id() if metadata is not None else None,
     )
-    directories = [*storage.journal_directories, storage.ledger_directory]
+    directories = [*storage.journal_directories, *storage.ledger_directories]
     store = MetadataCookieStore(metadata) if metadata is not None else None
     if verify_or_create(expected, directories, store):
         log.info(
@@ -459,7 +459,10 @@ def lock_directories(config: BookieConfig) -> list[tuple[str, str]]:
             (directory, "journal directory (journalDirectories)")
             for directory in storage.journal_directories
         ),
-        (storage.ledger_directory, "ledger directory (ledgerDirectories)"),
+        *(
+            (directory, "ledger directory (ledgerDirectories)")
+            for directory in storage.ledger_directories
+        ),
     ]
 
 

@@ -72,7 +72,7 @@ class BookieService:
             free,
             self._bookie.read_only,
             tuple(self._storage.journal_directories),
-            (self._storage.ledger_directory,),
+            tuple(self._storage.ledger_directories),
         )
 
     def state(self) -> BookieState:
@@ -109,43 +109,52 @@ class BookieService:
 
     def disk_files(self) -> DiskFiles:
         storage = self._storage
-        journals, logs, index = entry_files(
-            list(storage.journal_directories), storage.ledger_directory
-        )
+        journals: list[str] = []
+        logs: list[str] = []
+        index: list[str] = []
+        for number, directory in enumerate(storage.ledger_directories):
+            found = entry_files(list(storage.journal_directories) if number == 0 else [], directory)
+            journals += found[0]
+            logs += found[1]
+            index += found[2]
         return DiskFiles(journals=tuple(journals), entry_logs=tuple(logs), index=tuple(index))
 
     # -- garbage collection (BookKeeper's /api/v1/bookie/gc*) ----------------------------------
 
-    def _gc(self) -> GarbageCollector:
-        gc = self._engine.gc
-        if gc is None:
+    def _gcs(self) -> list[GarbageCollector]:
+        """The garbage collectors, one per ledger directory (``GcNotRunning`` before)."""
+        gcs = self._engine.gcs
+        if not gcs:
             raise GcNotRunning(
                 "garbage collection is not running on this bookie: it starts once the bookie "
                 "has reached the metadata store"
             )
-        return gc
+        return gcs
 
     def force_gc(self, major: bool | None = None, minor: bool | None = None) -> bool:
-        """Asks for a garbage collection round now (see ``GarbageCollector.force``)."""
-        return self._gc().force(major, minor)
+        """Asks every directory's collector for a round now (see ``GarbageCollector.force``);
+        False if one was running a forced round already."""
+        return all([gc.force(major, minor) for gc in self._gcs()])
 
     def gc_in_force(self) -> bool:
-        return self._gc().in_force
+        return any(gc.in_force for gc in self._gcs())
 
     def gc_status(self) -> list[GcStatus]:
-        """One status per garbage collector (this bookie has one, for its ledger directory)."""
-        return [self._gc().status()]
+        """One status per garbage collector (per ledger directory, as BookKeeper's)."""
+        return [gc.status() for gc in self._gcs()]
 
     def gc_suspended(self) -> tuple[bool, bool]:
-        """(major, minor) compactions suspended."""
-        gc = self._gc()
+        """(major, minor) compactions suspended (they are suspended and resumed together)."""
+        gc = self._gcs()[0]
         return gc.major_suspended, gc.minor_suspended
 
     def suspend_gc(self, *, major: bool, minor: bool) -> None:
-        self._gc().suspend(major=major, minor=minor)
+        for gc in self._gcs():
+            gc.suspend(major=major, minor=minor)
 
     def resume_gc(self, *, major: bool, minor: bool) -> None:
-        self._gc().resume(major=major, minor=minor)
+        for gc in self._gcs():
+            gc.resume(major=major, minor=minor)
 
     def describe(self) -> str:
         """BookKeeper's ``BookieServer.toString()``, which its GC answers name the bookie by."""

@@ -59,8 +59,9 @@ class StorageConfig:
     """Storage settings (``bk_server.conf`` names in the comments)."""
 
     journal_directory: str  # journalDirectories (the first)
-    ledger_directory: str  # ledgerDirectories
+    ledger_directory: str  # ledgerDirectories (the first)
     extra_journal_directories: tuple[str, ...] = ()  # journalDirectories (the others)
+    extra_ledger_directories: tuple[str, ...] = ()  # ledgerDirectories (the others)
     journal_max_size_bytes: int = 2048 * 1024 * 1024  # journalMaxSizeMB
     journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
     journal_max_group_wait_s: float = (
@@ -86,6 +87,10 @@ class StorageConfig:
     @property
     def journal_directories(self) -> tuple[str, ...]:
         return (self.journal_directory, *self.extra_journal_directories)
+
+    @property
+    def ledger_directories(self) -> tuple[str, ...]:
+        return (self.ledger_directory, *self.extra_ledger_directories)
 
 
 class LedgerEngine(Protocol):
@@ -161,9 +166,9 @@ class LedgerEngine(Protocol):
         """The entry; with ``nowait``, ``ReadWouldBlockError`` if reading it waits for a disk."""
         ...
 
-    def read_run(self) -> AbstractContextManager[None]:
-        """A run of reads on this thread (a batch a bookie serves together): the storage may
-        share work between them (one index transaction)."""
+    def read_run(self, ledger_id: int) -> AbstractContextManager[None]:
+        """A run of reads of ``ledger_id`` on this thread (a batch a bookie serves together):
+        the storage may share work between them (one index transaction)."""
         ...
 
     def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
@@ -221,14 +226,20 @@ class StorageEngine:
         )
         for directory in config.journal_directories:
             os.makedirs(directory, exist_ok=True)
-        os.makedirs(config.ledger_directory, exist_ok=True)
-        self.storage = LedgerStorage(
-            config.ledger_directory,
-            log_size_limit=config.log_size_limit,
-            flush_entrylog_bytes=config.flush_entrylog_bytes,
-            ledger_cache_size=config.ledger_cache_size,
-            remove_from_page_cache=config.entry_log_remove_from_page_cache,
-        )
+        # One ledger storage (entry logs and index) per ledger directory; a ledger lives in
+        # directory ledgerId mod n, as in BookKeeper's DbLedgerStorage.
+        self.storages: list[LedgerStorage] = []
+        for directory in config.ledger_directories:
+            os.makedirs(directory, exist_ok=True)
+            self.storages.append(
+                LedgerStorage(
+                    directory,
+                    log_size_limit=config.log_size_limit,
+                    flush_entrylog_bytes=config.flush_entrylog_bytes,
+                    ledger_cache_size=config.ledger_cache_size,
+                    remove_from_page_cache=config.entry_log_remove_from_page_cache,
+                )
+            )
         # One journal (and syncer or journal thread) per directory; a ledger always uses the same
         # one, so its records keep their order.
         self._reclaiming: set[str] = set()  # journals rolled, waiting for a checkpoint
@@ -261,7 +272,7 @@ class StorageEngine:
         # Journal damage replay cut off or found missing: records this bookie may have
         # acknowledged are gone, so its answers of absence cannot be trusted until repaired.
         self.lost_journal_tails: list[str] = []
-        self.gc: GarbageCollector | None = None
+        self.gcs: list[GarbageCollector] = []  # one per ledger directory, once started
         self.metrics.gauge_function(
             "bookie_journal_JOURNAL_QUEUE_SIZE",
             "records queued for the journals",
@@ -276,7 +287,7 @@ class StorageEngine:
         self.metrics.gauge_function(
             "bookie_write_cache_size",
             "bytes in the write cache",
-            lambda: float(self.storage.write_cache_bytes + self.storage.flushing_bytes),
+            lambda: float(self.write_cache_bytes),
         )
         self.metrics.gauge_function(
             "bookie_read_cache_size",
@@ -286,12 +297,12 @@ class StorageEngine:
         self.metrics.gauge_function(
             "bookie_ledgers_count",
             "ledgers in the index",
-            lambda: float(self.storage.ledger_count()),
+            lambda: float(sum(storage.ledger_count() for storage in self.storages)),
         )
         self.metrics.gauge_function(
             "bookie_entries_count",
             "entry locations in the index",
-            lambda: float(self.storage.index.counts()[1]),
+            lambda: float(sum(storage.index.counts()[1] for storage in self.storages)),
         )
         for name, field_name in (
             ("bookie_RECLAIMED_DELETION_SPACE_BYTES", "reclaimed_deletion_bytes"),
@@ -316,14 +327,15 @@ class StorageEngine:
         thread. Returns the number of journal records replayed."""
         replayed = 0
         for index, journal in enumerate(self.journals):
-            mark = read_mark(self.config.ledger_directory, mark_file_name(index))
+            mark = self._read_mark(index)
             self.last_marks[index] = mark
             replayed_from = replay(journal.directory, mark, self._tail_lost)
             for record_type, body, _file_id, _offset in replayed_from:
                 self._apply(record_type, body)
                 replayed += 1
-                if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
-                    self.storage.checkpoint()  # bound memory during a long replay; marks stay
+                if self.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+                    for storage in self.storages:  # bound memory during a long replay
+                        storage.checkpoint()  # (the marks stay)
         for journal in self.journals:
             ids = list_journal_ids(journal.directory)
             journal.open((ids[-1] + 1) if ids else 0)
@@ -346,43 +358,80 @@ class StorageEngine:
         what = f"{path}: {problem}" if offset < 0 else f"{path} at offset {offset}: {problem}"
         self.lost_journal_tails.append(what)
 
+    def _read_mark(self, journal_index: int) -> tuple[int, int] | None:
+        """The journal's LastLogMark: each ledger directory keeps a copy (written after every
+        directory's checkpoint); the oldest one counts, and none if one directory has none (a
+        directory whose copy was never written would otherwise skip records it lacks)."""
+        marks = [
+            read_mark(directory, mark_file_name(journal_index))
+            for directory in self.config.ledger_directories
+        ]
+        if any(mark is None for mark in marks):
+            return None
+        return min(mark for mark in marks if mark is not None)
+
+    @property
+    def storage(self) -> LedgerStorage:
+        """The first ledger directory's storage (for tools and tests of one directory; the
+        engine routes by ledger: ``storage_for``)."""
+        return self.storages[0]
+
+    def storage_for(self, ledger_id: int) -> LedgerStorage:
+        return self.storages[ledger_id % len(self.storages)]
+
+    @property
+    def write_cache_bytes(self) -> int:
+        """Bytes in the write caches (being flushed included), over the directories."""
+        return sum(storage.write_cache_bytes + storage.flushing_bytes for storage in self.storages)
+
     def _apply(self, record_type: RecordType, body: bytes) -> None:
         ledger_id = int(_LEDGER_ID.unpack_from(body, 0)[0])
+        storage = self.storage_for(ledger_id)
         if record_type == RecordType.MASTER_KEY:
-            self.storage.add_ledger(ledger_id, bytes(body[8:28]))
+            storage.add_ledger(ledger_id, bytes(body[8:28]))
         elif record_type == RecordType.FENCE:
-            info = self.storage.ledger(ledger_id)
+            info = storage.ledger(ledger_id)
             if info is not None and not info.fenced:
                 info.fenced = True
-                self.storage.mark_dirty(ledger_id)
+                storage.mark_dirty(ledger_id)
         elif record_type == RecordType.EXPLICIT_LAC:
-            info = self.storage.ledger(ledger_id)
+            info = storage.ledger(ledger_id)
             if info is not None:
                 info.explicit_lac = bytes(body[8:])
-                self.storage.mark_dirty(ledger_id)
+                storage.mark_dirty(ledger_id)
         elif record_type == RecordType.ENTRY:
             entry_id = int(_LEDGER_ID.unpack_from(body, 8)[0])
-            self.storage.add_entry(ledger_id, entry_id, bytes(body))
+            storage.add_entry(ledger_id, entry_id, bytes(body))
 
     def _gc_figure(self, field_name: str) -> Callable[[], float]:
-        return lambda: float(getattr(self.gc.stats, field_name)) if self.gc is not None else 0.0
+        return lambda: float(sum(getattr(gc.stats, field_name) for gc in self.gcs))
+
+    @property
+    def gc(self) -> GarbageCollector | None:
+        """The first ledger directory's garbage collector (None until started)."""
+        return self.gcs[0] if self.gcs else None
 
     def start_gc(
         self, list_ledgers: ListLedgers, ledger_exists: LedgerExists, config: GcConfig
-    ) -> GarbageCollector:
-        """Starts the garbage collection thread (it needs the metadata store, so the bookie
-        starts it once connected)."""
-        self.gc = GarbageCollector(self.storage, list_ledgers, ledger_exists, config)
-        self.gc.start()
-        return self.gc
+    ) -> list[GarbageCollector]:
+        """Starts a garbage collection thread per ledger directory (they need the metadata
+        store, so the bookie starts them once connected)."""
+        self.gcs = [
+            GarbageCollector(storage, list_ledgers, ledger_exists, config)
+            for storage in self.storages
+        ]
+        for gc in self.gcs:
+            gc.start()
+        return self.gcs
 
     def close(self) -> None:
         """Stops GC and the sync thread, syncs the journal, and checkpoints everything so a
         restart replays nothing; entry logs end on a whole record."""
-        if self.gc is not None:
-            self.gc.close()
+        for gc in self.gcs:
+            gc.close()
         self._stopping.set()
-        self.storage.hurry()
+        for storage in self.storages:
+            storage.hurry()
         self._checkpoint_requested.set()
         if self._sync_thread is not None:
             self._sync_thread.join()
@@ -396,7 +445,8 @@ class StorageEngine:
                 log.exception(
                     "final checkpoint failed; the journal will be replayed at the next start"
                 )
-        self.storage.close()
+        for storage in self.storages:
+            storage.close()
 
     @property
     def out_of_space(self) -> bool:
@@ -450,11 +500,11 @@ class StorageEngine:
     # -- writes --------------------------------------------------------------------------------
 
     def ledger(self, ledger_id: int) -> LedgerInfo | None:
-        return self.storage.ledger(ledger_id)
+        return self.storage_for(ledger_id).ledger(ledger_id)
 
     def create_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
         """Records a new ledger's master key (journaled; no completion is reported for it)."""
-        info = self.storage.add_ledger(ledger_id, master_key)
+        info = self.storage_for(ledger_id).add_ledger(ledger_id, master_key)
         self.journal_for(ledger_id).append(
             RecordType.MASTER_KEY, _LEDGER_ID.pack(ledger_id) + master_key, None
         )
@@ -466,14 +516,14 @@ class StorageEngine:
         """Stores entries of one ledger that arrived together (foreground adds); ``token`` is
         reported once the last one, and so every one, is durable. One write-cache lock and one
         journal hand-off for them all."""
-        self.storage.add_entries(ledger_id, entry_ids, entries)
+        self.storage_for(ledger_id).add_entries(ledger_id, entry_ids, entries)
         self.journal_for(ledger_id).append_entries(entries, token)
         self._mind_write_cache()
 
     def add_entry(
         self, ledger_id: int, entry_id: int, entry: bytes, token: Any, background: bool = False
     ) -> None:
-        self.storage.add_entry(ledger_id, entry_id, entry)
+        self.storage_for(ledger_id).add_entry(ledger_id, entry_id, entry)
         self.journal_for(ledger_id).append(RecordType.ENTRY, entry, token, background)
         self._mind_write_cache()
 
@@ -489,28 +539,30 @@ class StorageEngine:
     def _mind_write_cache(self) -> None:
         """After adds: a write cache over half full asks for a checkpoint, and hurries the
         running one, if paced, so that it keeps up."""
-        if self.storage.write_cache_bytes > self.config.write_cache_max_bytes // 2:
-            self.storage.hurry()
+        if self.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+            for storage in self.storages:
+                storage.hurry()
             self._checkpoint_requested.set()
 
     @property
     def write_cache_full(self) -> bool:
         """True when the write cache holds its maximum; adds should be refused until it drains."""
-        pending = self.storage.write_cache_bytes + self.storage.flushing_bytes
-        return pending >= self.config.write_cache_max_bytes
+        return self.write_cache_bytes >= self.config.write_cache_max_bytes
 
     def fence(self, ledger_id: int, token: Any) -> None:
-        info = self.storage.ledger(ledger_id)
+        storage = self.storage_for(ledger_id)
+        info = storage.ledger(ledger_id)
         assert info is not None, "fence needs the ledger's state"
         info.fenced = True
-        self.storage.mark_dirty(ledger_id)
+        storage.mark_dirty(ledger_id)
         self.journal_for(ledger_id).append(RecordType.FENCE, _LEDGER_ID.pack(ledger_id), token)
 
     def set_explicit_lac(self, ledger_id: int, body: bytes, token: Any) -> None:
-        info = self.storage.ledger(ledger_id)
+        storage = self.storage_for(ledger_id)
+        info = storage.ledger(ledger_id)
         assert info is not None, "an explicit LAC needs the ledger's state"
         info.explicit_lac = body
-        self.storage.mark_dirty(ledger_id)
+        storage.mark_dirty(ledger_id)
         self.journal_for(ledger_id).append(
             RecordType.EXPLICIT_LAC, _LEDGER_ID.pack(ledger_id) + body, token
         )
@@ -519,26 +571,26 @@ class StorageEngine:
         self.journal_for(ledger_id).append(RecordType.FORCE, _LEDGER_ID.pack(ledger_id), token)
 
     def read(self, ledger_id: int, entry_id: int, nowait: bool = False) -> bytes:
-        return self.storage.read(ledger_id, entry_id, nowait)
+        return self.storage_for(ledger_id).read(ledger_id, entry_id, nowait)
 
-    def read_run(self) -> AbstractContextManager[None]:
-        return self.storage.read_run()
+    def read_run(self, ledger_id: int) -> AbstractContextManager[None]:
+        return self.storage_for(ledger_id).read_run()
 
     def read_range(self, ledger_id: int, first: int, max_count: int, max_bytes: int) -> list[bytes]:
-        return self.storage.read_range(ledger_id, first, max_count, max_bytes)
+        return self.storage_for(ledger_id).read_range(ledger_id, first, max_count, max_bytes)
 
     def read_many(
         self, ledger_id: int, entry_ids: list[int], start: int, nowait: bool = False
     ) -> list[bytes]:
-        return self.storage.read_many(ledger_id, entry_ids, start, nowait)
+        return self.storage_for(ledger_id).read_many(ledger_id, entry_ids, start, nowait)
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
-        return self.storage.entry_ids(ledger_id)
+        return self.storage_for(ledger_id).entry_ids(ledger_id)
 
     key_matches = staticmethod(LedgerStorage.key_matches)
 
     def entry_log_ids(self) -> list[int]:
-        """The ids of the entry log files, increasing."""
+        """The ids of the first ledger directory's entry log files, increasing."""
         return list(self.storage.entry_logger.log_ids())
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -560,20 +612,21 @@ class StorageEngine:
         reclaiming = set(self._reclaiming)  # rolled before these marks were taken (or soon)
         marks = [journal.position for journal in self.journals]  # before the write cache is swapped
         started = time.monotonic()
-        result = self.storage.checkpoint(pace_s)
+        results = [storage.checkpoint(pace_s / len(self.storages)) for storage in self.storages]
         self._checkpoint_stats.success(time.monotonic() - started)
         deleted = []
         for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
-            write_mark(self.config.ledger_directory, mark, mark_file_name(index))
+            for directory in self.config.ledger_directories:  # each keeps a copy
+                write_mark(directory, mark, mark_file_name(index))
             self.last_marks[index] = mark
             deleted.extend(journal.delete_before(mark[0]))
         self._reclaiming -= reclaiming
         self.checkpoints += 1
         log.debug(
             "checkpoint: %d entries (%d bytes), %d ledger states; marks %s; deleted journals %s",
-            result.entries,
-            result.bytes,
-            result.ledgers,
+            sum(result.entries for result in results),
+            sum(result.bytes for result in results),
+            sum(result.ledgers for result in results),
             marks,
             deleted,
         )
@@ -597,7 +650,8 @@ class StorageEngine:
             pace = self._pace_s
             if requested:
                 pace = min(pace, (started - last_started) * REQUESTED_PACE_SHARE)
-            self.storage.hurry(self._hurry_next)
+            for storage in self.storages:
+                storage.hurry(self._hurry_next)
             self._hurry_next = False
             last_started = started
             try:

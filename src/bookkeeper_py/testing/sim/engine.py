@@ -79,7 +79,7 @@ class SimEngine:
                 assert isinstance(body, bytes)
                 self._ledgers[ledger_id].explicit_lac = body
 
-    def read_run(self) -> AbstractContextManager[None]:
+    def read_run(self, ledger_id: int) -> AbstractContextManager[None]:
         """Reads of the simulated disk share nothing."""
         return contextlib.nullcontext()
 
