@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
+
+import pytest
 
 from bookkeeper_py import BookKeeper
 from bookkeeper_py.metadata.format import deserialize
 from bookkeeper_py.server.ledger_http import READ_LIMIT
 from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.zookeeper import ZooKeeperServer
 
 
 def call(base: str, path: str, method: str = "GET") -> tuple[int, bytes]:
@@ -26,8 +30,20 @@ def call(base: str, path: str, method: str = "GET") -> tuple[int, bytes]:
             return error.code, error.read()
 
 
-def test_ledger_endpoints_list_describe_read_and_delete() -> None:
-    with LocalCluster(3) as local, BookKeeper(local.metadata_uri) as client:
+@pytest.fixture(params=["sqlite", "zookeeper"])
+def metadata_uri(request: pytest.FixtureRequest) -> str | None:
+    """The cluster's metadata store: the embedded one, or a real ZooKeeper."""
+    if request.param == "sqlite":
+        return None
+    zookeeper: ZooKeeperServer = request.getfixturevalue("zookeeper")
+    return zookeeper.metadata_uri(f"/ledger-http-{time.monotonic_ns()}")
+
+
+def test_ledger_endpoints_list_describe_read_and_delete(metadata_uri: str | None) -> None:
+    with (
+        LocalCluster(3, metadata_uri=metadata_uri) as local,
+        BookKeeper(local.metadata_uri) as client,
+    ):
         base = f"http://127.0.0.1:{local.bookies[0].http_port}/api/v1/ledger"
         closed = client.create_ledger(3, 2, 2, password=b"pw", custom_metadata={"app": b"demo"})
         for number in range(5):
