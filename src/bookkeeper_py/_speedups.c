@@ -580,7 +580,11 @@ static void *syncer_run(void *arg) {
         s->busy = 0;
         if (err && !s->error) s->error = err;
         s->synced = target;
-        if (s->n_times < SYNC_TIMES) s->times[s->n_times++] = end - start;
+        if (s->n_times == SYNC_TIMES) { /* keep the latest: the last one decides inline syncs */
+            memmove(s->times, s->times + 1, (SYNC_TIMES - 1) * sizeof(double));
+            s->n_times--;
+        }
+        s->times[s->n_times++] = end - start;
         s->last_end = end;
         pthread_cond_broadcast(&s->idle);
         pthread_mutex_unlock(&s->mu);
@@ -691,28 +695,33 @@ static PyObject *syncer_take(SyncerObject *s, PyObject *Py_UNUSED(ignored)) {
     return Py_BuildValue("LiNd", synced, error, durations, last_end);
 }
 
-static void syncer_wait_idle(SyncerObject *s, int for_requests) {
+/* Waits (the GIL released, and taken back only once the mutex is let go: a thread holding the
+ * GIL may be waiting for the mutex) until no sync runs or is asked for; then, if fd >= 0, the
+ * syncer syncs that file from now on. */
+static void syncer_wait_idle(SyncerObject *s, int fd) {
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&s->mu);
-    while (s->busy || (for_requests && s->requested != s->synced))
-        pthread_cond_wait(&s->idle, &s->mu);
+    while (s->busy || s->requested != s->synced) pthread_cond_wait(&s->idle, &s->mu);
+    if (fd >= 0) s->fd = fd;
+    pthread_mutex_unlock(&s->mu);
     Py_END_ALLOW_THREADS
 }
 
 static PyObject *syncer_drain(SyncerObject *s, PyObject *Py_UNUSED(ignored)) {
     if (!s->started) return syncer_closed_error();
-    syncer_wait_idle(s, 1);
-    pthread_mutex_unlock(&s->mu);
+    syncer_wait_idle(s, -1);
     Py_RETURN_NONE;
 }
 
 static PyObject *syncer_set_fd(SyncerObject *s, PyObject *arg) {
     int fd = PyLong_AsLong(arg);
     if (fd == -1 && PyErr_Occurred()) return NULL;
+    if (fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "a file descriptor is not negative");
+        return NULL;
+    }
     if (!s->started) return syncer_closed_error();
-    syncer_wait_idle(s, 1);
-    s->fd = fd;
-    pthread_mutex_unlock(&s->mu);
+    syncer_wait_idle(s, fd);
     Py_RETURN_NONE;
 }
 

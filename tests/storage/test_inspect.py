@@ -210,3 +210,31 @@ def test_ledger_prints_where_each_entry_is(
 def _readlog(ledgers: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
     main(["shell", "readlog", "--ledger-dir", ledgers, "-l", "0"])
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("offset ")]
+
+
+def test_shell_conf_with_several_ledger_directories_asks_which(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal, ledgers = filled(tmp_path)
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(
+        f"journalDirectories={journal}\nledgerDirectories={ledgers},{tmp_path / 'l2'}\n"
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["shell", "--conf", str(conf), "lastmark"])
+    assert exited.value.code == 1
+    assert "2 ledger directories" in capsys.readouterr().err
+    main(["shell", "--conf", str(conf), "lastmark", "--ledger-dir", ledgers])
+    assert "LastLogMark: journal file 0 (0)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "shell",
+                "--conf",
+                str(conf),
+                "rebuild-db-ledgers-index",
+                "--ledger-dir",
+                str(tmp_path),
+            ]
+        )
+    assert "is none of the bookie's ledger directories" in capsys.readouterr().err

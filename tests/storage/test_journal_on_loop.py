@@ -459,3 +459,76 @@ def test_the_c_syncer_reports_syncs_failures_and_misuse(tmp_path: Path) -> None:
         os.close(write_end)
     with pytest.raises(ValueError, match="closed"):
         syncer.request(4)
+
+
+def test_copies_waiting_when_a_roll_takes_the_syncers_report_are_still_written(
+    tmp_path: Path, loop_thread: LoopThread, syncer: str
+) -> None:
+    """A roll asked for (a filling disk) takes the syncer's report of the sync that covered a
+    copy, while more copies wait for it: they are written and answered all the same."""
+    collector = LoopCollector()
+    journal = loop_journal(tmp_path, collector, loop_thread, buffered_writes_threshold=1)
+    copies = [entry(5, number, b"c" * 100) for number in range(3)]
+
+    def copies_then_a_roll() -> None:
+        for number, body in enumerate(copies):
+            journal.append(RecordType.ENTRY, body, f"copy-{number}", background=True)
+
+        def roll_after_the_sync() -> None:
+            for _ in range(3000):  # bounded: until the first copy's sync has run
+                if journal._syncer.idle:
+                    break
+                time.sleep(0.001)
+            journal._roll_on_loop()  # what request_roll schedules
+
+        loop_thread.loop.call_soon(roll_after_the_sync)  # after the copies' first flush
+
+    loop_thread.call(copies_then_a_roll)
+    collector.wait_for(3)
+    loop_thread.call(journal.close)
+    assert sorted(token for token, _ in collector.results) == ["copy-0", "copy-1", "copy-2"]
+    assert all(error is None for _, error in collector.results)
+    assert sorted(body for _, body in replayed(tmp_path)) == sorted(copies)
+
+
+def test_a_failed_sync_seen_during_a_roll_fails_the_group_that_rolled(
+    tmp_path: Path, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The syncer's failed sync is taken by a roll in the middle of the next group's write: that
+    group fails too, never written on and synced on the loop as if the journal were sound."""
+    monkeypatch.setattr(journal_module, "make_syncer", ThreadSyncer)
+    real_fdatasync = os.fdatasync
+
+    def failing_on_the_syncer(fd: int) -> None:
+        if threading.current_thread().name == "journal-sync":
+            raise OSError(errno.EIO, "Input/output error")
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing_on_the_syncer)
+    inline = [False]
+    collector = LoopCollector()
+    journal = loop_journal(
+        tmp_path,
+        collector,
+        loop_thread,
+        inline_ok=lambda: inline[0],
+        max_file_size=100,
+        preallocate_bytes=0,
+    )
+    loop_thread.call(lambda: journal.append(RecordType.ENTRY, entry(1, 0, b"x" * 200), "first"))
+
+    def second_before_the_report() -> None:
+        for _ in range(3000):  # bounded: until the failed sync has run
+            if journal._syncer.idle:
+                break
+            time.sleep(0.001)
+        inline[0] = True
+        journal.append(RecordType.ENTRY, entry(1, 1, b"y" * 200), "second")
+        journal._flush()  # now, before the loop takes the syncer's report (its roll does)
+
+    loop_thread.call(second_before_the_report)
+    collector.wait_for(2)
+    loop_thread.call(journal.close)
+    monkeypatch.undo()
+    assert [token for token, _ in collector.results] == ["first", "second"]
+    assert all(isinstance(error, JournalError) for _, error in collector.results)

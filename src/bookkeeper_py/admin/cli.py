@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from bookkeeper_py.admin import CommandError, autorecovery_commands, log_commands, spark_commands
@@ -112,6 +113,11 @@ def _bookie_directories(args: argparse.Namespace) -> None:
 
     storage = build(_shell_conf(args)).storage
     if needs_ledger:
+        if len(storage.ledger_directories) > 1:
+            raise CommandError(
+                f"the bookie has {len(storage.ledger_directories)} ledger directories "
+                f"({', '.join(storage.ledger_directories)}): name one with --ledger-dir"
+            )
         args.ledger_dir = storage.ledger_directory
     if needs_journal:
         journals = list(storage.journal_directories)
@@ -749,6 +755,23 @@ def _cmd_check_ledgers_index(args: argparse.Namespace) -> None:
     print(f"ledgers index of {args.ledger_dir}: {report.ledgers} ledger states, all readable")
 
 
+def _ledgers_of_directory(args: argparse.Namespace) -> Callable[[int], bool]:
+    """Which ledgers the ledger directory given keeps: with ``shell --conf`` naming several,
+    those of id mod n its place (the journals hold every directory's ledgers); else all."""
+    if not getattr(args, "shell_conf", None):
+        return lambda _ledger_id: True
+    from bookkeeper_py.server.config import build
+
+    directories = [os.path.realpath(d) for d in build(_shell_conf(args)).storage.ledger_directories]
+    place = os.path.realpath(args.ledger_dir)
+    if place not in directories:
+        raise CommandError(
+            f"{args.ledger_dir} is none of the bookie's ledger directories ({', '.join(directories)})"
+        )
+    count, index = len(directories), directories.index(place)
+    return lambda ledger_id: ledger_id % count == index
+
+
 def _rebuild_index(args: argparse.Namespace, *, locations: bool, ledgers: bool) -> None:
     from bookkeeper_py.storage.index_rebuild import rebuild_index
 
@@ -758,6 +781,7 @@ def _rebuild_index(args: argparse.Namespace, *, locations: bool, ledgers: bool) 
         journals,
         locations=locations or args.all,
         ledgers=ledgers or args.all,
+        owns=_ledgers_of_directory(args),
         progress=(lambda line: print(line, flush=True)) if args.verbose_rebuild else lambda _: None,
     )
     for problem in report.problems:

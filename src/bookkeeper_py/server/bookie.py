@@ -220,8 +220,8 @@ class Bookie:
         )
         gauge(
             "bookie_ledger_writable_dirs",
-            "ledger directories with room for writes (this bookie has one)",
-            lambda: 0.0 if self.disk_full else 1.0,
+            "ledger directories with room for writes",
+            self._writable_ledger_dirs,
         )
         gauge(
             "bookkeeper_server_READ_ENTRY_BLOCKED",
@@ -1018,6 +1018,20 @@ class Bookie:
             done(*future.result())
 
         self._loop.run_in_executor(None, scan).add_done_callback(answer)
+
+    def _writable_ledger_dirs(self) -> float:
+        """Ledger directories under diskUsageThreshold at the last disk check (none once a
+        write ran out of space)."""
+        if self.engine.out_of_space:
+            return 0.0
+        limit = self.disk.thresholds.usage_threshold
+        return float(
+            sum(
+                1
+                for directory in self.config.storage.ledger_directories
+                if self.disk.usages.get(directory, 0.0) < limit
+            )
+        )
 
     def disk_info(self) -> tuple[int, int]:
         """(total, free) bytes of the ledger disks (each file system counted once)."""

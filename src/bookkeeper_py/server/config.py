@@ -715,8 +715,10 @@ def build(values: dict[str, Any]) -> BookieConfig:
     journals = [os.path.abspath(directory) for directory in journals]
     ledgers = values["ledgerDirectories"] or [os.path.join(os.path.dirname(journals[0]), "ledgers")]
     ledgers = [os.path.abspath(directory) for directory in ledgers]
-    if len(set(ledgers)) != len(ledgers):
-        raise ConfigError(f"ledgerDirectories names a directory twice: {', '.join(ledgers)}")
+    if len({os.path.realpath(directory) for directory in ledgers}) != len(ledgers):
+        raise ConfigError(
+            f"ledgerDirectories names a directory twice (links resolved): {', '.join(ledgers)}"
+        )
     log_size_limit = int(positive("logSizeLimit") * MiB)
     if log_size_limit >= 2**32:
         raise ConfigError(

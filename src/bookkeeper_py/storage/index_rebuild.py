@@ -134,10 +134,13 @@ def rebuild_index(
     locations: bool,
     ledgers: bool,
     progress: Callable[[str], None] = lambda line: None,
+    owns: Callable[[int], bool] = lambda ledger_id: True,
 ) -> IndexReport:
     """Builds a new index with the entry locations (``locations``) and ledger states
     (``ledgers``) made from the entry logs and journals, the other part copied from the index
-    there (if it reads), and swaps it in (see the module). Returns what it found."""
+    there (if it reads), and swaps it in (see the module). ``owns(ledger)``: whether this
+    directory keeps that ledger (a bookie with several ledger directories: the journals hold
+    all of theirs). Returns what it found."""
     check_ledger_directory(ledger_directory)
     for directory in journal_directories:
         check_journal_directory(directory)
@@ -152,7 +155,7 @@ def rebuild_index(
         ]
     )
     try:
-        return _rebuild(ledger_directory, journal_directories, locations, ledgers, progress)
+        return _rebuild(ledger_directory, journal_directories, locations, ledgers, progress, owns)
     finally:
         locks.release()
 
@@ -172,6 +175,7 @@ def _rebuild(
     locations: bool,
     ledgers: bool,
     progress: Callable[[str], None],
+    owns: Callable[[int], bool],
 ) -> IndexReport:
     report = IndexReport()
     old = _old_index(ledger_directory)
@@ -191,7 +195,11 @@ def _rebuild(
         new = LedgerIndex(temp)
         try:
             if ledgers:
-                states = _journal_states(journal_directories, report)
+                states = {
+                    ledger_id: state
+                    for ledger_id, state in _journal_states(journal_directories, report).items()
+                    if owns(ledger_id)
+                }
                 for ledger_id in found:
                     states.setdefault(ledger_id, _fresh_state())
                 progress(f"{len(states)} ledgers found")

@@ -395,11 +395,17 @@ class ThreadSyncer:
         while self._busy or self._requested != self._synced:
             self._cond.wait()
 
+    def _check_open(self) -> None:
+        if self._thread is None:
+            raise ValueError("the journal syncer is closed")
+
     def drain(self) -> None:
+        self._check_open()
         with self._cond:
             self._wait_idle()
 
     def set_fd(self, fd: int) -> None:
+        self._check_open()
         with self._cond:
             self._wait_idle()
             self._fd = fd
@@ -413,6 +419,7 @@ class ThreadSyncer:
             self._cond.notify_all()
         thread.join()
         os.close(self.eventfd)
+        self.eventfd = -1
 
 
 def make_syncer(fd: int) -> Any:
@@ -542,10 +549,10 @@ class Journal:
             self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
             self._thread.start()
             return
-        self._writing = True
         if self._sync_data:
             self._syncer = make_syncer(self._fd)
             self._call_on_loop(lambda: loop.add_reader(self._syncer.eventfd, self._take_synced))
+        self._writing = True
 
     @property
     def failure(self) -> Exception | None:
@@ -662,6 +669,8 @@ class Journal:
         (``everything``: all of them, at close)."""
         self._flush_handle = None
         since = self._gathered_at
+        if self._failure is not None:
+            everything = True  # nothing more is written: every record waiting fails now
         batch, self._gather = self._gather, []
         self._gathered_bytes = 0
         carries = bool(self._background) and (
@@ -763,10 +772,10 @@ class Journal:
             self._on_synced(tokens, self._failure)
         elif tokens or records:
             self._done(tokens, records, end)
-        if idle_work and self._writing and self._flush_handle is None and self._failure is None:
+        if idle_work and self._writing and self._flush_handle is None:
             if self._background:
-                self._flush_soon()
-            elif not unsynced and not self._gather:
+                self._flush_soon()  # the next copies (or, after a failure, their failure)
+            elif not unsynced and not self._gather and self._failure is None:
                 self._zeros_ahead_on_loop()
 
     def _fail(self, error: OSError) -> None:
@@ -784,11 +793,15 @@ class Journal:
             self._ask_sync([], 0, time.monotonic())
 
     def _roll_on_loop(self) -> None:
+        if not self._writing:
+            return  # closed since the roll was asked for
         if self._failure is None and self._size > FILE_HEADER.size:
             try:
                 self._roll(self._file_id + 1)
             except OSError as error:
                 log.warning("journal: cannot start a new file to free space: %s", error)
+        if self._background and self._flush_handle is None:
+            self._flush_soon()  # the roll took the syncer's signal these were waiting for
 
     # -- written by the journal thread ---------------------------------------------------------
 
@@ -905,6 +918,9 @@ class Journal:
                     )
                     self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
                     return None
+                if self._failure is not None:  # the roll took a failed sync's report
+                    self._on_synced(tokens, self._failure)
+                    return None
             pieces = _group_pieces(batch)
             total = sum(map(len, pieces))
             try:
@@ -1020,6 +1036,8 @@ class Journal:
         """Writes and syncs every record gathered, then stops the syncer."""
         if self._flush_handle is not None:
             self._flush_handle.cancel()
+        else:
+            self._gathered_at = time.monotonic()
         self._flush(everything=True)
         self._writing = False
         syncer = self._syncer
