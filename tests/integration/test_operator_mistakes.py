@@ -3,6 +3,7 @@ nothing: a second bookie on a live bookie's directories, or under a live bookie'
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -29,14 +30,17 @@ from .test_cli_errors import bookkeeper, one_line_error
 PASSWORD = b"pw"
 
 
-def snapshot(directory: str) -> dict[str, tuple[int, int]]:
-    """(size, mtime_ns) of every file under ``directory`` but the lock file's own content."""
+def snapshot(directory: str) -> dict[str, tuple[int, str]]:
+    """(size, SHA-256) of every file under ``directory``. Contents, not modification times: the
+    live bookie's idle journal writes zeros ahead of its records over preallocated zeros, which
+    moves the file's mtime and changes no byte."""
     found = {}
     for root, _, names in os.walk(directory):
         for name in names:
             path = os.path.join(root, name)
-            stat = os.stat(path)
-            found[os.path.relpath(path, directory)] = (stat.st_size, stat.st_mtime_ns)
+            with open(path, "rb") as file:
+                digest = hashlib.file_digest(file, "sha256").hexdigest()
+            found[os.path.relpath(path, directory)] = (os.path.getsize(path), digest)
     return found
 
 
