@@ -11,9 +11,14 @@ BookKeeper's, with its scope prefixes (``bookkeeper_server_``, ``bookie_``, ``bo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Protocol
+
+# Labels of one series, besides the ones a kind of metric adds itself (``success``,
+# ``quantile``): BookKeeper's ``journalIndex``, ``ledgerDir`` and ``indexDir``, ``bookie``. The
+# series of one name must all have the same label names.
+Labels = Mapping[str, str] | None
 
 LATENCY_BUCKETS_S = (
     0.0001,
@@ -46,18 +51,32 @@ class OpStats(Protocol):
 
     def failure(self, seconds: float) -> None: ...
 
+    def successes(self, seconds: float, count: int) -> None:
+        """``count`` successes that each took ``seconds`` (the records of one journal group)."""
+        ...
+
 
 class Metrics(Protocol):
-    def counter(self, name: str, help_text: str) -> CounterMetric: ...
+    """Each method registers one series: a name with ``labels`` (none by default). A name
+    registered again with other label values is another series of the same metric; with the
+    same ones, an error."""
 
-    def op_stats(self, name: str, help_text: str, aliases: tuple[str, ...] = ()) -> OpStats:
+    def counter(self, name: str, help_text: str, labels: Labels = None) -> CounterMetric: ...
+
+    def op_stats(
+        self, name: str, help_text: str, aliases: tuple[str, ...] = (), labels: Labels = None
+    ) -> OpStats:
         """``aliases``: other names the same latencies are exported under (a span BookKeeper
         measures twice, where this bookie has one)."""
         ...
 
-    def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None: ...
+    def gauge_function(
+        self, name: str, help_text: str, read: Callable[[], float], labels: Labels = None
+    ) -> None: ...
 
-    def counter_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+    def counter_function(
+        self, name: str, help_text: str, read: Callable[[], float], labels: Labels = None
+    ) -> None:
         """A counter whose value ``read()`` gives at scrape time (a count kept elsewhere)."""
         ...
 
@@ -74,20 +93,29 @@ class _NullOpStats:
     def failure(self, seconds: float) -> None:
         pass
 
+    def successes(self, seconds: float, count: int) -> None:
+        pass
+
 
 class NullMetrics:
     """Records nothing: the default where no one scrapes."""
 
-    def counter(self, name: str, help_text: str) -> CounterMetric:
+    def counter(self, name: str, help_text: str, labels: Labels = None) -> CounterMetric:
         return _NullCounter()
 
-    def op_stats(self, name: str, help_text: str, aliases: tuple[str, ...] = ()) -> OpStats:
+    def op_stats(
+        self, name: str, help_text: str, aliases: tuple[str, ...] = (), labels: Labels = None
+    ) -> OpStats:
         return _NullOpStats()
 
-    def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+    def gauge_function(
+        self, name: str, help_text: str, read: Callable[[], float], labels: Labels = None
+    ) -> None:
         pass
 
-    def counter_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+    def counter_function(
+        self, name: str, help_text: str, read: Callable[[], float], labels: Labels = None
+    ) -> None:
         pass
 
 
@@ -96,8 +124,9 @@ def attribute_gauges(
 ) -> None:
     """Gauges that read numeric attributes of ``owner``: (name, help text, attribute) each."""
     for name, help_text, attribute in gauges:
-        metrics.gauge_function(name, help_text, partial(_read_number, owner, attribute))
+        metrics.gauge_function(name, help_text, partial(read_attribute, owner, attribute))
 
 
-def _read_number(owner: object, attribute: str) -> float:
+def read_attribute(owner: object, attribute: str) -> float:
+    """``owner.attribute`` as a float (with ``functools.partial``: a gauge's reader)."""
     return float(getattr(owner, attribute))

@@ -18,10 +18,15 @@ import math
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
-from bookkeeper_py.metrics import LATENCY_BUCKETS_S, CounterMetric, OpStats
+from bookkeeper_py.metrics import LATENCY_BUCKETS_S, CounterMetric, Labels, OpStats
 
 STYLES = ("histograms", "bookkeeper")
 QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)  # BookKeeper's, labelled as Java prints
@@ -48,6 +53,10 @@ class _Buckets:
     def observe(self, seconds: float) -> None:
         self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
         self.total += seconds
+
+    def observe_many(self, seconds: float, count: int) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += count
+        self.total += seconds * count
 
     def cumulative(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -85,6 +94,18 @@ class _Window:
         self.count += 1
         self.total += seconds
 
+    def observe_many(self, seconds: float, count: int) -> None:
+        index = (
+            int(math.log(seconds / _WINDOW_FLOOR_S) * _WINDOW_SCALE)
+            if seconds > _WINDOW_FLOOR_S
+            else 0
+        )
+        self.current[index if index < _WINDOW_BUCKETS else _WINDOW_BUCKETS - 1] += count
+        if seconds > self.max:
+            self.max = seconds
+        self.count += count
+        self.total += seconds * count
+
     def roll(self, now: float, rollover_s: float) -> None:
         if now - self.started >= rollover_s:
             self.finished = (self.current, self.max)
@@ -120,47 +141,49 @@ class _PrometheusOpStats:
     """An operation's latencies by outcome: a histogram in seconds (``histograms`` style) or
     BookKeeper's windowed summary (``bookkeeper`` style)."""
 
-    __slots__ = ("_aliases", "_failure", "_help", "_name", "_success", "failure", "success")
+    __slots__ = ("_failure", "_success", "failure", "success")
 
-    def __init__(self, name: str, help_text: str, style: str, aliases: tuple[str, ...]) -> None:
-        self._name, self._help, self._aliases = name, help_text, aliases
+    def __init__(self, style: str) -> None:
         self._success: _Buckets | _Window = _Window() if style == "bookkeeper" else _Buckets()
         self._failure: _Buckets | _Window = _Window() if style == "bookkeeper" else _Buckets()
         self.success: Callable[[float], None] = self._success.observe
         self.failure: Callable[[float], None] = self._failure.observe
 
-    def collect(self) -> Iterator[HistogramMetricFamily]:
-        for name in (self._name, *self._aliases):
-            family = HistogramMetricFamily(name, self._help, labels=["success"])
-            for label, buckets in (("true", self._success), ("false", self._failure)):
-                assert isinstance(buckets, _Buckets)
-                family.add_metric([label], buckets.cumulative(), buckets.total)
-            yield family
+    def successes(self, seconds: float, count: int) -> None:
+        self._success.observe_many(seconds, count)
 
-    def bookkeeper_lines(self, now: float, rollover_s: float) -> list[str]:
+    def add_to(self, family: HistogramMetricFamily, values: list[str]) -> None:
+        for label, buckets in (("true", self._success), ("false", self._failure)):
+            assert isinstance(buckets, _Buckets)
+            family.add_metric([label, *values], buckets.cumulative(), buckets.total)
+
+    def roll(self, now: float, rollover_s: float) -> None:
+        """Ends the windows once ``rollover_s`` passed (once a scrape: aliases share them)."""
+        for window in (self._failure, self._success):
+            assert isinstance(window, _Window)
+            window.roll(now, rollover_s)
+
+    def bookkeeper_rows(self, labels: str) -> list[str]:
         rows: list[str] = []
         for label, window in (("false", self._failure), ("true", self._success)):
             assert isinstance(window, _Window)
-            window.roll(now, rollover_s)
             for quantile, value in zip(QUANTILES, window.quantiles_ms(), strict=True):
-                rows.append(f'{{success="{label}",quantile="{quantile!r}"}} {_number(value)}')
-            rows.append(f'_count{{success="{label}"}} {window.count}')
-            rows.append(f'_sum{{success="{label}"}} {_number(window.total * 1000.0)}')
-        lines = []
-        for name in (self._name, *self._aliases):
-            lines.append(f"# TYPE {name} summary")
-            lines += [name + row for row in rows]
-        return lines
+                rows.append(
+                    f'{{success="{label}",quantile="{quantile!r}"{labels}}} {_number(value)}'
+                )
+            rows.append(f'_count{{success="{label}"{labels}}} {window.count}')
+            rows.append(f'_sum{{success="{label}"{labels}}} {_number(window.total * 1000.0)}')
+        return rows
 
 
 class _PrometheusCounter:
-    """A counter without a lock (see ``_Buckets``): ``<name>_total`` in the ``histograms``
-    style, ``<name>`` in BookKeeper's. Its value is kept here, or (``read``) elsewhere."""
+    """A counter without a lock (see ``_Buckets``). Its value is kept here, or (``read``)
+    elsewhere."""
 
-    __slots__ = ("_help", "_name", "_read", "value")
+    __slots__ = ("_read", "value")
 
-    def __init__(self, name: str, help_text: str, read: Callable[[], float] | None = None) -> None:
-        self._name, self._help, self._read = name, help_text, read
+    def __init__(self, read: Callable[[], float] | None = None) -> None:
+        self._read = read
         self.value = 0.0
 
     def inc(self, amount: float = 1) -> None:
@@ -169,12 +192,6 @@ class _PrometheusCounter:
     def current(self) -> float:
         return float(self._read()) if self._read is not None else self.value
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily(self._name, self._help, value=self.current())
-
-    def bookkeeper_lines(self) -> list[str]:
-        return [f"# TYPE {self._name} counter", f"{self._name} {_number(self.current())}"]
-
 
 def _number(value: float) -> str:
     if math.isnan(value):
@@ -182,6 +199,64 @@ def _number(value: float) -> str:
     if value == int(value) and abs(value) < 2**53:
         return str(int(value))
     return repr(value)
+
+
+def _label_value(value: str) -> str:
+    """A label value escaped as the text format wants it."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+_Series = _PrometheusOpStats | _PrometheusCounter | Callable[[], float]
+
+
+class _Family:
+    """The series of one metric name: its kind, help text, label names, and each series' label
+    values with what records or reads it."""
+
+    __slots__ = ("help", "kind", "label_names", "name", "series")
+
+    def __init__(self, name: str, kind: str, help_text: str, label_names: tuple[str, ...]):
+        self.name, self.kind, self.help, self.label_names = name, kind, help_text, label_names
+        self.series: dict[tuple[str, ...], _Series] = {}
+
+    def metric(self) -> Metric:
+        """The family for ``prometheus_client`` (``histograms`` style)."""
+        names = list(self.label_names)
+        if self.kind == "summary":
+            histogram = HistogramMetricFamily(self.name, self.help, labels=["success", *names])
+            for values, stats in self.series.items():
+                assert isinstance(stats, _PrometheusOpStats)
+                stats.add_to(histogram, list(values))
+            return histogram
+        if self.kind == "counter":
+            counters = CounterMetricFamily(self.name, self.help, labels=names)
+            for values, counter in self.series.items():
+                assert isinstance(counter, _PrometheusCounter)
+                counters.add_metric(list(values), counter.current())
+            return counters
+        gauges = GaugeMetricFamily(self.name, self.help, labels=names)
+        for values, read in self.series.items():
+            assert callable(read) and not isinstance(read, _PrometheusCounter)
+            gauges.add_metric(list(values), float(read()))
+        return gauges
+
+    def bookkeeper_lines(self) -> list[str]:
+        """The family as BookKeeper's provider writes it (``bookkeeper`` style)."""
+        lines = [f"# TYPE {self.name} {self.kind}"]
+        for values, series in self.series.items():
+            pairs = [
+                f'{name}="{_label_value(value)}"'
+                for name, value in zip(self.label_names, values, strict=True)
+            ]
+            if isinstance(series, _PrometheusOpStats):
+                labels = "".join("," + pair for pair in pairs)
+                rows = series.bookkeeper_rows(labels)
+                lines += [self.name + row for row in rows]
+                continue
+            value = series.current() if isinstance(series, _PrometheusCounter) else series()
+            selector = "{" + ",".join(pairs) + "}" if pairs else ""
+            lines.append(f"{self.name}{selector} {_number(float(value))}")
+        return lines
 
 
 class PrometheusMetrics:
@@ -194,57 +269,73 @@ class PrometheusMetrics:
         self.style = style
         self.rollover_s = rollover_s
         self.registry = CollectorRegistry()
-        ProcessCollector(registry=self.registry)
-        self._gauges: list[tuple[str, Callable[[], float]]] = []
-        self._counters: list[_PrometheusCounter] = []
-        self._op_stats: list[_PrometheusOpStats] = []
+        process = ProcessCollector(registry=self.registry)
+        self._process_only = CollectorRegistry()  # process_* alone, for BookKeeper's style
+        self._process_only.register(process)
+        self._families: dict[str, _Family] = {}  # in registration order
+        self.registry.register(self)
 
-    def counter(self, name: str, help_text: str) -> CounterMetric:
-        counter = _PrometheusCounter(name, help_text)
-        self.registry.register(counter)
-        self._counters.append(counter)
+    def _add(self, name: str, kind: str, help_text: str, labels: Labels, series: _Series) -> None:
+        pairs = sorted((labels or {}).items())
+        label_names = tuple(name for name, _ in pairs)
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = _Family(name, kind, help_text, label_names)
+        elif family.kind != kind or family.label_names != label_names:
+            raise ValueError(
+                f"metric {name} is already a {family.kind} labelled "
+                f"{list(family.label_names)}: it cannot also be a {kind} labelled "
+                f"{list(label_names)}"
+            )
+        values = tuple(value for _, value in pairs)
+        if values in family.series:
+            raise ValueError(f"metric {name} {dict(pairs)} is registered twice")
+        family.series[values] = series
+
+    def counter(self, name: str, help_text: str, labels: Labels = None) -> CounterMetric:
+        counter = _PrometheusCounter()
+        self._add(name, "counter", help_text, labels, counter)
         return counter
 
-    def op_stats(self, name: str, help_text: str, aliases: tuple[str, ...] = ()) -> OpStats:
-        stats = _PrometheusOpStats(name, help_text, self.style, aliases)
-        if self.style == "histograms":
-            self.registry.register(stats)
-        self._op_stats.append(stats)
+    def op_stats(
+        self, name: str, help_text: str, aliases: tuple[str, ...] = (), labels: Labels = None
+    ) -> OpStats:
+        stats = _PrometheusOpStats(self.style)
+        for exported in (name, *aliases):
+            self._add(exported, "summary", help_text, labels, stats)
         return stats
 
-    def gauge_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
-        Gauge(name, help_text, registry=self.registry).set_function(read)
-        self._gauges.append((name, read))
+    def gauge_function(
+        self, name: str, help_text: str, read: Callable[[], float], labels: Labels = None
+    ) -> None:
+        self._add(name, "gauge", help_text, labels, read)
 
-    def counter_function(self, name: str, help_text: str, read: Callable[[], float]) -> None:
-        counter = _PrometheusCounter(name, help_text, read)
-        self.registry.register(counter)
-        self._counters.append(counter)
+    def counter_function(
+        self, name: str, help_text: str, read: Callable[[], float], labels: Labels = None
+    ) -> None:
+        self._add(name, "counter", help_text, labels, _PrometheusCounter(read))
+
+    def collect(self) -> Iterator[Metric]:
+        """This registry's own metrics for ``prometheus_client`` (the ``histograms`` style)."""
+        for family in list(self._families.values()):
+            yield family.metric()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric, in this registry's style."""
         if self.style == "histograms":
             return generate_latest(self.registry)
         now = time.monotonic()
+        families = list(self._families.values())
+        rolled: set[int] = set()
+        for family in families:
+            for series in list(family.series.values()):
+                if isinstance(series, _PrometheusOpStats) and id(series) not in rolled:
+                    rolled.add(id(series))
+                    series.roll(now, self.rollover_s)
         lines: list[str] = []
-        for name, read in self._gauges:
-            lines += [f"# TYPE {name} gauge", f"{name} {_number(float(read()))}"]
-        for counter in self._counters:
-            lines += counter.bookkeeper_lines()
-        for stats in self._op_stats:
-            lines += stats.bookkeeper_lines(now, self.rollover_s)
-        process = generate_latest(_ProcessOnly(self.registry)).decode()
+        for kind in ("gauge", "counter", "summary"):
+            for family in families:
+                if family.kind == kind:
+                    lines += family.bookkeeper_lines()
+        process = generate_latest(self._process_only).decode()
         return ("\n".join(lines) + "\n").encode() + process.encode()
-
-
-class _ProcessOnly(CollectorRegistry):
-    """The process collector's metrics of a registry, alone (``process_*``)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__()
-        self._source = registry
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._source.collect():
-            if family.name.startswith("process_"):
-                yield family

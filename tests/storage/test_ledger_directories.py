@@ -6,9 +6,13 @@ directory, and a bookie started on two directories serves and restarts."""
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from bookkeeper_py import BookKeeper
+from bookkeeper_py.storage.gc import GcConfig
 from bookkeeper_py.storage.index import LedgerIndex
 from bookkeeper_py.storage.last_log_mark import FILE_NAME, read_mark
 from bookkeeper_py.testing import LocalCluster
@@ -60,15 +64,27 @@ def test_ledgers_are_spread_by_id_and_replayed_into_their_directory(tmp_path: Pa
         assert indexed_ledgers(directory) == [lid for lid in LEDGERS if lid % 2 == number]
 
 
-def engine_gc_config():  # type: ignore[no-untyped-def]
-    from bookkeeper_py.storage.gc import GcConfig
-
+def engine_gc_config() -> GcConfig:
     return GcConfig(gc_wait_time_s=3600)
 
 
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The bookie's /metrics: (sample name, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_a_bookie_on_two_ledger_directories(tmp_path: Path) -> None:
+    """... and two journals: its metrics are labelled per journal (``journalIndex``) and per
+    ledger directory (``ledgerDir``, ``indexDir``), as BookKeeper's."""
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     args = ["--ledger-dir", dirs[0], "--ledger-dir", dirs[1]]
+    args += ["--journal-dir", str(tmp_path / "journal2"), "--metrics-style", "bookkeeper"]
     with LocalCluster(1, bookie_args=args) as local:
         with BookKeeper(local.metadata_uri) as client:
             ledgers = []
@@ -78,7 +94,28 @@ def test_a_bookie_on_two_ledger_directories(tmp_path: Path) -> None:
                     handle.add_entry(b"entry %d" % number)
                 handle.close()
                 ledgers.append(handle.ledger_id)
+        samples = scrape(local.bookies[0].http_port)
+        for journal in (0, 1):  # each ledger's records go to journal ledgerId mod 2
+            records = 4 + 10 * sum(1 for lid in ledgers if lid % 2 == journal)  # keys, fences
+            labels = (("journalIndex", str(journal)), ("success", "true"))
+            for name in ("JOURNAL_ADD_ENTRY", "JOURNAL_QUEUE_LATENCY"):
+                assert samples[(f"bookie_journal_{name}_count", labels)] >= records - 4
+            assert samples[("bookie_journal_JOURNAL_SYNC_count", labels)] >= 1
+            queued = ("bookie_journal_JOURNAL_QUEUE_SIZE", (("journalIndex", str(journal)),))
+            assert samples[queued] == 0
         local.restart_bookie(0)
+        samples = scrape(local.bookies[0].http_port)
+        for number, directory in enumerate(dirs):  # indexed by the stop's checkpoint
+            labels = (("indexDir", directory), ("ledgerDir", directory))
+            assert samples[("bookie_ledgers_count", labels)] == sum(
+                1 for lid in ledgers if lid % 2 == number
+            )
+            assert samples[("bookie_entries_count", labels)] == 10 * sum(
+                1 for lid in ledgers if lid % 2 == number
+            )
+            # (Prometheus's parser names a counter's sample <name>_total)
+            assert samples[("bookie_MAJOR_COMPACTION_TOTAL_total", labels)] == 0
+            assert samples[("bookie_write_cache_size", labels)] == 0
         with BookKeeper(local.metadata_uri) as client:
             for ledger_id in ledgers:
                 reader = client.open_ledger(ledger_id)

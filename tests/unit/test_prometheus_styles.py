@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 
 import pytest
 
@@ -92,3 +93,55 @@ def test_histograms_style_and_bad_style() -> None:
     assert value(rendered, "bookie_READ_BYTES_total") == 5
     with pytest.raises(ValueError, match="histograms, bookkeeper"):
         PrometheusMetrics("summaries")
+
+
+@pytest.mark.parametrize("style", ["histograms", "bookkeeper"])
+def test_labelled_series_of_one_name_form_one_metric(style: str) -> None:
+    """Series registered under one name with other label values (a journal each, a ledger
+    directory each) are one metric: one TYPE line, a sample per series, parsed back as such."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = PrometheusMetrics(style, rollover_s=0)
+    journals = [
+        metrics.op_stats("bookie_journal_JOURNAL_SYNC", "syncs", labels={"journalIndex": str(i)})
+        for i in range(2)
+    ]
+    journals[0].success(0.001)
+    journals[1].successes(0.002, 3)  # a group of three records
+    odd = 'C:\\data "x"\nnew'  # escaped in the text format
+    for directory, count in (("/d0", 4.0), (odd, 7.0)):
+        metrics.gauge_function(
+            "bookie_ledgers_count", "ledgers", partial(float, count), {"ledgerDir": directory}
+        )
+    metrics.counter("bookie_WRITE_BYTES", "bytes").inc(5)
+    text = metrics.render().decode()
+    assert text.count("# TYPE bookie_ledgers_count gauge") == 1
+    assert text.count("# TYPE bookie_journal_JOURNAL_SYNC ") == 1
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert samples[("bookie_ledgers_count", (("ledgerDir", "/d0"),))] == 4
+    assert samples[("bookie_ledgers_count", (("ledgerDir", odd),))] == 7
+    for index, count, total_s in ((0, 1, 0.001), (1, 3, 0.006)):
+        labels = (("journalIndex", str(index)), ("success", "true"))
+        assert samples[("bookie_journal_JOURNAL_SYNC_count", labels)] == count
+        scale = 1000.0 if style == "bookkeeper" else 1.0  # ms there, s here
+        assert samples[("bookie_journal_JOURNAL_SYNC_sum", labels)] == pytest.approx(
+            total_s * scale
+        )
+    if style == "bookkeeper":
+        p50 = (("journalIndex", "1"), ("quantile", "0.5"), ("success", "true"))
+        assert samples[("bookie_journal_JOURNAL_SYNC", p50)] == pytest.approx(2.0, rel=0.02)
+
+
+def test_a_series_registered_twice_or_with_other_label_names_is_refused() -> None:
+    metrics = PrometheusMetrics()
+    metrics.gauge_function("bookie_ledgers_count", "ledgers", lambda: 1.0, {"ledgerDir": "/a"})
+    with pytest.raises(ValueError, match=r"bookie_ledgers_count \{'ledgerDir': '/a'\} is regist"):
+        metrics.gauge_function("bookie_ledgers_count", "ledgers", lambda: 2.0, {"ledgerDir": "/a"})
+    with pytest.raises(ValueError, match="already a gauge labelled \\['ledgerDir'\\]"):
+        metrics.gauge_function("bookie_ledgers_count", "ledgers", lambda: 2.0)
+    with pytest.raises(ValueError, match="cannot also be a counter"):
+        metrics.counter("bookie_ledgers_count", "ledgers", {"ledgerDir": "/b"})

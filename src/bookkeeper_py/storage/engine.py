@@ -29,14 +29,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bookkeeper_py.metrics import Metrics, NullMetrics
+from bookkeeper_py.metrics import Metrics, NullMetrics, read_attribute
 from bookkeeper_py.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
 from bookkeeper_py.storage.journal import (
     FILE_HEADER,
     Callback,
     Journal,
+    JournalStats,
     RecordType,
     list_journal_ids,
     replay,
@@ -215,12 +217,6 @@ class StorageEngine:
     ) -> None:
         self.config = config
         self.metrics: Metrics = metrics or NullMetrics()
-        sync_stats = self.metrics.op_stats(
-            "bookie_journal_JOURNAL_SYNC", "journal fdatasync latency (s)"
-        )
-        add_stats = self.metrics.op_stats(
-            "bookie_journal_JOURNAL_ADD_ENTRY", "journal records, appended to durable (s)"
-        )
         self._checkpoint_stats = self.metrics.op_stats(
             "bookie_CHECKPOINT", "checkpoint latency (s)"
         )
@@ -253,12 +249,11 @@ class StorageEngine:
                 sync_data=config.journal_sync_data,
                 preallocate_bytes=config.journal_preallocate_bytes,
                 max_group_wait_s=config.journal_max_group_wait_s,
-                sync_stats=sync_stats,
-                add_stats=add_stats,
                 on_rolled=self.request_checkpoint,
                 remove_from_page_cache=config.journal_remove_from_page_cache,
+                stats=JournalStats.of(self.metrics, {"journalIndex": str(index)}),
             )
-            for directory in config.journal_directories
+            for index, directory in enumerate(config.journal_directories)
         ]
         self._stopping = threading.Event()
         self._pace_s = config.flush_interval_s * config.checkpoint_pace
@@ -273,36 +268,48 @@ class StorageEngine:
         # acknowledged are gone, so its answers of absence cannot be trusted until repaired.
         self.lost_journal_tails: list[str] = []
         self.gcs: list[GarbageCollector] = []  # one per ledger directory, once started
-        self.metrics.gauge_function(
-            "bookie_journal_JOURNAL_QUEUE_SIZE",
-            "records queued for the journals",
-            lambda: float(sum(journal.queued for journal in self.journals)),
-        )
-        self.metrics.gauge_function(
-            "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
-            "records written to the journals and waiting for their sync",
-            lambda: float(sum(journal.unsynced_records for journal in self.journals)),
-        )
-        # BookKeeper's DbLedgerStorage names (dashboards read these)
-        self.metrics.gauge_function(
+        # Per journal (BookKeeper's journalIndex label) and per ledger directory (its ledgerDir
+        # and indexDir labels: one DbLedgerStorage each there, one LedgerStorage here).
+        for index, journal in enumerate(self.journals):
+            labels = {"journalIndex": str(index)}
+            self.metrics.gauge_function(
+                "bookie_journal_JOURNAL_QUEUE_SIZE",
+                "records queued for the journal",
+                partial(read_attribute, journal, "queued"),
+                labels,
+            )
+            self.metrics.gauge_function(
+                "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
+                "records written to the journal and waiting for their sync",
+                partial(read_attribute, journal, "unsynced_records"),
+                labels,
+            )
+        for index, storage in enumerate(self.storages):
+            self._directory_metrics(index, storage)
+
+    def _directory_metrics(self, index: int, storage: LedgerStorage) -> None:
+        """The metrics of ledger directory ``index``: BookKeeper's DbLedgerStorage and GC names
+        (dashboards read these), labelled as there."""
+        labels = {"ledgerDir": storage.directory, "indexDir": storage.directory}
+        gauge = self.metrics.gauge_function
+        gauge(
             "bookie_write_cache_size",
             "bytes in the write cache",
-            lambda: float(self.write_cache_bytes),
+            lambda: float(storage.write_cache_bytes + storage.flushing_bytes),
+            labels,
         )
-        self.metrics.gauge_function(
+        gauge(
             "bookie_read_cache_size",
             "bytes in a read cache: none here (reads go through the page cache): 0",
             lambda: 0.0,
+            labels,
         )
-        self.metrics.gauge_function(
-            "bookie_ledgers_count",
-            "ledgers in the index",
-            lambda: float(sum(storage.ledger_count() for storage in self.storages)),
-        )
-        self.metrics.gauge_function(
+        gauge("bookie_ledgers_count", "ledgers in the index", storage.ledger_count, labels)
+        gauge(
             "bookie_entries_count",
             "entry locations in the index",
-            lambda: float(sum(storage.index.counts()[1] for storage in self.storages)),
+            lambda: float(storage.index.counts()[1]),
+            labels,
         )
         for name, field_name in (
             ("bookie_RECLAIMED_DELETION_SPACE_BYTES", "reclaimed_deletion_bytes"),
@@ -310,15 +317,15 @@ class StorageEngine:
             ("bookie_MAJOR_COMPACTION_TOTAL", "major_compactions"),
             ("bookie_MINOR_COMPACTION_TOTAL", "minor_compactions"),
             ("bookie_DELETED_LEDGER_TOTAL", "ledgers_deleted"),
+            # its name before BookKeeper 4.16, which older dashboards read
+            ("bookie_DELETED_LEDGER_COUNT", "ledgers_deleted"),
         ):
             self.metrics.counter_function(
-                name, f"garbage collection: {field_name}", self._gc_figure(field_name)
+                name,
+                f"garbage collection: {field_name}",
+                self._gc_figure(index, field_name),
+                labels,
             )
-        self.metrics.counter_function(
-            "bookie_DELETED_LEDGER_COUNT",
-            "ledgers deleted by garbage collection (the name before BookKeeper 4.16)",
-            self._gc_figure("ledgers_deleted"),
-        )
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -403,8 +410,11 @@ class StorageEngine:
             entry_id = int(_LEDGER_ID.unpack_from(body, 8)[0])
             storage.add_entry(ledger_id, entry_id, bytes(body))
 
-    def _gc_figure(self, field_name: str) -> Callable[[], float]:
-        return lambda: float(sum(getattr(gc.stats, field_name) for gc in self.gcs))
+    def _gc_figure(self, index: int, field_name: str) -> Callable[[], float]:
+        """A figure of directory ``index``'s garbage collector (0 until it starts)."""
+        return lambda: (
+            float(getattr(self.gcs[index].stats, field_name)) if index < len(self.gcs) else 0.0
+        )
 
     @property
     def gc(self) -> GarbageCollector | None:

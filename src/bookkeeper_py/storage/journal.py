@@ -52,12 +52,13 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import crc32c
 
 from bookkeeper_py.errors import BKError
-from bookkeeper_py.metrics import OpStats
+from bookkeeper_py.metrics import Labels, Metrics, OpStats
 from bookkeeper_py.speedups import native
 from bookkeeper_py.storage.files import fsync_directory
 
@@ -114,6 +115,32 @@ class RecordType(enum.IntEnum):
 
 
 _VALID_TYPES = frozenset(int(t) for t in RecordType)
+
+
+@dataclass(frozen=True)
+class JournalStats:
+    """A journal's latencies, in BookKeeper's names (``bookie_journal_`` scope, labelled with
+    its ``journalIndex``)."""
+
+    sync: OpStats  # JOURNAL_SYNC: one fdatasync of the file
+    add: OpStats  # JOURNAL_ADD_ENTRY: a record, from its append to its durability
+    # JOURNAL_QUEUE_LATENCY: a record's wait before its group is written. Here the records of
+    # a loop pass wait for the pass's end: each is counted with the wait of the pass's first
+    # record. Not recorded by a journal thread (an engine without a bookie's loop).
+    queue_latency: OpStats
+
+    @classmethod
+    def of(cls, metrics: Metrics, labels: Labels = None) -> JournalStats:
+        def stats(name: str, help_text: str) -> OpStats:
+            return metrics.op_stats(f"bookie_journal_{name}", help_text, labels=labels)
+
+        return cls(
+            sync=stats("JOURNAL_SYNC", "journal fdatasync latency (s)"),
+            add=stats("JOURNAL_ADD_ENTRY", "journal records, appended to durable (s)"),
+            queue_latency=stats(
+                "JOURNAL_QUEUE_LATENCY", "journal records, appended to written (the pass's first)"
+            ),
+        )
 
 
 class JournalError(BKError):
@@ -450,10 +477,9 @@ class Journal:
         sync_data: bool = True,
         preallocate_bytes: int = 16 * 1024 * 1024,
         max_group_wait_s: float = 0.0,
-        sync_stats: OpStats | None = None,
-        add_stats: OpStats | None = None,
         on_rolled: Callable[[], None] | None = None,
         remove_from_page_cache: bool = True,
+        stats: JournalStats | None = None,
     ) -> None:
         self.directory = directory
         self._on_synced = on_synced
@@ -466,9 +492,10 @@ class Journal:
         # empty. 0 (our default) writes as soon as the queue is empty: records that arrive while
         # an fsync runs are grouped anyway, and waiting would only add latency to a lone writer.
         self._max_group_wait_s = max_group_wait_s
-        self._sync_stats = sync_stats
+        self._sync_stats = stats.sync if stats is not None else None
         # JOURNAL_ADD_ENTRY: each record's time from its append to its durability
-        self._add_stats = add_stats
+        self._add_stats = stats.add if stats is not None else None
+        self._queue_stats = stats.queue_latency if stats is not None else None
         self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
         # Bytes of the current file that hold records or written zeros (below _allocated).
         self._zeroed = 0
@@ -669,6 +696,8 @@ class Journal:
         (``everything``: all of them, at close)."""
         self._flush_handle = None
         since = self._gathered_at
+        if self._queue_stats is not None and self._gather:
+            self._queue_stats.successes(time.monotonic() - since, len(self._gather))
         if self._failure is not None:
             everything = True  # nothing more is written: every record waiting fails now
         batch, self._gather = self._gather, []
@@ -742,8 +771,7 @@ class Journal:
     def _record_adds(self, records: int, seconds: float) -> None:
         add = self._add_stats
         assert add is not None
-        for _ in range(records):
-            add.success(seconds)
+        add.successes(seconds, records)
 
     def _take_synced(self, idle_work: bool = True) -> None:
         """The syncer finished syncs (its eventfd is readable, or it was drained): the groups
