@@ -1,9 +1,10 @@
 """Issue 20 over real processes: AutoRecovery in the bookies brings a killed bookie's data back to
 full replication by itself (checked replica by replica), a bookie restarted within
 lostBookieRecoveryDelay causes nothing, the auditor is re-elected when its bookie dies, and the
-operator's recover (dry run, then for real) and decommissionbookie of a live bookie. A killed
-bookie is known dead by the refusal of its address, before its registration (its metadata
-session) ends."""
+operator's recover (dry run, then for real) and decommissionbookie of a live bookie, from the
+shell and over REST. A killed bookie is known dead by the refusal of its address, before its
+registration (its metadata session) ends. An id the cluster does not know is refused before
+anything starts, and every refusal leaves the cluster as it was."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ FAST = [
     "--open-ledger-grace-ms",
     "60000",  # longer than the tests: a live writer is never fenced by a worker
 ]
+UNKNOWN = "127.0.0.1:1"  # no cookie, never registered, in no ensemble
 
 
 def write_closed_ledgers(uri: str, count: int, entries: int) -> dict[int, list[bytes]]:
@@ -143,6 +145,28 @@ def markers_of(uri: str) -> list[int]:
 def names_only(uri: str, ledgers: list[int], live: set[str]) -> bool:
     with MetadataClient.connect(uri) as metadata:
         return all(metadata.read_ledger_metadata(one)[0].bookies() <= live for one in ledgers)
+
+
+def cookies_and_registrations(
+    uri: str,
+) -> tuple[dict[str, tuple[bytes, int] | None], list[str], list[str]]:
+    """Every cookie (text and version), and the writable and read-only registrations."""
+    with MetadataClient.connect(uri) as metadata:
+        names = metadata.store.children(f"{metadata.root}/cookies")
+        cookies = {name: metadata.read_cookie(name) for name in sorted(names)}
+        return cookies, sorted(metadata.writable_bookies()), sorted(metadata.readonly_bookies())
+
+
+def refused(result: subprocess.CompletedProcess[str], text: str) -> bool:
+    """The command failed with exit 1 and one line on stderr containing ``text``, and printed
+    nothing on stdout."""
+    return (
+        result.returncode == 1
+        and result.stdout == ""
+        and result.stderr.count("\n") == 1
+        and result.stderr.startswith("error: ")
+        and text in result.stderr
+    )
 
 
 def shell(uri: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -262,6 +286,8 @@ def test_the_auditor_s_bookie_killed_is_replaced_before_its_registration_ends() 
 
 
 def test_recover_dry_run_changes_nothing_then_recover_copies_everything() -> None:
+    """The victim is known only by the ensembles naming it (its cookie deleted, its registration
+    ended): it is recovered. An id the cluster never knew is refused and nothing changes."""
     with LocalCluster(4) as cluster:  # no AutoRecovery: the operator recovers
         uri = cluster.metadata_uri
         written = write_closed_ledgers(uri, 30, 10)
@@ -269,7 +295,20 @@ def test_recover_dry_run_changes_nothing_then_recover_copies_everything() -> Non
         cluster.kill_bookie(2)
         live = set(cluster.bookie_ids) - {victim}
         with MetadataClient.connect(uri) as metadata:
+            metadata.delete_cookie(victim)
+            wait_for(
+                lambda: victim not in metadata.writable_bookies() + metadata.readonly_bookies(),
+                60,
+                "the killed bookie's registration gone (its lease ended)",
+                interval_s=0.2,
+            )
             before = {one: metadata.read_ledger_metadata(one) for one in written}
+        for args in ([UNKNOWN], [f"{victim},{UNKNOWN}"], ["a/b"]):
+            result = shell(uri, "recover", *args)
+            expected = "'a/b' is not a bookie id" if args == ["a/b"] else f"no bookie {UNKNOWN} "
+            assert refused(result, expected), (args, result)
+        with MetadataClient.connect(uri) as metadata:
+            assert {one: metadata.read_ledger_metadata(one) for one in written} == before
         dry = shell(uri, "recover", victim, "-dr")
         assert dry.returncode == 0, dry.stderr
         on_victim = [one for one, (md, _) in before.items() if victim in md.bookies()]
@@ -298,9 +337,11 @@ def test_decommissioning_a_live_bookie_moves_its_data_and_stops_it() -> None:
         with MetadataClient.connect(uri) as metadata:
             assert metadata.read_cookie(leaving) is None
             assert leaving not in metadata.writable_bookies() + metadata.readonly_bookies()
-        # A bookie id the cluster never knew is refused in one line.
-        unknown = shell(uri, "decommissionbookie", "-bookieid", "127.0.0.1:1")
-        assert unknown.returncode == 1 and "no bookie 127.0.0.1:1" in unknown.stderr
+        # A bookie id the cluster never knew is refused in one line; nothing changes.
+        state = cookies_and_registrations(uri)
+        unknown = shell(uri, "decommissionbookie", "-bookieid", UNKNOWN)
+        assert refused(unknown, f"no bookie {UNKNOWN} in this cluster"), unknown
+        assert cookies_and_registrations(uri) == state
 
 
 def test_autorecovery_runs_as_a_process_of_its_own() -> None:
@@ -345,12 +386,16 @@ def test_autorecovery_runs_as_a_process_of_its_own() -> None:
         assert process.returncode == 0, errors
 
 
-def http(cluster: LocalCluster, method: str, path: str, body: object = None) -> tuple[int, str]:
+def http(
+    cluster: LocalCluster, method: str, path: str, body: object = None, *, raw: bytes | None = None
+) -> tuple[int, str]:
+    """(status, body) of a request to the first bookie's HTTP port: ``body`` sent as JSON, or
+    ``raw`` as it is."""
     import json
     import urllib.error
     import urllib.request
 
-    data = None if body is None else json.dumps(body).encode()
+    data = raw if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         f"http://127.0.0.1:{cluster.bookies[0].http_port}{path}", data=data, method=method
     )
@@ -370,7 +415,11 @@ def test_the_autorecovery_rest_endpoints() -> None:
         assert http(cluster, "GET", f"{api}/status") == (200, '{"enabled": true}')
         assert http(cluster, "PUT", f"{api}/status?enabled=false") == (200, '{"enabled": false}')
         assert http(cluster, "GET", f"{api}/status")[1] == '{"enabled": false}'
-        assert http(cluster, "PUT", f"{api}/status?enabled=maybe")[0] == 400
+        assert http(cluster, "PUT", f"{api}/status?enabled=maybe") == (
+            400,
+            "give ?enabled=true or ?enabled=false",
+        )
+        assert http(cluster, "GET", f"{api}/status") == (200, '{"enabled": false}')
         http(cluster, "PUT", f"{api}/status?enabled=true")
         assert http(cluster, "PUT", f"{api}/lost_bookie_recovery_delay", {"delay_seconds": 7}) == (
             200,
@@ -380,8 +429,20 @@ def test_the_autorecovery_rest_endpoints() -> None:
             200,
             "lostBookieRecoveryDelay value: 7",
         )
-        assert http(cluster, "PUT", f"{api}/lost_bookie_recovery_delay", {"delay": 7})[0] == 400
+        delay_wanted = 'expected a JSON body {"delay_seconds": N} with N seconds, 0 or more'
+        for bad in ({"delay": 7}, {"delay_seconds": -1}, {"delay_seconds": True}, -1, "7"):
+            assert http(cluster, "PUT", f"{api}/lost_bookie_recovery_delay", bad) == (
+                400,
+                delay_wanted,
+            ), bad
+        assert_not_json(cluster, f"{api}/lost_bookie_recovery_delay")
+        assert http(cluster, "GET", f"{api}/lost_bookie_recovery_delay") == (
+            200,
+            "lostBookieRecoveryDelay value: 7",
+        )
         assert http(cluster, "GET", f"{api}/who_is_auditor") == (404, "No auditor elected")
+        # The shell says the same, in one line.
+        assert refused(shell(uri, "whoisauditor"), "no auditor: no AutoRecovery process runs")
         assert http(cluster, "PUT", f"{api}/trigger_audit") == (200, "Success trigger audit.")
         assert http(cluster, "GET", f"{api}/list_under_replicated_ledger") == (
             404,
@@ -405,8 +466,30 @@ def test_the_autorecovery_rest_endpoints() -> None:
         # Recovery in the background, followed through the progress endpoint.
         written = write_closed_ledgers(uri, 10, 10)
         victim = cluster.bookie_ids[3]
+        # Refused before anything starts: bad bodies, ids that cannot be one, unknown ids (alone
+        # or beside a known one). Nothing is started, no cookie or registration changes.
+        state = cookies_and_registrations(uri)
+        refusals: list[tuple[str, object, int, str]] = [
+            ("bookie", {"bookie": victim}, 400, 'expected a JSON body {"bookie_src": ['),
+            ("bookie", {"bookie_src": []}, 400, 'expected a JSON body {"bookie_src": ['),
+            ("bookie", {"bookie_src": [3]}, 400, 'expected a JSON body {"bookie_src": ['),
+            ("bookie", {"bookie_src": ["a/b"]}, 400, "'a/b' is not a bookie id"),
+            ("bookie", {"bookie_src": [UNKNOWN]}, 404, f"no bookie {UNKNOWN} in this cluster"),
+            ("bookie", {"bookie_src": [victim, UNKNOWN]}, 404, f"no bookie {UNKNOWN} in"),
+            ("decommission", {"bookie_src": 3}, 400, 'expected a JSON body {"bookie_src": "'),
+            ("decommission", {"bookie_src": ""}, 400, 'expected a JSON body {"bookie_src": "'),
+            ("decommission", {"bookie_src": "a b"}, 400, "'a b' is not a bookie id"),
+            ("decommission", {"bookie_src": UNKNOWN}, 404, f"no bookie {UNKNOWN} in this"),
+        ]
+        for endpoint, body, wanted_status, wanted_text in refusals:
+            status, text = http(cluster, "PUT", f"{api}/{endpoint}", body)
+            assert status == wanted_status and text.startswith(wanted_text), (body, text)
+            assert "\n" not in text
+        for endpoint in ("bookie", "decommission"):
+            assert_not_json(cluster, f"{api}/{endpoint}")
+        assert http(cluster, "GET", f"{api}/progress") == (200, "[]")
+        assert cookies_and_registrations(uri) == state
         cluster.kill_bookie(3)
-        assert http(cluster, "PUT", f"{api}/bookie", {"bookie": victim})[0] == 400
         status, text = http(cluster, "PUT", f"{api}/bookie", {"bookie_src": [victim]})
         assert (
             status == 200
@@ -422,7 +505,75 @@ def test_the_autorecovery_rest_endpoints() -> None:
         assert operation["operation"] == "recover" and operation["bookies"] == [victim]
         live = set(cluster.bookie_ids) - {victim}
         assert asyncio.run(_replicas_identical(uri, written, live)) == []
+        progress = operations(cluster)
         assert http(cluster, "PUT", f"{api}/decommission", {"bookie_src": 3})[0] == 400
+        assert http(cluster, "PUT", f"{api}/bookie", {"bookie_src": [UNKNOWN]})[0] == 404
+        assert operations(cluster) == progress
+
+
+def operations(cluster: LocalCluster) -> list[dict[str, object]]:
+    """The operations ``GET progress`` lists; a running one without its rate (which depends on
+    when it is asked; a finished one's stays as it ended)."""
+    import json
+
+    status, text = http(cluster, "GET", "/api/v1/autorecovery/progress")
+    assert status == 200, text
+    listed: list[dict[str, object]] = json.loads(text)
+    for operation in listed:
+        if operation["state"] == "running":
+            del operation["bytesPerSecond"]
+    return listed
+
+
+def assert_not_json(cluster: LocalCluster, path: str) -> None:
+    """A PUT whose body is not JSON is refused in one line."""
+    status, text = http(cluster, "PUT", path, raw=b"not json")
+    assert status == 400 and text.startswith("the request body is not JSON: "), text
+    assert "\n" not in text
+
+
+def test_decommission_and_auditor_over_rest() -> None:
+    """who_is_auditor names the elected auditor (the shell too); PUT decommission moves a live
+    bookie's data to the others and removes it, followed through progress."""
+    import json
+
+    with LocalCluster(4, bookie_args=FAST) as cluster:
+        uri = cluster.metadata_uri
+        api = "/api/v1/autorecovery"
+        written = write_closed_ledgers(uri, 10, 10)
+        wait_for(
+            lambda: http(cluster, "GET", f"{api}/who_is_auditor")[0] == 200,
+            60,
+            "an auditor elected",
+            interval_s=0.2,
+        )
+        status, text = http(cluster, "GET", f"{api}/who_is_auditor")
+        assert status == 200 and text.startswith("Auditor: "), text
+        assert text.removeprefix("Auditor: ") in cluster.bookie_ids
+        assert shell(uri, "whoisauditor").stdout == f"{text}\n"
+        leaving = cluster.bookie_ids[3]
+        process = cluster.bookies[3].process
+        assert process is not None
+        assert http(cluster, "PUT", f"{api}/decommission", {"bookie_src": leaving}) == (
+            200,
+            json.dumps({"message": f"Success send decommission Bookie command {leaving}", "id": 1}),
+        )
+
+        def finished() -> bool:
+            (operation,) = json.loads(http(cluster, "GET", f"{api}/progress")[1])
+            return bool(operation["state"] != "running")
+
+        wait_for(finished, 300, "the decommission started over REST finished", interval_s=0.2)
+        (operation,) = json.loads(http(cluster, "GET", f"{api}/progress")[1])
+        assert operation["state"] == "done", operation["message"]
+        assert operation["operation"] == "decommission" and operation["bookies"] == [leaving]
+        process.wait(60)  # the bookie's process ended by itself
+        live = set(cluster.bookie_ids) - {leaving}
+        with MetadataClient.connect(uri) as metadata:
+            assert metadata.read_cookie(leaving) is None
+            assert leaving not in metadata.writable_bookies() + metadata.readonly_bookies()
+        assert names_only(uri, list(written), live)
+        assert asyncio.run(_replicas_identical(uri, written, live)) == []
 
 
 def test_the_ledger_check_finds_entries_a_live_bookie_lost_and_a_worker_copies_them() -> None:

@@ -44,6 +44,7 @@ def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
 
         async def run() -> None:
             async with BookKeeper(uri_of(args)) as client:
+                await admin.check_known(client.metadata_port, bookies)
                 if args.dryrun:
                     for planned in await admin.plan(client, bookies, args.ledger):
                         print(_describe(planned))

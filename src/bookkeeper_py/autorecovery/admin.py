@@ -6,13 +6,19 @@ Decommissioning a *live* bookie (BookKeeper refuses one) goes through the metada
 bookie is told it is draining and turns read-only, so writers move their ledgers away and
 placement skips it; its data is copied to other bookies (it stays a source meanwhile); once no
 ledger names it its cookie is deleted and it is told it is done, and its process stops.
+
+An id this cluster does not know (no cookie, no registration, in no ledger's ensemble) is refused
+before anything starts, by ``check_known``: ``decommission`` calls it, and so do the shell and the
+REST API before they call ``plan`` or ``recover`` (which would "recover 0 of 0 ledgers" for a
+mistyped id, as if it had worked).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+import re
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from bookkeeper_py import errors
@@ -25,11 +31,72 @@ from bookkeeper_py.autorecovery.replication import (
 )
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.metadata.driver import NoNodeError
+from bookkeeper_py.metadata.port import MetadataPort
 from bookkeeper_py.metadata.underreplication import UnderReplication
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[Progress], None]
+
+
+# A bookie id names nodes in the metadata store (its cookie, its registration): no "/", no blanks
+# or control characters (and it cannot be "readonly", the read-only registrations' node).
+_NOT_IN_AN_ID = re.compile(r"[/\s\x00-\x1f\x7f]")
+
+
+class UnknownBookieError(errors.IncorrectParameterError):
+    """Bookie ids this cluster does not know (no cookie, not registered, in no ledger's
+    ensemble): refused before anything starts."""
+
+    def __init__(self, bookie_ids: Sequence[str]) -> None:
+        self.bookie_ids = tuple(bookie_ids)
+        super().__init__(
+            f"no bookie {', '.join(self.bookie_ids)} in this cluster (not registered, no cookie, "
+            "in no ledger's ensemble): nothing was started; check the id with listbookies"
+        )
+
+
+async def check_known(port: MetadataPort, bookies: Collection[str]) -> None:
+    """Refuses what is not the id of a bookie this cluster knows: ``IncorrectParameterError``
+    for an id that cannot be one (empty, blank, a "/"), ``UnknownBookieError`` for ids with no
+    cookie, no registration (available or read-only) and in no ledger's ensemble. A bookie that
+    is stopped but still in ensembles, or still has its cookie, is known. Changes nothing; reads
+    every ledger's metadata only for ids with neither a cookie nor a registration."""
+    wanted = list(dict.fromkeys(bookies))
+    for bookie in wanted:
+        if not bookie or bookie == "readonly" or _NOT_IN_AN_ID.search(bookie):
+            raise errors.IncorrectParameterError(
+                f"{bookie!r} is not a bookie id (host:port, or the bookieId a bookie was given)"
+            )
+    writable, readonly = await port.bookies_now()
+    registered = {*writable, *readonly}
+    unknown = []
+    for bookie in wanted:
+        if bookie in registered:
+            continue
+        try:
+            await port.get_node(f"{port.ledgers_root}/cookies/{bookie}")
+        except NoNodeError:
+            unknown.append(bookie)
+    if unknown:
+        named = await _in_ensembles(port, set(unknown))
+        unknown = [bookie for bookie in unknown if bookie not in named]
+    if unknown:
+        raise UnknownBookieError(unknown)
+
+
+async def _in_ensembles(port: MetadataPort, bookies: set[str]) -> set[str]:
+    """Those of ``bookies`` that some ledger's ensembles (any fragment) hold."""
+    found: set[str] = set()
+    for ledger_id in await port.list_ledgers():
+        try:
+            metadata, _ = await port.read_ledger_metadata(ledger_id)
+        except errors.NoSuchLedgerError:
+            continue  # deleted while we listed
+        found |= metadata.bookies() & bookies
+        if found == bookies:
+            break
+    return found
 
 
 @dataclass(frozen=True)
@@ -91,7 +158,8 @@ async def recover(
     ``recoverBookieData``), ledger by ledger. Open ledgers whose writer's fragment is on them are
     fenced and recovered first, unless ``skip_open`` (their other fragments are still copied).
     A ledger that cannot be made whole is reported in ``failed`` and the others go on.
-    ``on_progress(progress)`` is called every ``progress_interval_s`` and at the end."""
+    ``on_progress(progress)`` is called every ``progress_interval_s`` and at the end. The ids
+    are not checked here: callers refuse unknown ones first with ``check_known``."""
     leaving = set(bookies)
     report = RecoveryReport()
     report.planned = await plan(client, leaving, ledger_id)
@@ -163,18 +231,10 @@ async def decommission(
     loop = asyncio.get_running_loop()
     started = loop.time()
     port = client.metadata_port
+    await check_known(port, [bookie_id])
     markers = await UnderReplication(port).ensure_layout()
     writable, readonly = await port.bookies_now()
     report = DecommissionReport(bookie_id, bookie_id in writable or bookie_id in readonly)
-    if not report.was_live:
-        try:
-            await port.get_node(f"{port.ledgers_root}/cookies/{bookie_id}")
-        except NoNodeError:
-            if not await plan(client, {bookie_id}):
-                raise errors.IncorrectParameterError(
-                    f"no bookie {bookie_id} in this cluster (not registered, no cookie, no "
-                    "ledger names it); check the id with listbookies"
-                ) from None
     if report.was_live:
         await markers.set_decommission_state(bookie_id, "draining")
         await _wait_for(

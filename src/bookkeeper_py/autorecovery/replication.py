@@ -223,18 +223,25 @@ class Progress:
     entries_done: int = 0
     bytes_done: int = 0
     started: float = field(default_factory=time.monotonic)
+    finished: float | None = None  # time.monotonic() at the end: the rate stays as it ended
+
+    def finish(self) -> None:
+        if self.finished is None:
+            self.finished = time.monotonic()
+
+    def _elapsed(self) -> float:
+        return (self.finished if self.finished is not None else time.monotonic()) - self.started
 
     def rate(self) -> float:
-        """Bytes copied per second so far."""
-        elapsed = time.monotonic() - self.started
+        """Bytes copied per second so far (over the whole run, once finished)."""
+        elapsed = self._elapsed()
         return self.bytes_done / elapsed if elapsed > 0 else 0.0
 
     def eta_s(self) -> float | None:
         """Seconds left at the rate so far (None before anything was copied)."""
         if self.entries_done == 0 or self.entries_total <= self.entries_done:
             return None if self.entries_done == 0 else 0.0
-        elapsed = time.monotonic() - self.started
-        return elapsed * (self.entries_total - self.entries_done) / self.entries_done
+        return self._elapsed() * (self.entries_total - self.entries_done) / self.entries_done
 
     def line(self) -> str:
         eta = self.eta_s()

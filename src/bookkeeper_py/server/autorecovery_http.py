@@ -9,7 +9,9 @@ bookie's HTTP port: same paths, methods, parameters and bodies as BookKeeper's H
 * ``GET|PUT lost_bookie_recovery_delay`` (PUT body {"delay_seconds": N}).
 * ``PUT bookie`` (body {"bookie_src": [ids], "delete_cookie": bool}): recovers those bookies'
   data in the background; ``PUT decommission`` (body {"bookie_src": id}): decommissions it in
-  the background. As in BookKeeper they answer at once.
+  the background. As in BookKeeper they answer at once, but first refuse an id the cluster does
+  not know (no cookie, not registered, in no ledger's ensemble) with 404, and one that cannot
+  be a bookie id with 400: nothing is started.
 * ``GET progress`` (ours, as BookKeeper's users asked in its issue 4071): the recoveries and
   decommissions this bookie started, with ledgers, entries, bytes, rate and ETA.
 
@@ -129,6 +131,16 @@ def add_routes(app: web.Application, port: MetadataPort, metadata_uri: str) -> N
         delay, _ = await found.lost_bookie_recovery_delay()
         return web.Response(text=f"lostBookieRecoveryDelay value: {delay}")
 
+    async def refuse_unknown(bookies: list[str]) -> None:
+        from bookkeeper_py.autorecovery import admin
+
+        try:
+            await admin.check_known(port, bookies)
+        except admin.UnknownBookieError as error:
+            raise web.HTTPNotFound(text=str(error)) from None
+        except errors.IncorrectParameterError as error:
+            raise web.HTTPBadRequest(text=str(error)) from None
+
     def start(kind: str, bookies: list[str], work: Any) -> Operation:
         operation = Operation(next(numbers), kind, bookies)
         operations.append(operation)
@@ -144,6 +156,8 @@ def add_routes(app: web.Application, port: MetadataPort, metadata_uri: str) -> N
             except (errors.BKError, OSError) as error:
                 operation.state, operation.message = "failed", str(error)
                 log.warning("%s of %s failed: %s", kind, ", ".join(bookies), error)
+            finally:
+                operation.progress.finish()  # its rate is that of the whole run from now on
 
         task = asyncio.ensure_future(run())
         tasks.add(task)
@@ -163,6 +177,7 @@ def add_routes(app: web.Application, port: MetadataPort, metadata_uri: str) -> N
                 '"delete_cookie": false}'
             )
         delete_cookie = bool(body.get("delete_cookie", False))
+        await refuse_unknown(sources)
 
         async def work(client: Any, operation: Operation) -> str:
             report = await admin.recover(
@@ -195,6 +210,7 @@ def add_routes(app: web.Application, port: MetadataPort, metadata_uri: str) -> N
         bookie = body.get("bookie_src") if isinstance(body, dict) else None
         if not isinstance(bookie, str) or not bookie:
             raise web.HTTPBadRequest(text='expected a JSON body {"bookie_src": "host:port"}')
+        await refuse_unknown([bookie])
 
         async def work(client: Any, operation: Operation) -> str:
             report = await admin.decommission(
