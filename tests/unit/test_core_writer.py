@@ -301,6 +301,28 @@ def test_delayed_ensemble_change_waits_until_an_entry_needs_it() -> None:
     assert dict(change.failed) == {0: "b0", 2: "b2"}  # both suspects go at once
 
 
+def test_a_failure_after_the_ack_quorum_counts_an_under_replicated_add() -> None:
+    """Rule 8: one count per failed answer of a write-set member once the entry has its Qa
+    acks, completed or held back by a lower entry; a failure before Qa, one of a bookie not of
+    the write set, or one for an entry never added counts nothing."""
+    writer = LedgerWriter(metadata(3, 3, 2), delay_ensemble_change=True)
+    for _ in range(3):
+        writer.add(1, 0)
+    assert completed(writer.on_add_acks(0, "b0", [0, 2], 1)) == []
+    assert completed(writer.on_add_acks(1, "b1", [0, 2], 1)) == [0]
+    assert writer.under_replicated_adds == 0
+    assert writer.on_add_answer(0, 2, "b2", None, 2) == []  # completed with two copies
+    assert writer.under_replicated_adds == 1
+    assert writer.on_add_answer(2, 2, "b2", StatusCode.EIO, 2) == []  # Qa acks, behind entry 1
+    assert writer.under_replicated_adds == 2
+    assert writer.on_add_answer(1, 2, "b2", StatusCode.EIO, 3) == []  # before its Qa acks
+    assert writer.on_add_answer(0, 2, "b9", None, 3) == []  # not of entry 0's write set
+    assert writer.on_add_answer(7, 2, "b2", None, 3) == []  # never added
+    assert writer.under_replicated_adds == 2
+    assert completed(writer.on_add_acks(0, "b0", [1], 4)) == []
+    assert completed(writer.on_add_acks(1, "b1", [1], 4)) == [1, 2]
+
+
 def test_an_idle_writer_writes_its_lac_explicitly() -> None:
     writer = LedgerWriter(metadata(3, 2, 2), explicit_lac_interval_ms=50)
     writer.add(1, 0)

@@ -112,6 +112,7 @@ class BookKeeper:
                 "a metadata service URI (str), a MetadataClient or a MetadataPort is needed, got "
                 f"{type(metadata).__name__}"
             )
+        self.stats = ClientMetrics(self, config.metrics) if config.metrics is not None else None
         self.pool = BookiePool(
             self._resolve,
             use_v3=config.use_v3,
@@ -120,6 +121,9 @@ class BookKeeper:
             tls=config.tls,
             auth=config.auth,
             clock=self.clock,
+            channel_stats=(
+                self.stats.channel if self.stats is not None and config.per_bookie_metrics else None
+            ),
         )
         self.bookie_client = BookieClient(self.pool)
         self._random = rng or random.Random()
@@ -129,7 +133,6 @@ class BookKeeper:
             config.bookie_failure_history_ms, config.read_reorder_threshold_pending
         )
         self.speculative_reads = 0  # reads sent to a second replica because one was slow
-        self.stats = ClientMetrics(self, config.metrics) if config.metrics is not None else None
         self._closed = False
 
     @classmethod

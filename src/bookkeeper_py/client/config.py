@@ -55,6 +55,9 @@ class ClientConfig:
     # Where the client records its metrics (bookkeeper_client_*, see client/client_metrics.py),
     # e.g. a prometheus.PrometheusMetrics the application serves; None: none are recorded
     metrics: Metrics | None = None
+    # with metrics, also BookKeeper's per-bookie channel stats (per_channel_bookie_client_*,
+    # labelled bookie="<id>"): off by default, as BookKeeper's [limitStatsLogging=true]
+    per_bookie_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENT_POLICIES:

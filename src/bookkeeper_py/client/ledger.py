@@ -154,6 +154,23 @@ class ReadHandle:
         """Whether the ledger is closed in the metadata this handle knows."""
         return self.metadata.is_closed
 
+    def _learned_lac(self, lac: int) -> None:
+        """A LAC bookies told this reader (BookKeeper's ``updateLastConfirmed``): the handle's
+        LAC moves up to it; with the client's metrics, a LAC update hit if it did, a miss if
+        not."""
+        stats = self._client.stats
+        if lac > self.last_add_confirmed:
+            self.last_add_confirmed = lac
+            if stats is not None:
+                stats.lac_update_hits.inc()
+        elif stats is not None:
+            stats.lac_update_misses.inc()
+
+    def _digest_mismatch(self) -> None:
+        """An entry read came back with a digest that does not match (READ_ENTRY_DM)."""
+        if self._client.stats is not None:
+            self._client.stats.read_digest_mismatches.inc()
+
     # -- single-request helpers ----------------------------------------------------------------
 
     async def _read_from(
@@ -184,6 +201,7 @@ class ReadHandle:
             try:
                 self._digest.verify(body, entry_id)
             except errors.DigestMismatchError as error:
+                self._digest_mismatch()
                 problems.append(f"{bookie}: {error}")
                 continue
             return body
@@ -342,6 +360,7 @@ class ReadHandle:
             parallel=parallel,
         )
         finished: asyncio.Future[LedgerEntry | None] = asyncio.get_running_loop().create_future()
+        told: list[int] = []  # the LACs bookies answered with (EOK)
 
         def answer(
             request: LongPoll, status: StatusCode | None, body: bytes | errors.BKError, lac: int
@@ -354,17 +373,22 @@ class ReadHandle:
                 try:
                     entry = self._digest.verify(body, entry_id)
                 except errors.DigestMismatchError as error:
+                    self._digest_mismatch()
                     status, problem = None, str(error)
             elif status not in (StatusCode.EOK, None):
                 problem = describe(status, body)
+            if status == StatusCode.EOK:
+                told.append(lac)
             try:
                 more = poll.on_answer(request.bookie_index, status, lac, entry is not None, problem)
             except errors.BKError as error:
                 finished.set_exception(error)
                 return
             if poll.result is not None:
-                if poll.result.last_add_confirmed > self.last_add_confirmed:
-                    self.last_add_confirmed = poll.result.last_add_confirmed
+                # What the bookies said, not the poll's previous LAC (more than the handle knew
+                # when the caller polls past LAC + 1); nothing when none knew the ledger.
+                if told:
+                    self._learned_lac(max(told))
                 found = entry if poll.result.entry_from is not None else None
                 finished.set_result(
                     None if found is None else LedgerEntry(self.ledger_id, entry_id, found.payload)
@@ -483,9 +507,7 @@ class ReadHandle:
         covered (no fencing); also advances this handle's LAC."""
         if self.metadata.is_closed:
             return self.last_add_confirmed
-        lac = await self._last_confirmed()
-        if lac > self.last_add_confirmed:
-            self.last_add_confirmed = lac
+        self._learned_lac(await self._last_confirmed())
         return self.last_add_confirmed
 
     async def read_explicit_last_add_confirmed(self) -> int:
@@ -519,9 +541,7 @@ class ReadHandle:
             except (ValueError, errors.DigestMismatchError) as error:
                 return index, None, None, f"{bookie}: {error}"
 
-        lac = max(await self._read_until_covered(ask), explicit)
-        if lac > self.last_add_confirmed:
-            self.last_add_confirmed = lac
+        self._learned_lac(max(await self._read_until_covered(ask), explicit))
         return self.last_add_confirmed
 
     async def _last_confirmed(self) -> int:
@@ -739,6 +759,8 @@ class _RangeRead:
                     for raw in v2.batch_entries(body)[: batch.end - start + 1]:
                         payloads.append(digest.payload(raw, start + len(payloads)))
                 except (errors.DigestMismatchError, MalformedMessageError) as error:
+                    if isinstance(error, errors.DigestMismatchError):
+                        self.handle._digest_mismatch()
                     log.info(
                         "ledger %d: batch read from %s: %s",
                         self.handle.ledger_id,
@@ -769,6 +791,7 @@ class _RangeRead:
                     try:
                         data = payload(body, entry_id)
                     except errors.DigestMismatchError as error:
+                        self.handle._digest_mismatch()
                         log.info("ledger %d: read from %s: %s", ledger_id, sink.bookie, error)
                         failed.append((entry_id, None))
                         continue
@@ -837,6 +860,7 @@ class _RangeRead:
             try:
                 entry = self.handle.digest.verify(body, attempt.entry_id)
             except errors.DigestMismatchError as error:
+                self.handle._digest_mismatch()
                 status, problem = None, str(error)
             else:
                 if self.results[attempt.entry_id - self.first] is None:
@@ -958,6 +982,13 @@ class WriteHandle(ReadHandle):
             at = called(entry_id, None)
             if at is not None:
                 record(now - at)
+
+    def _record_under_replicated(self, before: int) -> None:
+        """ADD_ENTRY_UR: the adds the writer counted under-replicated since it had ``before``
+        (read off it around failed answers only: the acks cost nothing)."""
+        found = self._writer.under_replicated_adds - before
+        if found and self._stats is not None:
+            self._stats.add_under_replicated.inc(found)
 
     def _add(self, data: bytes, entry_id: int | None) -> asyncio.Future[int]:
         if self._closed:
@@ -1149,11 +1180,12 @@ class WriteHandle(ReadHandle):
         now = self._now()
         self._client.quarantine.record_failure(bookie_id, now)
         problem = str(error)
+        writer = self._writer
+        under_replicated = writer.under_replicated_adds
         instructions: list[Instruction] = []
         for entry_id in entry_ids:
-            instructions += self._writer.on_add_answer(
-                entry_id, index, bookie_id, None, now, problem
-            )
+            instructions += writer.on_add_answer(entry_id, index, bookie_id, None, now, problem)
+        self._record_under_replicated(under_replicated)
         self._execute(instructions)
 
     def _add_answered(
@@ -1164,20 +1196,23 @@ class WriteHandle(ReadHandle):
         status: StatusCode | None,
         body: bytes | errors.BKError,
     ) -> None:
-        problem = ""
-        if status != StatusCode.EOK:
-            problem = str(
-                body
-                if status is None
-                else status_error(status, bookie_id, f"add of entry {entry_id}")
-            )
-            log.info("ledger %d: %s", self.ledger_id, problem)
-            self._client.quarantine.record_failure(bookie_id, self._now())
-        elif self._client.quarantine.suspects:
-            self._client.quarantine.record_success(bookie_id)
-        self._execute(
-            self._writer.on_add_answer(entry_id, index, bookie_id, status, self._now(), problem)
+        writer = self._writer
+        if status == StatusCode.EOK:
+            if self._client.quarantine.suspects:
+                self._client.quarantine.record_success(bookie_id)
+            self._execute(writer.on_add_answer(entry_id, index, bookie_id, status, self._now()))
+            return
+        problem = str(
+            body if status is None else status_error(status, bookie_id, f"add of entry {entry_id}")
         )
+        log.info("ledger %d: %s", self.ledger_id, problem)
+        self._client.quarantine.record_failure(bookie_id, self._now())
+        under_replicated = writer.under_replicated_adds
+        instructions = writer.on_add_answer(
+            entry_id, index, bookie_id, status, self._now(), problem
+        )
+        self._record_under_replicated(under_replicated)
+        self._execute(instructions)
 
     def _send_add(self, bookie_id: str, index: int, entry_id: int, entry: bytes) -> None:
         """Sends entry ``entry_id`` to one bookie on its own (a v3 or DEFERRED_SYNC add)."""

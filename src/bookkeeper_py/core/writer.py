@@ -33,6 +33,10 @@ The rules:
    moves with ``force``: FORCE_LEDGER to every bookie of the ensemble, and once all answered,
    the LAC becomes the last entry completed when the force began. No ensemble change for such
    a ledger: a failed bookie fails the adds (as in BookKeeper).
+8. **Under-replicated adds** (BookKeeper's ``ADD_ENTRY_UR``, counted in
+   ``under_replicated_adds``): a failed answer (an error status, a lost connection, a timeout)
+   from a member of an entry's write set once the entry has its Qa acks, completed or not, as
+   Java's ``PendingAddOp`` counts it: one per such answer. It changes nothing else.
 
 Times are milliseconds given by the caller; nothing here reads a clock or does I/O.
 """
@@ -314,6 +318,11 @@ class _Pending:
     def acked_by(self, entry_id: int, index: int) -> bool:
         return bool(self.acked[entry_id - self.base] >> index & 1)
 
+    def reached(self, entry_id: int, ack_quorum: int) -> bool:
+        """Whether the entry has durable acks from ``ack_quorum`` members (it may still wait for
+        a lower entry, or an ensemble change, to complete)."""
+        return self.acked[entry_id - self.base].bit_count() >= ack_quorum
+
     def fail(self, entry_id: int, index: int) -> None:
         """Records a failed write to one member of the entry's write set (not after its ack)."""
         at = entry_id - self.base
@@ -388,6 +397,7 @@ class LedgerWriter:
         self._lac_carried = -1  # the LAC the last sent entry (or explicit write) carried
         self._last_send = 0
         self.ensemble_changes = 0
+        self.under_replicated_adds = 0  # rule 8
         self.deferred_sync = deferred_sync
         self.last_add_completed = -1  # = the LAC unless deferred_sync
         self._confirmed_length = 0  # the length at the LAC
@@ -503,14 +513,20 @@ class LedgerWriter:
         if status == StatusCode.EOK:
             return self.on_add_acks(bookie_index, bookie, [entry_id], now)
         pending = self._pending
-        if self.error is not None or entry_id not in pending or pending.sent_at(entry_id) < 0:
-            return []  # failed already, completed already, or not sent yet (a stray answer)
-        metadata = self.metadata
-        in_write_set = (bookie_index - entry_id) % metadata.ensemble_size < (
-            metadata.write_quorum_size
-        )
-        if not in_write_set or metadata.ensemble_at(entry_id)[bookie_index] != bookie:
+        if entry_id not in pending:
+            if entry_id <= self.last_add_completed and self._of_write_set(
+                entry_id, bookie_index, bookie
+            ):
+                self.under_replicated_adds += 1  # completed with fewer copies (rule 8)
+            return []  # completed already, failed already, or never taken (a stray answer)
+        if self.error is not None or pending.sent_at(entry_id) < 0:
+            return []  # failed already, or not sent yet (a stray answer)
+        if not self._of_write_set(entry_id, bookie_index, bookie):
             return []  # not of its write set, or replaced since: a copy of the old fragment
+        if not pending.acked_by(entry_id, bookie_index) and pending.reached(
+            entry_id, self.metadata.ack_quorum_size
+        ):
+            self.under_replicated_adds += 1  # has its Qa acks, not completed yet (rule 8)
         if status == StatusCode.EFENCED:
             return self._fail_all(
                 errors.LedgerFencedError(
@@ -527,6 +543,15 @@ class LedgerWriter:
             )
         why = problem or (status.name if status is not None else "no answer")
         return self._bookie_failed(entry_id, bookie_index, bookie, why, now)
+
+    def _of_write_set(self, entry_id: int, bookie_index: int, bookie: str) -> bool:
+        """Whether ``bookie`` is at ``bookie_index`` of the entry's write set now (not replaced
+        since the entry was sent to it)."""
+        metadata = self.metadata
+        in_write_set = (bookie_index - entry_id) % metadata.ensemble_size < (
+            metadata.write_quorum_size
+        )
+        return in_write_set and metadata.ensemble_at(entry_id)[bookie_index] == bookie
 
     def on_add_acks(
         self, bookie_index: int, bookie: str, entry_ids: list[int], now: int
