@@ -339,3 +339,33 @@ def test_a_read_follows_an_entry_compaction_moved_twice(tmp_path: Path) -> None:
     assert len({stale, middle, engine.storage.index.location(1, 0)}) == 3
     assert read_with_stale_lookups(engine, [stale, middle]) == entry(1, 0)
     engine.close()
+
+
+def test_a_read_during_a_ledger_deletion_does_not_bring_the_ledger_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader (a reader thread, or the loop) that read a ledger's state from the index just
+    before garbage collection deleted it must not cache that state after the deletion: the
+    bookie answered ENOENTRY instead of ENOLEDGER for the deleted ledger until a restart."""
+    storage = LedgerStorage(str(tmp_path))
+    for ledger_id in (1, 2):
+        storage.add_ledger(ledger_id, KEY)
+        storage.add_entry(ledger_id, 0, entry(ledger_id, 0))
+    storage.checkpoint()
+    storage._infos.clear()  # evicted: the next read takes the state from the index
+    real_ledger = storage.index.ledger
+
+    def read_then_deleted(ledger_id: int) -> Any:
+        data = real_ledger(ledger_id)
+        if ledger_id == 1:
+            storage.delete_ledger(1)  # garbage collection, between the read and the caching
+        return data
+
+    monkeypatch.setattr(storage.index, "ledger", read_then_deleted)
+    assert storage.ledger(1) is not None  # the reader saw it, as it was
+    monkeypatch.undo()
+    assert storage.ledger(1) is None  # gone for good, not back in the cache
+    with pytest.raises(NoLedgerError):
+        storage.read(1, 0)
+    assert storage.read(2, 0) == entry(2, 0)
+    storage.close()

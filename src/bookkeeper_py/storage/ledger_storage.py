@@ -214,6 +214,9 @@ class LedgerStorage:
         self.index = LedgerIndex(directory)
         self._ledger_cache_size = ledger_cache_size
         self._infos: dict[int, LedgerInfo] = {}
+        # Ledger deletions begun and ended (odd while one runs), under _lock: a ledger state read
+        # from the index is cached only if none ran meanwhile.
+        self._deletions = 0
         self._evict_at = ledger_cache_size
         self._lock = threading.Lock()  # guards the swap of the current generation
         self._current = _Generation()
@@ -228,6 +231,7 @@ class LedgerStorage:
         info = self._infos.get(ledger_id)
         if info is not None:
             return info
+        deletions = self._deletions
         data = self.index.ledger(ledger_id)
         if data is None or not data.exists:
             return None
@@ -236,7 +240,12 @@ class LedgerStorage:
             data.fenced,
             bytes(data.explicitLac) if data.HasField("explicitLac") else None,
         )
-        self._remember(ledger_id, info)
+        with self._lock:
+            # Not cached if a deletion began or ran since the index was read (a reader thread
+            # may read while garbage collection deletes): the state read may be of a ledger now
+            # deleted, which would be back in the cache for good.
+            if deletions == self._deletions and not deletions & 1:
+                self._remember(ledger_id, info)
         return info
 
     def _remember(self, ledger_id: int, info: LedgerInfo) -> None:
@@ -573,6 +582,7 @@ class LedgerStorage:
         during a checkpoint (which would find the ledger's changed state gone)."""
         with self._flush_lock:
             with self._lock:
+                self._deletions += 1  # odd while deleting: see ``ledger``
                 removed = self._current.ledgers.pop(ledger_id, None)
                 if removed:
                     self._current.size_bytes -= sum(len(entry) for entry in removed.values())
@@ -581,7 +591,11 @@ class LedgerStorage:
                 self._current.dirty_ledgers.discard(ledger_id)
                 self._current.new_ledgers.discard(ledger_id)
                 self._infos.pop(ledger_id, None)
-            return self.index.delete_ledger(ledger_id)
+            try:
+                return self.index.delete_ledger(ledger_id)
+            finally:
+                with self._lock:
+                    self._deletions += 1
 
     def close(self) -> None:
         self.entry_logger.close()
