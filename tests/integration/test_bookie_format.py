@@ -60,7 +60,9 @@ def test_bookieformat_and_initbookie(tmp_path: Path) -> None:
         assert contents(journal) and contents(ledgers)  # nothing was deleted
 
         local.stop_bookie(0)
+        kept = contents(journal), contents(ledgers)
         assert "pass -f" in one_line_failure("--conf", str(conf), "bookieformat")
+        assert kept[0] and kept[1] and (contents(journal), contents(ledgers)) == kept
         formatted = shell("--conf", str(conf), "bookieformat", "-f")
         assert formatted.returncode == 0, formatted.stderr
         assert contents(journal) == [] and contents(ledgers) == []
@@ -102,21 +104,36 @@ def test_updatecookie_lists_moves_to_a_new_id_and_deletes(tmp_path: Path) -> Non
             os.path.join(ledgers, "current", "VERSION"),
             f"/ledgers/cookies/{bookie.bookie_id}",
         ]
-        refused = shell("--conf", str(conf), "updatecookie", "-d", "force")
-        assert refused.returncode == 1 and "in use by" in refused.stderr  # it runs
-        assert shell("--conf", str(conf), "updatecookie", "-l").stdout == listed.stdout
+
+        def stored_cookie(bookie_id: str) -> tuple[bytes, int] | None:
+            with MetadataClient.connect(local.metadata_uri) as metadata:
+                return metadata.read_cookie(bookie_id)
+
+        def refused(*args: str, wanted: str) -> None:
+            """A one-line refusal (with the old configuration) that changes no cookie, in the
+            directories or the store."""
+            failed = shell("--conf", str(conf), "updatecookie", *args)
+            assert failed.returncode == 1 and wanted in failed.stderr, (args, failed.stderr)
+            assert failed.stderr.startswith("error: ") and failed.stderr.count("\n") == 1
+            assert shell("--conf", str(conf), "updatecookie", "-l").stdout == listed.stdout
+            assert stored_cookie(bookie.bookie_id) == old_cookie
+            assert directory_cookies() == old_directory_cookies
+
+        def directory_cookies() -> list[bytes]:
+            return [Path(path).read_bytes() for path in listed.stdout.splitlines()[:2]]
+
+        old_cookie, old_directory_cookies = stored_cookie(bookie.bookie_id), directory_cookies()
+        assert old_cookie is not None
+        refused("-d", "force", wanted="in use by")  # it runs
         local.stop_bookie(0)
 
         renamed = tmp_path / "renamed.conf"
         new_id = f"renamed-bookie:{bookie.port}"
         renamed.write_text(base + f"bookieId={new_id}\n")
-        for args, wanted in (
-            (["-b", bookie.bookie_id], "is 127.0.0.1"),  # the old conf: same id
-            (["-l", "-d", "force"], "give one of"),
-            (["-e"], "would move every ledger"),
-        ):
-            failed = shell("--conf", str(conf), "updatecookie", *args)
-            assert failed.returncode == 1 and wanted in failed.stderr, (args, failed.stderr)
+        refused("-b", bookie.bookie_id, wanted="is 127.0.0.1")  # the old conf: same id
+        refused("-l", "-d", "force", wanted="give one of")
+        refused("-e", wanted="would move every ledger")
+        assert stored_cookie(new_id) is None
         moved = shell("--conf", str(renamed), "updatecookie", "-b", bookie.bookie_id)
         assert moved.returncode == 0, moved.stderr
         assert f"updateBookieInLedger -sb {bookie.bookie_id} -db {new_id}" in moved.stdout
@@ -126,8 +143,13 @@ def test_updatecookie_lists_moves_to_a_new_id_and_deletes(tmp_path: Path) -> Non
             assert stored is not None
             assert Cookie.decode(stored[0], "metadata").bookie_id == new_id
             check_cookies(build(read_conf(str(renamed))), metadata)  # what the bookie checks
+        moved_cookie = stored_cookie(new_id)
+        moved_listing = shell("--conf", str(renamed), "updatecookie", "-l").stdout
         again = shell("--conf", str(renamed), "updatecookie", "-b", bookie.bookie_id)
         assert again.returncode == 1 and "no cookie of bookie" in again.stderr
+        assert again.stderr.startswith("error: ") and again.stderr.count("\n") == 1
+        assert stored_cookie(new_id) == moved_cookie and stored_cookie(bookie.bookie_id) is None
+        assert shell("--conf", str(renamed), "updatecookie", "-l").stdout == moved_listing
 
         deleted = shell("--conf", str(renamed), "updatecookie", "-d", "force")
         assert deleted.returncode == 0 and deleted.stdout.count("deleted ") == 3

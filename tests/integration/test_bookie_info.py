@@ -12,8 +12,10 @@ import sys
 import urllib.request
 
 from bookkeeper_py.admin.bookie_info import readable
+from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.storage.entry_log import log_name
 from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.local_cluster import free_port
 
 
 def bookieinfo(
@@ -151,5 +153,23 @@ def test_bookiesanity_over_the_shell_and_http() -> None:
         for bookie_id in (local.bookie_ids[1], "127.0.0.1:1"):
             failed = bookieinfo(uri, "bookiesanity", "-b", bookie_id)
             assert failed.returncode == 1, failed.stdout
-            assert f"bookie {bookie_id}: sanity test FAILED: " in failed.stdout
+            assert failed.stdout.startswith(f"bookie {bookie_id}: sanity test FAILED: ")
             assert "is not writable" in failed.stdout
+            assert failed.stdout.count("\n") == 1 and failed.stderr == "", failed
+            with BookKeeper(uri) as client:
+                assert client.list_ledgers() == []  # no test ledger left behind
+        # A registered bookie that does not answer (nothing listens on its port): the test
+        # ledger is made, its writes fail, and it is deleted all the same.
+        port = free_port()
+        silent = f"127.0.0.1:{port}"
+        with MetadataClient.connect(uri) as metadata:
+            metadata.register_bookie(silent, "127.0.0.1", port)
+            failed = bookieinfo(uri, "bookiesanity", "-b", silent)
+        assert failed.returncode == 1, failed.stdout
+        [verdict] = failed.stdout.splitlines()
+        assert verdict.startswith(
+            f"bookie {silent}: sanity test FAILED: failed writing 10 entries to ledger "
+        ), verdict
+        assert "Traceback" not in failed.stderr and "error:" not in failed.stderr
+        with BookKeeper(uri) as client:
+            assert client.list_ledgers() == []

@@ -67,6 +67,32 @@ def test_readlog_with_a_log_id_that_is_not_hexadecimal(tmp_path: Path) -> None:
     assert "bookkeeper shell readlog --help" in line
 
 
+def test_readlog_of_an_entry_log_the_directory_does_not_hold(tmp_path: Path) -> None:
+    from bookkeeper_py.storage.entry_log import log_name
+
+    # the directory's one entry log: an empty file (the command goes by the names)
+    (tmp_path / log_name(0)).write_bytes(b"")
+    line = one_line_error(bookkeeper("shell", "readlog", "--ledger-dir", str(tmp_path), "-l", "7"))
+    assert f"no entry log {log_name(7)} in {tmp_path}; its entry logs: 0" in line
+    assert tree(tmp_path) == [log_name(0)]
+
+
+def test_ledger_without_a_ledger_id(tmp_path: Path) -> None:
+    line = one_line_error(bookkeeper("shell", "ledger", "--ledger-dir", str(tmp_path / "ledgers")))
+    assert line == "error: which ledger? give -id LEDGER_ID"
+    assert tree(tmp_path) == []
+
+
+def test_autorecovery_enable_and_disable_together_is_a_usage_error(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'metadata.db'}"
+    line = one_line_error(
+        bookkeeper("shell", "autorecovery", "--metadata-uri", uri, "-e", "-d"), status=2
+    )
+    assert "not allowed with argument" in line
+    assert "see 'bookkeeper shell autorecovery --help'" in line
+    assert tree(tmp_path) == []  # no store created
+
+
 def test_localconsistencycheck_on_a_mistyped_directory_creates_nothing(tmp_path: Path) -> None:
     typo = tmp_path / "ledgrs"
     line = one_line_error(bookkeeper("shell", "localconsistencycheck", "--ledger-dir", str(typo)))

@@ -334,3 +334,35 @@ def test_simpletest_command_against_a_local_cluster(cluster: LocalCluster) -> No
         check=True,
     )
     assert sorted(listed.stdout.split()) == sorted(cluster.bookie_ids)
+
+
+def test_simpletest_with_a_larger_ensemble_than_the_bookies_leaves_nothing(
+    cluster: LocalCluster,
+) -> None:
+    with BookKeeper(cluster.metadata_uri) as client:
+        before = client.list_ledgers()
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bookkeeper_py",
+                "shell",
+                "simpletest",
+                "--metadata-uri",
+                cluster.metadata_uri,
+                "-n",
+                "10",
+                "-e",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert result.returncode == 1 and result.stdout == "", (result.stdout, result.stderr)
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert "need 5 writable bookies for the ensemble" in result.stderr, result.stderr
+        assert client.list_ledgers() == before  # no ledger left behind

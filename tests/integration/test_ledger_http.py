@@ -108,11 +108,29 @@ def test_ledger_endpoints_list_describe_read_and_delete(metadata_uri: str | None
         }  # fmt: skip
         assert open_handle.add_entry(b"open 3") == 3
 
-        # Bad input: 4xx, one line, nothing changed.
+        # Bad input: 4xx, one line, nothing changed (the open ledger's writer not fenced).
         before = client.list_ledgers()
+        described_before = {i: client.get_ledger_metadata(i) for i in ids}
         for path, method, wanted_status, wanted in (
             ("/metadata", "GET", 400, b"missing parameter ledger_id"),
             ("/metadata?ledger_id=x7", "GET", 400, b"ledger_id must be a number"),
+            ("/delete", "DELETE", 400, b"missing parameter ledger_id"),
+            ("/delete?ledger_id=x", "DELETE", 400, b"ledger_id must be a number"),
+            ("/list?page=x", "GET", 400, b"page must be a number"),
+            ("/list?print_metadata=true&page=x", "GET", 400, b"page must be a number"),
+            (
+                f"/read?ledger_id={open_handle.ledger_id}&start_entry_id=x",
+                "GET",
+                400,
+                b"start_entry_id must be a number",
+            ),
+            (
+                f"/read?ledger_id={closed.ledger_id}&end_entry_id=2x",
+                "GET",
+                400,
+                b"end_entry_id must be a number",
+            ),
+            (f"/read?ledger_id={closed.ledger_id}&page=one", "GET", 400, b"page must be a number"),
             ("/metadata?ledger_id=999999", "GET", 404, b"ledger 999999 does not exist"),
             ("/read?ledger_id=999999", "GET", 404, b"ledger 999999 does not exist"),
             (
@@ -135,6 +153,8 @@ def test_ledger_endpoints_list_describe_read_and_delete(metadata_uri: str | None
             assert status == wanted_status, (path, status, body)
             assert wanted in body and body.count(b"\n") <= (0 if status >= 400 else 99), body
         assert client.list_ledgers() == before
+        assert {i: client.get_ledger_metadata(i) for i in ids} == described_before
+        assert open_handle.add_entry(b"open 4") == 4
 
         status, body = call(base, f"/delete?ledger_id={closed.ledger_id}", "DELETE")
         assert (status, json.loads(body)) == (200, f"Deleted ledger: {closed.ledger_id}")

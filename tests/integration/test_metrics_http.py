@@ -109,8 +109,9 @@ def test_heartbeat_and_bookie_endpoints(cluster: LocalCluster) -> None:
     ]
     with pytest.raises(urllib.error.HTTPError) as refused:
         get(cluster, "/api/v1/bookie/list_disk_file?file_type=txn")
-    refused.value.close()
-    assert refused.value.code == 400
+    with refused.value:
+        assert refused.value.code == 400
+        assert refused.value.read() == b"file_type must be journal, entrylog or index, not 'txn'"
 
 
 def put(cluster: LocalCluster, path: str, body: bytes) -> tuple[int, bytes]:
@@ -140,8 +141,19 @@ def test_an_operator_can_turn_the_bookie_read_only_and_back(cluster: LocalCluste
         assert json.loads(get(cluster, "/api/v1/bookie/state"))["readOnly"] is True
         with BookKeeper(cluster.metadata_uri) as client, pytest.raises(NotEnoughBookiesError):
             client.create_ledger(1, 1, 1)  # no writable bookie is registered
-        assert put(cluster, "/api/v1/bookie/state/readonly", b'{"readOnly": "yes"}')[0] == 400
-        assert put(cluster, "/api/v1/bookie/state/readonly", b"not json")[0] == 400
+        for body, wanted in (
+            (b'{"readOnly": "yes"}', b'"readOnly" must be true or false'),
+            (b"not json", b'expected a JSON body {"readOnly": true|false}: Expecting value'),
+            (b'{"readonly": true}', b'expected a JSON body {"readOnly": true|false}'),
+            (b"[true]", b'expected a JSON body {"readOnly": true|false}'),
+            (b"", b'expected a JSON body {"readOnly": true|false}'),
+        ):
+            status, said = put(cluster, "/api/v1/bookie/state/readonly", body)
+            assert status == 400 and said.startswith(wanted), (body, status, said)
+            assert b"\n" not in said, said
+            # nothing changed: still read-only, and registered so
+            assert json.loads(get(cluster, "/api/v1/bookie/state/readonly")) == {"readOnly": True}
+            assert metadata.readonly_bookies() == [bookie] and metadata.writable_bookies() == []
         assert put(cluster, "/api/v1/bookie/state/readonly", b'{"readOnly": false}') == (
             200,
             b'{"readOnly": false}',
@@ -211,8 +223,9 @@ def test_is_ready_server_config_and_list_bookies(cluster: LocalCluster) -> None:
     }
     with pytest.raises(urllib.error.HTTPError) as refused:
         get(cluster, "/api/v1/bookie/list_bookies?type=writable")
-    refused.value.close()
-    assert refused.value.code == 400
+    with refused.value:
+        assert refused.value.code == 400
+        assert refused.value.read() == b"type must be rw or ro, not 'writable'"
 
 
 def test_a_bookie_without_read_only_mode_refuses_the_switch() -> None:

@@ -1,18 +1,28 @@
 """``shell listledgers`` with BookKeeper's ``-m`` (each ledger's metadata) and ``-bookieid``
 (only the ledgers whose ensembles hold a bookie), over a real cluster, an unknown bookie being a
-one-line error; ``shell listbookies`` with ``-a`` and host names."""
+one-line error; ``shell listbookies`` with ``-a`` and host names; ``shell deleteledger`` over a
+real cluster, whose bookie then drops the ledger in garbage collection, its refusals (an unknown
+ledger, no ``-f`` off a terminal) one line that changes nothing."""
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from bookkeeper_py import BookKeeper
 from bookkeeper_py.metadata.format import serialize
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.testing import LocalCluster
+from bookkeeper_py.testing.raw import recv_frame
+from bookkeeper_py.testing.waiting import wait_for
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.status import StatusCode
 
 
 def shell(uri: str, *args: str, command: str = "listledgers") -> subprocess.CompletedProcess[str]:
@@ -144,3 +154,83 @@ def test_shell_conf_gives_the_metadata_service_uri(tmp_path: Path) -> None:
         )
         assert listed.returncode == 0, listed.stderr
         assert sorted(listed.stdout.split()) == sorted(local.bookie_ids)
+
+
+def read_status(port: int, ledger_id: int, entry_id: int) -> StatusCode:
+    """The status of a plain v2 read of the entry, asked of the bookie on ``port`` alone."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(v2.encode_read_request(ledger_id, entry_id))
+        return v2.decode_response(recv_frame(connection)).status
+
+
+def forced_gc_round(http_port: int) -> None:
+    """Forces a garbage collection round on the bookie and returns once it ended (bounded)."""
+    base = f"http://127.0.0.1:{http_port}/api/v1/bookie"
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(base + path, timeout=30) as answer:
+            return json.loads(answer.read())
+
+    def rounds() -> int:
+        details = get("/gc_details")[0]
+        return int(details["majorCompactionCounter"]) + int(details["minorCompactionCounter"])
+
+    before = rounds()
+    request = urllib.request.Request(base + "/gc", method="PUT")  # no body: a major round
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200
+    wait_for(
+        lambda: get("/gc") == {"is_in_force_gc": "false"} and rounds() > before,
+        60,
+        "the forced garbage collection round to end",
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1 and result.stdout == "", (result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    return result.stderr
+
+
+def test_deleteledger_over_a_cluster() -> None:
+    with (
+        LocalCluster(1, bookie_args=["--flush-interval-ms", "200"]) as local,
+        BookKeeper(local.metadata_uri) as client,
+    ):
+        uri, bookie = local.metadata_uri, local.bookies[0]
+        deleted, kept = client.create_ledger(1, 1, 1), client.create_ledger(1, 1, 1)
+        for handle in (deleted, kept):
+            handle.add_entry(b"x")
+            handle.close()
+        ledger_id = deleted.ledger_id
+        both = sorted([ledger_id, kept.ledger_id])
+        assert read_status(bookie.port, ledger_id, 0) == StatusCode.EOK
+
+        # Off a terminal (stdin is /dev/null) without -f: refused, the ledger still there.
+        line = one_line_error(shell(uri, "-l", str(ledger_id), command="deleteledger"))
+        assert f"deleting ledger {ledger_id} needs -f" in line
+        assert client.list_ledgers() == both
+        assert client.get_ledger_metadata(ledger_id).ledger_id == ledger_id
+
+        gone = shell(uri, "-l", str(ledger_id), "-f", command="deleteledger")
+        assert gone.returncode == 0 and gone.stderr == "", gone.stderr
+        assert f"ledger {ledger_id} deleted" in gone.stdout
+        assert client.list_ledgers() == [kept.ledger_id]
+
+        # Again: the ledger is unknown; nothing else goes.
+        line = one_line_error(shell(uri, "-l", str(ledger_id), "-f", command="deleteledger"))
+        assert f"no ledger {ledger_id}" in line
+        assert client.list_ledgers() == [kept.ledger_id]
+
+        # The bookie drops the deleted ledger in a forced garbage collection round, only it. A
+        # round sees the ledgers of the index, those of a checkpoint (every 200 ms here); the
+        # bookie is read only between rounds.
+        def dropped_after_a_round() -> bool:
+            forced_gc_round(bookie.http_port)
+            return read_status(bookie.port, ledger_id, 0) == StatusCode.ENOLEDGER
+
+        wait_for(
+            dropped_after_a_round, 60, f"bookie {bookie.bookie_id} dropping ledger {ledger_id}"
+        )
+        assert read_status(bookie.port, kept.ledger_id, 0) == StatusCode.EOK
+        assert client.open_ledger(kept.ledger_id).read_entries(0, 0)[0].data == b"x"

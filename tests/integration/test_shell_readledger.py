@@ -79,13 +79,8 @@ def test_readledger_ranges_formats_one_bookie_and_recovery() -> None:
         assert alone.returncode == 0, alone.stderr
         assert [int(eid) for _, eid, _ in HEADER.findall(alone.stdout)] == mine
 
-        # -r recovers: the writer is fenced, the ledger closed, every entry readable.
-        recovered = readledger(uri, "-l", str(ledger_id), "-r")
-        assert recovered.returncode == 0, recovered.stderr
-        assert len(HEADER.findall(recovered.stdout)) == len(payloads) + 1
-        assert client.get_ledger_metadata(ledger_id).is_closed
-
-        # Bad input: one line on stderr, exit 1, nothing changed.
+        # Bad input, the writer still open: one line on stderr, exit 1, nothing changed (the
+        # ledger neither fenced nor recovered: its writer goes on).
         before = client.get_ledger_metadata(ledger_id)
         for args, wanted in (
             (["-l", "999999"], b"ledger 999999 does not exist"),
@@ -98,3 +93,11 @@ def test_readledger_ranges_formats_one_bookie_and_recovery() -> None:
             assert wanted in failed.stderr and failed.stderr.count(b"\n") == 1, failed.stderr
             assert failed.stdout == b""
         assert client.get_ledger_metadata(ledger_id) == before
+        assert not before.is_closed
+        assert handle.add_entry(b"written after the bad input") == len(payloads) + 1
+
+        # -r recovers: the writer is fenced, the ledger closed, every entry readable.
+        recovered = readledger(uri, "-l", str(ledger_id), "-r")
+        assert recovered.returncode == 0, recovered.stderr
+        assert len(HEADER.findall(recovered.stdout)) == len(payloads) + 2
+        assert client.get_ledger_metadata(ledger_id).is_closed

@@ -51,10 +51,13 @@ def test_cluster_lifecycle_commands(capsys: pytest.CaptureFixture[str], uri: str
     instance = shell(capsys, uri, "whatisinstanceid").strip()
     assert instance in out and len(instance) == 36
     assert "already exists" in refused(capsys, uri, "initnewcluster")
+    assert shell(capsys, uri, "whatisinstanceid").strip() == instance  # the same cluster
     ledger_id = make_ledger(uri)
     assert shell(capsys, uri, "listledgers").split() == [str(ledger_id)]
     assert f"ledger {ledger_id}" in shell(capsys, uri, "ledgermetadata", "-l", str(ledger_id))
     assert "holds metadata" in refused(capsys, uri, "metaformat")
+    assert shell(capsys, uri, "listledgers").split() == [str(ledger_id)]  # nothing deleted
+    assert shell(capsys, uri, "whatisinstanceid").strip() == instance
     shell(capsys, uri, "metaformat", "-n", "-f")
     formatted = shell(capsys, uri, "whatisinstanceid").strip()
     assert formatted != instance
@@ -71,19 +74,48 @@ def test_cookie_commands(capsys: pytest.CaptureFixture[str], uri: str, tmp_path:
     cookie = Cookie(bookie_id=bookie, journal_dirs=("/j",), ledger_dirs=("/l",), instance_id="x")
     cookie_file = tmp_path / "cookie"
     cookie_file.write_bytes(cookie.encode())
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x00not a cookie\n{{{")
+    bad_body = tmp_path / "bad_body"  # a layout version, then no cookie's text format
+    bad_body.write_bytes(b'4\nbookieHost: "127.0.0.1:3181\nnonsense {{{\n')
+    missing = tmp_path / "missing"
+    unreadable = (
+        (str(garbage), "is unreadable"),
+        (str(bad_body), "is unreadable"),
+        (str(missing), "cannot read cookie file"),
+        (str(tmp_path), "cannot read cookie file"),  # a directory
+    )
     assert "no cookie" in refused(capsys, uri, "cookie_get", bookie)
+    # Refused while the bookie has no cookie: none is made.
+    assert "has no cookie; use cookie_create" in refused(
+        capsys, uri, "cookie_update", bookie, "-cf", str(cookie_file)
+    )
+    for path, wanted in unreadable:
+        assert wanted in refused(capsys, uri, "cookie_create", bookie, "-cf", path), path
+        assert wanted in refused(capsys, uri, "cookie_update", bookie, "-cf", path), path
+    assert "no cookie" in refused(capsys, uri, "cookie_get", bookie)
+
     shell(capsys, uri, "cookie_create", bookie, "-cf", str(cookie_file))
+    created = shell(capsys, uri, "cookie_get", bookie)
+    assert "/j" in created and "(version 0)" in created
     assert "already has a cookie" in refused(
         capsys, uri, "cookie_create", bookie, "-cf", str(cookie_file)
     )
-    assert "/j" in shell(capsys, uri, "cookie_get", bookie)
+    for path, wanted in unreadable:
+        assert wanted in refused(capsys, uri, "cookie_create", bookie, "-cf", path), path
+        assert wanted in refused(capsys, uri, "cookie_update", bookie, "-cf", path), path
+    assert shell(capsys, uri, "cookie_get", bookie) == created  # unchanged, version too
+
     moved = Cookie(bookie_id=bookie, journal_dirs=("/j2",), ledger_dirs=("/l",), instance_id="x")
     cookie_file.write_bytes(moved.encode())
     assert "version 1" in shell(capsys, uri, "cookie_update", bookie, "-cf", str(cookie_file))
-    assert "/j2" in shell(capsys, uri, "cookie_get", bookie)
+    updated = shell(capsys, uri, "cookie_get", bookie)
+    assert "/j2" in updated
     assert "not 10.0.0.1:1" in refused(
         capsys, uri, "cookie_update", "10.0.0.1:1", "-cf", str(cookie_file)
     )
+    assert shell(capsys, uri, "cookie_get", bookie) == updated
+    assert "no cookie" in refused(capsys, uri, "cookie_get", "10.0.0.1:1")
     shell(capsys, uri, "cookie_delete", bookie)
     assert "no cookie" in refused(capsys, uri, "cookie_delete", bookie)
 
@@ -119,9 +151,11 @@ def test_cookie_generate_writes_a_cookie_the_other_commands_take(
         str(given),
     )
     assert Cookie.decode(given.read_bytes(), str(given)).instance_id == "other"
+    kept = generated.read_bytes()
     assert "exists; not overwriting" in refused(
         capsys, uri, "cookie_generate", bookie, "-j", "/j", "-l", "/l", "-o", str(generated)
     )
+    assert generated.read_bytes() == kept
     assert "is not host:port" in refused(
         capsys, uri, "cookie_generate", "nohost", "-j", "/j", "-l", "/l", "-o", str(tmp_path / "x")
     )

@@ -124,6 +124,7 @@ def test_autorecovery_shell_commands(capsys: pytest.CaptureFixture[str], uri: st
     assert "set to 45 s" in shell(capsys, uri, "lostbookierecoverydelay", "-s", "45")
     assert "45 s" in shell(capsys, uri, "lostbookierecoverydelay")
     assert "0 or more" in refused(capsys, uri, "lostbookierecoverydelay", "-s", "-1")
+    assert shell(capsys, uri, "lostbookierecoverydelay").strip() == "lostBookieRecoveryDelay: 45 s"
 
 
 async def _three_and_four(port: MetadataPort) -> None:

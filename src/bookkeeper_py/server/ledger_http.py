@@ -70,10 +70,12 @@ def add_ledger_routes(app: web.Application, port: MetadataPort, metadata_uri: st
     async def list_ledgers(request: web.Request) -> web.Response:
         with_metadata = request.query.get("print_metadata") == "true"
         decoded = request.query.get("decode_meta") == "true"
+        # checked even where it pages nothing (without print_metadata, as BookKeeper's), so a
+        # malformed page is a 400 rather than silently the whole list
+        page = _number(request, "page", 0)
         ledger_ids = await port.list_ledgers()
         if not with_metadata:
             return _json({str(ledger_id): None for ledger_id in ledger_ids})
-        page = _number(request, "page", 0)
         if page > 0:
             ledger_ids = ledger_ids[(page - 1) * LIST_PAGE : page * LIST_PAGE]
         found: dict[str, object] = {}
