@@ -76,9 +76,23 @@ def test_listledgers_by_bookie_and_with_metadata() -> None:
         assert unknown.returncode == 1 and unknown.stdout == ""
         [line] = [line for line in unknown.stderr.splitlines() if line.strip()]
         assert line == (
-            "error: bookie 10.0.0.9:3181 is unknown here (no cookie, not registered); check the "
-            "id (see listbookies)"
+            "error: bookie 10.0.0.9:3181 is unknown here (no cookie, not registered, in no "
+            "ledger's ensemble); check the id (see listbookies)"
         )
+        # A bookie gone for good (stopped, its cookie deleted) is still known by the ledgers
+        # that name it: they are listed.
+        gone = local.bookie_ids[0]
+        local.stop_bookie(0)
+        metadata = MetadataClient.connect(local.metadata_uri)
+        try:
+            metadata.delete_cookie(gone)
+            assert gone not in metadata.writable_bookies() + metadata.readonly_bookies()
+        finally:
+            metadata.close()
+        listed = shell(local.metadata_uri, "-bookieid", gone)
+        assert listed.returncode == 0, listed.stderr
+        named = sorted(ledger for ledger, held in holders.items() if gone in held)
+        assert named and sorted(map(int, listed.stdout.split())) == named
 
 
 def test_listbookies_all_and_with_host_names() -> None:

@@ -182,16 +182,27 @@ class ClusterAdmin:
     ) -> Iterator[tuple[LedgerMetadata, int]]:
         """Each ledger's metadata and its version, each read once (``listledgers -m``); with
         ``bookie_id`` only those whose ensembles hold it, as ``ledgers``. Ledgers deleted while
-        listed are left out."""
-        if bookie_id is not None and not (
+        listed are left out. A ``bookie_id`` the cluster does not know (no cookie, not
+        registered, in no ledger's ensemble: the rule of ``autorecovery.admin.check_known``) is
+        refused."""
+        known = bookie_id is None or (
             self.metadata.read_cookie(bookie_id) is not None
             or bookie_id in self.metadata.writable_bookies()
             or bookie_id in self.metadata.readonly_bookies()
-        ):
-            raise CommandError(
-                f"bookie {bookie_id} is unknown here (no cookie, not registered); check the id "
-                "(see listbookies)"
-            )
+        )
+        found = self._described_ledgers(bookie_id)
+        if not known:  # known only if a ledger names it: look before listing anything
+            found = iter(list(found))
+            first = next(found, None)
+            if first is None:
+                raise CommandError(
+                    f"bookie {bookie_id} is unknown here (no cookie, not registered, in no "
+                    "ledger's ensemble); check the id (see listbookies)"
+                )
+            yield first
+        yield from found
+
+    def _described_ledgers(self, bookie_id: str | None) -> Iterator[tuple[LedgerMetadata, int]]:
         for ledger_id in self.metadata.list_ledgers():
             try:
                 ledger, version = self.metadata.read_ledger_metadata(ledger_id)
