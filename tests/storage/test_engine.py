@@ -451,8 +451,8 @@ def test_a_paced_checkpoint_rests_between_the_slices_of_its_long_steps_unless_hu
 
     clock = [100.0]
     slept: list[float] = []
-    monkeypatch.setattr(ledger_storage.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(ledger_storage.time, "sleep", slept.append)
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", slept.append)
     hurry = threading.Event()
     pause = ledger_storage._resting_pause(hurry)
     for work in (0.0002, 0.0005, 0.01):  # slices of 0.2 ms, 0.5 ms, 10 ms
@@ -493,3 +493,28 @@ def test_a_checkpoint_writes_each_ledger_in_entry_order_whatever_order_the_adds_
             entry(ledger_id, i) for i in range(count)
         ]
     engine.close()
+
+
+def test_a_half_full_write_cache_asks_for_a_paced_checkpoint_hurried_at_three_quarters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write cache over half full asks for a checkpoint, which stays paced; only over three
+    quarters (what the running checkpoint still flushes counts) is it hurried. Hurried at half,
+    every checkpoint the cache asked for ran at full speed at once (its own bytes keep the cache
+    over half until it ends), and took the disk and the cores from the adds."""
+    engine, _ = open_engine(tmp_path, write_cache_max_bytes=1000)
+    engine._stopping.set()  # no checkpoint takes the request or the hurry meanwhile
+    engine._checkpoint_requested.set()
+    assert engine._sync_thread is not None
+    engine._sync_thread.join()
+    engine._checkpoint_requested.clear()
+    storage = engine.storages[0]
+    storage.hurry(False)
+    cached = 0
+    monkeypatch.setattr(StorageEngine, "write_cache_bytes", property(lambda _: cached))
+    for cached, requested, hurried in ((400, False, False), (600, True, False), (800, True, True)):
+        engine._mind_write_cache()
+        assert engine._checkpoint_requested.is_set() == requested, cached
+        assert storage._hurry.is_set() == hurried, cached
+    monkeypatch.undo()
+    crash(engine)

@@ -547,12 +547,19 @@ class StorageEngine:
             journal.write_on(loop, inline_ok, call_on_loop)
 
     def _mind_write_cache(self) -> None:
-        """After adds: a write cache over half full asks for a checkpoint, and hurries the
-        running one, if paced, so that it keeps up."""
-        if self.write_cache_bytes > self.config.write_cache_max_bytes // 2:
-            for storage in self.storages:
-                storage.hurry()
+        """After adds: a write cache over half full asks for a checkpoint (the next one, if one
+        runs); over three quarters (counting what the running checkpoint still flushes), the
+        running one, if paced, is hurried so that it keeps up. (Hurrying at half, as this did,
+        hurried every checkpoint the cache asked for at once: the bytes it flushes count until
+        it ends, so the pace was dropped on the next add, and the flush of half the cache took
+        the cores and the disk from the adds all at once.)"""
+        cached = self.write_cache_bytes
+        limit = self.config.write_cache_max_bytes
+        if cached > limit // 2:
             self._checkpoint_requested.set()
+            if cached > limit * 3 // 4:
+                for storage in self.storages:
+                    storage.hurry()
 
     @property
     def write_cache_full(self) -> bool:
@@ -656,7 +663,7 @@ class StorageEngine:
             # (the write cache half full, a journal file rolled) over half the time since the
             # last one began, which is about the time the cache took to fill half: the cache
             # then fills to a quarter meanwhile, and should writes speed up, the adds hurry it
-            # on (add_entry) once it is half full again. Journal disks filling up hurry it too.
+            # on (add_entry) once it is three quarters full with what it flushes. Journal disks filling up hurry it too.
             pace = self._pace_s
             if requested:
                 pace = min(pace, (started - last_started) * REQUESTED_PACE_SHARE)
