@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from bookkeeper_py import BookKeeper
+from bookkeeper_py.metadata.driver import parse_uri
 from bookkeeper_py.metadata.manager import MetadataClient
 from bookkeeper_py.storage.disk import LOCK_FILE
 from bookkeeper_py.testing import LocalCluster
@@ -31,8 +32,8 @@ def contents(directory: str) -> list[str]:
     return sorted(name for name in os.listdir(directory) if name != LOCK_FILE)
 
 
-def test_bookieformat_and_initbookie(tmp_path: Path) -> None:
-    with LocalCluster(1) as local:
+def test_bookieformat_and_initbookie(tmp_path: Path, metadata_uri: str | None) -> None:
+    with LocalCluster(1, metadata_uri=metadata_uri) as local:
         bookie = local.bookies[0]
         journal = bookie.journal_directory
         ledgers = os.path.join(bookie.directory, "ledgers")
@@ -82,12 +83,14 @@ def test_bookieformat_and_initbookie(tmp_path: Path) -> None:
             handle.close()
 
 
-def test_updatecookie_lists_moves_to_a_new_id_and_deletes(tmp_path: Path) -> None:
+def test_updatecookie_lists_moves_to_a_new_id_and_deletes(
+    tmp_path: Path, metadata_uri: str | None
+) -> None:
     from bookkeeper_py.server.config import build, read_conf
     from bookkeeper_py.server.main import check_cookies
     from bookkeeper_py.storage.cookie import Cookie
 
-    with LocalCluster(1) as local:
+    with LocalCluster(1, metadata_uri=metadata_uri) as local:
         bookie = local.bookies[0]
         journal = bookie.journal_directory
         ledgers = os.path.join(bookie.directory, "ledgers")
@@ -102,7 +105,7 @@ def test_updatecookie_lists_moves_to_a_new_id_and_deletes(tmp_path: Path) -> Non
         assert listed.stdout.splitlines() == [
             os.path.join(journal, "current", "VERSION"),
             os.path.join(ledgers, "current", "VERSION"),
-            f"/ledgers/cookies/{bookie.bookie_id}",
+            f"{parse_uri(local.metadata_uri).root}/cookies/{bookie.bookie_id}",
         ]
 
         def stored_cookie(bookie_id: str) -> tuple[bytes, int] | None:

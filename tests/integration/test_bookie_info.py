@@ -43,8 +43,8 @@ LINE = re.compile(
 )
 
 
-def test_bookieinfo_and_list_bookie_info() -> None:
-    with LocalCluster(2) as local:
+def test_bookieinfo_and_list_bookie_info(metadata_uri: str | None) -> None:
+    with LocalCluster(2, metadata_uri=metadata_uri) as local:
         totals = {
             bookie_id: int(str(get(bookie.http_port, "/api/v1/bookie/info")["totalSpace"]))
             for bookie_id, bookie in zip(local.bookie_ids, local.bookies, strict=True)
@@ -97,10 +97,12 @@ def test_readable_sizes_as_bookkeeper_prints_them() -> None:
     ]  # fmt: skip
 
 
-def test_activeledgers_keeps_only_the_ledgers_the_metadata_still_holds() -> None:
+def test_activeledgers_keeps_only_the_ledgers_the_metadata_still_holds(
+    metadata_uri: str | None,
+) -> None:
     from bookkeeper_py import BookKeeper
 
-    with LocalCluster(1) as local:
+    with LocalCluster(1, metadata_uri=metadata_uri) as local:
         with BookKeeper(local.metadata_uri) as client:
             kept, deleted = client.create_ledger(1, 1, 1), client.create_ledger(1, 1, 1)
             for handle in (kept, deleted):
@@ -122,10 +124,10 @@ def test_activeledgers_keeps_only_the_ledgers_the_metadata_still_holds() -> None
         assert missing.returncode == 1 and f"no entry log {log_name(99)}" in missing.stderr
 
 
-def test_bookiesanity_over_the_shell_and_http() -> None:
+def test_bookiesanity_over_the_shell_and_http(metadata_uri: str | None) -> None:
     from bookkeeper_py import BookKeeper
 
-    with LocalCluster(2) as local:
+    with LocalCluster(2, metadata_uri=metadata_uri) as local:
         uri = local.metadata_uri
         everyone = bookieinfo(uri, "bookiesanity")
         assert everyone.returncode == 0, everyone.stderr

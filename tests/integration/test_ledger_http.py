@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.error
 import urllib.request
-
-import pytest
 
 from bookkeeper_py import BookKeeper
 from bookkeeper_py.metadata.format import deserialize
 from bookkeeper_py.server.ledger_http import READ_LIMIT
 from bookkeeper_py.testing import LocalCluster
-from bookkeeper_py.testing.zookeeper import ZooKeeperServer
 
 
 def call(base: str, path: str, method: str = "GET") -> tuple[int, bytes]:
@@ -28,15 +24,6 @@ def call(base: str, path: str, method: str = "GET") -> tuple[int, bytes]:
     except urllib.error.HTTPError as error:
         with error:
             return error.code, error.read()
-
-
-@pytest.fixture(params=["sqlite", "zookeeper"])
-def metadata_uri(request: pytest.FixtureRequest) -> str | None:
-    """The cluster's metadata store: the embedded one, or a real ZooKeeper."""
-    if request.param == "sqlite":
-        return None
-    zookeeper: ZooKeeperServer = request.getfixturevalue("zookeeper")
-    return zookeeper.metadata_uri(f"/ledger-http-{time.monotonic_ns()}")
 
 
 def test_ledger_endpoints_list_describe_read_and_delete(metadata_uri: str | None) -> None:

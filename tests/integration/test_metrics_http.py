@@ -18,8 +18,8 @@ from bookkeeper_py.testing import LocalCluster
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(1) as local:
+def cluster(module_metadata_uri: str | None) -> Iterator[LocalCluster]:
+    with LocalCluster(1, metadata_uri=module_metadata_uri) as local:
         yield local
 
 
@@ -125,10 +125,14 @@ def put(cluster: LocalCluster, path: str, body: bytes) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
-def test_an_operator_can_turn_the_bookie_read_only_and_back(cluster: LocalCluster) -> None:
-    bookie = cluster.bookie_ids[0]
-    metadata = MetadataClient.connect(cluster.metadata_uri)
-    try:
+def test_an_operator_can_turn_the_bookie_read_only_and_back(metadata_uri: str | None) -> None:
+    # A cluster of its own: the switch moves the bookie's registration, which the other tests of
+    # the module's cluster read.
+    with (
+        LocalCluster(1, metadata_uri=metadata_uri) as cluster,
+        MetadataClient.connect(cluster.metadata_uri) as metadata,
+    ):
+        bookie = cluster.bookie_ids[0]
         with BookKeeper(cluster.metadata_uri) as client:
             existing = client.create_ledger(1, 1, 1)
             assert existing.add_entry(b"before") == 0
@@ -163,8 +167,6 @@ def test_an_operator_can_turn_the_bookie_read_only_and_back(cluster: LocalCluste
             handle = client.create_ledger(1, 1, 1)
             assert handle.add_entry(b"writable again") == 0
             handle.close()
-    finally:
-        metadata.close()
 
 
 def test_force_read_only_bookie_starts_read_only_and_stays_so() -> None:
@@ -241,11 +243,11 @@ def test_a_bookie_without_read_only_mode_refuses_the_switch() -> None:
             handle.close()
 
 
-def test_cluster_info_over_http_and_from_the_shell() -> None:
+def test_cluster_info_over_http_and_from_the_shell(metadata_uri: str | None) -> None:
     import subprocess
     import sys
 
-    with LocalCluster(2) as local:
+    with LocalCluster(2, metadata_uri=metadata_uri) as local:
         http = f"http://127.0.0.1:{local.bookies[0].http_port}/api/v1/bookie/cluster_info"
 
         def over_http() -> dict[str, object]:

@@ -45,8 +45,8 @@ def shell(uri: str, *args: str, command: str = "listledgers") -> subprocess.Comp
     )
 
 
-def test_listledgers_by_bookie_and_with_metadata() -> None:
-    with LocalCluster(3) as local:
+def test_listledgers_by_bookie_and_with_metadata(metadata_uri: str | None) -> None:
+    with LocalCluster(3, metadata_uri=metadata_uri) as local:
         with BookKeeper(local.metadata_uri) as client:
             ledger_ids = []
             for _ in range(6):  # ensembles of two of the three bookies
@@ -95,8 +95,8 @@ def test_listledgers_by_bookie_and_with_metadata() -> None:
         assert named and sorted(map(int, listed.stdout.split())) == named
 
 
-def test_listbookies_all_and_with_host_names() -> None:
-    with LocalCluster(2) as local:
+def test_listbookies_all_and_with_host_names(metadata_uri: str | None) -> None:
+    with LocalCluster(2, metadata_uri=metadata_uri) as local:
         every = shell(local.metadata_uri, "-a", command="listbookies")
         assert every.returncode == 0 and sorted(every.stdout.split()) == sorted(local.bookie_ids)
         assert shell(local.metadata_uri, "-ro", command="listbookies").stdout == ""
@@ -107,8 +107,13 @@ def test_listbookies_all_and_with_host_names() -> None:
         )
 
 
-def test_ledgermetadata_dumps_restores_and_updates(tmp_path: Path) -> None:
-    with LocalCluster(1) as local, BookKeeper(local.metadata_uri) as client:
+def test_ledgermetadata_dumps_restores_and_updates(
+    tmp_path: Path, metadata_uri: str | None
+) -> None:
+    with (
+        LocalCluster(1, metadata_uri=metadata_uri) as local,
+        BookKeeper(local.metadata_uri) as client,
+    ):
         handle = client.create_ledger(1, 1, 1, custom_metadata={"k": b"v"})
         handle.add_entry(b"x")
         handle.close()
@@ -206,9 +211,11 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     return result.stderr
 
 
-def test_deleteledger_over_a_cluster() -> None:
+def test_deleteledger_over_a_cluster(metadata_uri: str | None) -> None:
     with (
-        LocalCluster(1, bookie_args=["--flush-interval-ms", "200"]) as local,
+        LocalCluster(
+            1, metadata_uri=metadata_uri, bookie_args=["--flush-interval-ms", "200"]
+        ) as local,
         BookKeeper(local.metadata_uri) as client,
     ):
         uri, bookie = local.metadata_uri, local.bookies[0]

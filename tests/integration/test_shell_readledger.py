@@ -36,10 +36,13 @@ def readledger(uri: str, *args: str) -> subprocess.CompletedProcess[bytes]:
 HEADER = re.compile(rb"^--------- Lid=(\d+), Eid=(\d+), EntrySize=(\d+) ---------$", re.MULTILINE)
 
 
-def test_readledger_ranges_formats_one_bookie_and_recovery() -> None:
+def test_readledger_ranges_formats_one_bookie_and_recovery(metadata_uri: str | None) -> None:
     payloads = [f"entry {i} of the ledger".encode() for i in range(12)]
     payloads[3] = bytes(range(40))  # binary, for the hex dump
-    with LocalCluster(3) as local, BookKeeper(local.metadata_uri) as client:
+    with (
+        LocalCluster(3, metadata_uri=metadata_uri) as local,
+        BookKeeper(local.metadata_uri) as client,
+    ):
         handle = client.create_ledger(3, 2, 2, password=b"secret")
         for payload in payloads:
             handle.add_entry(payload)

@@ -29,7 +29,7 @@ from bookkeeper_py.metadata.driver import (
     SetOp,
     open_store,
 )
-from bookkeeper_py.metadata.manager import MetadataClient
+from bookkeeper_py.metadata.manager import INCARNATION_PROPERTY, MetadataClient
 from bookkeeper_py.metadata.port import ThreadedMetadata, update_ledger_metadata
 
 from .samples import sample
@@ -91,6 +91,27 @@ def test_ephemeral_nodes_end_with_their_session(opener: Opener) -> None:
     while observer.writable_bookies() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert observer.writable_bookies() == []
+
+
+def test_a_registered_bookies_service_info_is_read_back_whole(opener: Opener) -> None:
+    """What ``endpointinfo`` and the client's bookie address read: the endpoint and properties
+    a bookie registered, writable or read-only, seen from another session."""
+    owner, observer = opener(), opener()
+    owner.init_cluster()
+    owner.register_bookie("bookie-a:3181", "127.0.0.1", 3181, incarnation="run-1")
+    owner.register_bookie("127.0.0.1:3182", "127.0.0.2", 3182, readonly=True)
+    info = observer.bookie_service_info("bookie-a:3181")
+    assert info is not None and dict(info.properties) == {INCARNATION_PROPERTY: "run-1"}
+    assert [(e.id, e.protocol, e.host, e.port) for e in info.endpoints] == [
+        ("bookie", "bookie-rpc", "127.0.0.1", 3181)
+    ]
+    read_only = observer.bookie_service_info("127.0.0.1:3182")
+    assert read_only is not None and dict(read_only.properties) == {}
+    assert [(e.host, e.port) for e in read_only.endpoints] == [("127.0.0.2", 3182)]
+    assert observer.bookie_endpoint("127.0.0.1:3182").host == "127.0.0.2"  # not the id's host
+    assert observer.bookie_service_info("127.0.0.1:3183") is None
+    owner.unregister_bookie("bookie-a:3181")
+    assert observer.bookie_service_info("bookie-a:3181") is None
 
 
 def test_ledger_metadata_create_read_cas_delete_list(opener: Opener) -> None:
@@ -177,7 +198,7 @@ def test_sqlite_registration_expires_when_its_process_is_killed(tmp_path: Path) 
     observer.init_cluster()
     script = textwrap.dedent(f"""
         import time
-        from bookkeeper_py.metadata.manager import MetadataClient
+        from bookkeeper_py.metadata.manager import INCARNATION_PROPERTY, MetadataClient
         client = MetadataClient.connect({uri!r})
         client.register_bookie("127.0.0.1:7777", "127.0.0.1", 7777)
         print("registered", flush=True)
