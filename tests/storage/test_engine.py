@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bookkeeper_py import progress
 from bookkeeper_py.storage.engine import StorageConfig, StorageEngine
 from bookkeeper_py.storage.entry_log import log_name
 from bookkeeper_py.storage.journal import list_journal_ids, replay
@@ -204,6 +207,58 @@ def test_crash_before_checkpoint_replays_entries_keys_fence_and_lac(tmp_path: Pa
     assert engine.ledger(1).fenced  # type: ignore[union-attr]
     assert engine.read(3, 0) == entry(3, 0)
     engine.close()
+
+
+class RecordedTask(progress.Task):
+    def __init__(self, description: str, total: int | None, unit: str) -> None:
+        self.description, self.total, self.unit = description, total, unit
+        self.done = 0
+        self.closed = False
+
+    def advance(self, count: int = 1) -> None:
+        assert count >= 0 and not self.closed
+        self.done += count
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class RecordedDisplay(progress.Display):
+    def __init__(self) -> None:
+        self.tasks: list[RecordedTask] = []
+
+    def task(self, description: str, total: int | None = None, unit: str = "") -> progress.Task:
+        self.tasks.append(RecordedTask(description, total, unit))
+        return self.tasks[-1]
+
+
+def test_replay_shows_the_journal_bytes_replayed_and_logs_by_default(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(1, 3), 200)
+    crash(engine)
+
+    shown = RecordedDisplay()
+    engine = StorageEngine(config(tmp_path), Durable())
+    assert engine.start(shown) == 2 + 400  # master keys and entries
+    engine.close()
+    (task,) = shown.tasks
+    assert task.description == f"replaying journal {tmp_path / 'journal'}"
+    assert task.unit == "bytes" and task.closed
+    assert task.total is not None and 400 * 100 < task.done <= task.total
+
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(3, 4), 10)
+    crash(engine)
+    with caplog.at_level(logging.INFO, logger="bookkeeper_py.storage.engine"):
+        engine, _ = open_engine(tmp_path)  # no display given: log lines
+    engine.close()
+    lines = [r.getMessage() for r in caplog.records if "replaying journal" in r.getMessage()]
+    assert lines[0].startswith(f"replaying journal {tmp_path / 'journal'}: started (")
+    assert re.fullmatch(
+        r"replaying journal .*: done, [\d.]+ MB in [\d.]+ s \([\d.,]+ MB/s\)", lines[-1]
+    )
 
 
 def test_checkpoint_deletes_journals_older_than_the_mark(tmp_path: Path) -> None:

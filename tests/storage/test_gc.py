@@ -3,7 +3,9 @@ and a failed or partial metadata listing never deletes anything."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -369,3 +371,50 @@ def test_a_read_during_a_ledger_deletion_does_not_bring_the_ledger_back(
         storage.read(1, 0)
     assert storage.read(2, 0) == entry(2, 0)
     storage.close()
+
+
+class RecordedRuntime:
+    """An ``OpStats`` that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.successes_s: list[float] = []
+        self.failures_s: list[float] = []
+
+    def success(self, seconds: float) -> None:
+        self.successes_s.append(seconds)
+
+    def failure(self, seconds: float) -> None:
+        self.failures_s.append(seconds)
+
+    def successes(self, seconds: float, count: int) -> None:
+        self.successes_s.extend([seconds] * count)
+
+
+def test_each_round_is_timed_and_one_that_changed_something_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = filled(tmp_path)
+    metadata = FakeMetadata(set(range(LEDGERS)))
+    runtime = RecordedRuntime()
+    gc = GarbageCollector(
+        engine.storage,
+        metadata.list_ledgers,  # type: ignore[arg-type]
+        metadata.exists,
+        GcConfig(compaction_rate_bytes=0),
+        runtime=runtime,
+    )
+    with caplog.at_level(logging.DEBUG, logger="bookkeeper_py.storage.gc"):
+        gc.run_round()  # nothing to do: a DEBUG line
+        metadata.ledgers -= set(range(0, LEDGERS, 2))
+        stats = gc.run_round(force_major=True)
+    rounds = [r for r in caplog.records if r.getMessage().startswith("GC round")]
+    assert [r.levelno for r in rounds] == [logging.DEBUG, logging.INFO]
+    assert re.fullmatch(
+        rf"GC round 2 of .* done in [\d.]+ s: {LEDGERS // 2} ledgers and \d+ entry logs deleted "
+        rf"\([\d.]+ MB\), major compaction: {stats.entry_logs_compacted} entry logs compacted "
+        r"\([\d.]+ MB reclaimed\)",
+        rounds[1].getMessage(),
+    )
+    assert len(runtime.successes_s) == 2 and runtime.failures_s == []
+    assert stats.last_round_seconds == runtime.successes_s[-1]
+    engine.close()

@@ -3,8 +3,9 @@
 and option letters). ``listunderreplicated``, ``autorecovery`` (the switch) and
 ``lostbookierecoverydelay`` are in ``cluster_commands``.
 
-Long operations print a progress line (ledgers, entries, MB copied, rate, ETA) to stderr every
-second when it is a terminal; the result goes to stdout."""
+``recover`` and ``decommissionbookie`` show a progress bar of the entries copied (rate, ETA) on
+stderr when it is a terminal and ``--quiet`` is not given (``bookkeeper_py.progress``); the
+result, with the ledgers, entries and MB copied, goes to stdout."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import asyncio
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 
+from bookkeeper_py import progress as shown_progress
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.autorecovery import admin
 from bookkeeper_py.autorecovery.replication import Progress
@@ -25,15 +26,31 @@ Register = Callable[[str, str, Callable[[argparse.Namespace], None]], argparse.A
 UriOf = Callable[[argparse.Namespace], str]
 
 
-def progress_printer(what: str) -> Callable[[Progress], None] | None:
-    """A progress line writer for a terminal's stderr; None when stderr is not a terminal."""
-    if not sys.stderr.isatty():
-        return None
+class ProgressFollower:
+    """Shows a replication run's ``Progress`` (read every second by ``admin.recover``) as a
+    task of ``display``: the entries copied of the total. A new run (decommission's next round)
+    opens a new task."""
 
-    def show(progress: Progress) -> None:
-        print(f"\r{what}: {progress.line()}\033[K", end="", file=sys.stderr, flush=True)
+    def __init__(self, display: shown_progress.Display, what: str) -> None:
+        self.display = display
+        self.what = what
+        self.source: Progress | None = None
+        self.task = shown_progress.Task()
+        self.shown = 0
 
-    return show
+    def __call__(self, progress: Progress) -> None:
+        if progress is not self.source:
+            self.task.close()
+            self.task = self.display.task(
+                f"{self.what}: copying", progress.entries_total, "entries"
+            )
+            self.source, self.shown = progress, 0
+        self.task.set_total(progress.entries_total)
+        self.task.advance(progress.entries_done - self.shown)
+        self.shown = progress.entries_done
+
+    def close(self) -> None:
+        self.task.close()
 
 
 def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
@@ -49,15 +66,18 @@ def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
                     for planned in await admin.plan(client, bookies, args.ledger):
                         print(_describe(planned))
                     return
-                report = await admin.recover(
-                    client,
-                    bookies,
-                    skip_open=args.skipOpenLedgers,
-                    ledger_id=args.ledger,
-                    on_progress=progress_printer("recover"),
-                )
-                if sys.stderr.isatty():
-                    print(file=sys.stderr)
+                with shown_progress.terminal(args.quiet) as display:
+                    follower = ProgressFollower(display, "recover")
+                    try:
+                        report = await admin.recover(
+                            client,
+                            bookies,
+                            skip_open=args.skipOpenLedgers,
+                            ledger_id=args.ledger,
+                            on_progress=follower,
+                        )
+                    finally:
+                        follower.close()
                 if args.deleteCookie and not report.failed and not report.left_open:
                     for bookie in bookies:
                         await _delete_cookie(client, bookie)
@@ -81,15 +101,18 @@ def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
     def decommissionbookie(args: argparse.Namespace) -> None:
         async def run() -> None:
             async with BookKeeper(uri_of(args)) as client:
-                report = await admin.decommission(
-                    client,
-                    args.bookieid,
-                    open_ledger_grace_s=args.open_ledger_grace_s,
-                    timeout_s=args.timeout_s,
-                    on_progress=progress_printer("decommission"),
-                )
-                if sys.stderr.isatty():
-                    print(file=sys.stderr)
+                with shown_progress.terminal(args.quiet) as display:
+                    follower = ProgressFollower(display, "decommission")
+                    try:
+                        report = await admin.decommission(
+                            client,
+                            args.bookieid,
+                            open_ledger_grace_s=args.open_ledger_grace_s,
+                            timeout_s=args.timeout_s,
+                            on_progress=follower,
+                        )
+                    finally:
+                        follower.close()
                 stopped = " and stopped" if report.was_live else ""
                 print(
                     f"bookie {args.bookieid} decommissioned{stopped}: its data is on other "

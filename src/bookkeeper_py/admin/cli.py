@@ -13,6 +13,9 @@
 The metadata URI of shell and log commands comes from ``--metadata-uri`` or
 $BOOKKEEPER_METADATA_URI.
 
+Long commands draw a progress bar on stderr when it is a terminal (``-q``/``--quiet`` leaves it
+out; see ``bookkeeper_py.progress``); stdout carries the result alone.
+
 Errors are one line on stderr, ``error: <what happened>; <what to do>``, and exit status 1
 (usage errors: 2; Ctrl-C: 130); ``--verbose`` adds tracebacks and the logging of the libraries
 underneath (kazoo, aiohttp...), which is otherwise kept quiet.
@@ -33,6 +36,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from bookkeeper_py import progress
 from bookkeeper_py.admin import CommandError, autorecovery_commands, log_commands, spark_commands
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
@@ -247,7 +251,7 @@ def _cmd_simpletest(args: argparse.Namespace) -> None:
     from bookkeeper_py.admin.workload import simple_test
     from bookkeeper_py.client.facade import BookKeeper
 
-    with BookKeeper(_metadata_uri(args)) as bk:
+    with BookKeeper(_metadata_uri(args)) as bk, progress.terminal(args.quiet) as shown:
         result = simple_test(
             bk,
             entries=args.num_entries,
@@ -256,6 +260,7 @@ def _cmd_simpletest(args: argparse.Namespace) -> None:
             write_quorum_size=args.writeQuorum,
             ack_quorum_size=args.ackQuorum,
             digest_type=DIGESTS[args.digest],
+            progress=shown,
         )
     print(
         f"ledger {result.ledger_id}: wrote {result.entries} entries ({result.bytes:,} bytes) in "
@@ -402,7 +407,7 @@ def _cmd_readledger(args: argparse.Namespace) -> None:
             else:
                 print(printable(payload))
 
-    async def run() -> int:
+    async def run(reading: progress.Task) -> int:
         shown = 0
         async with await aio.BookKeeper.connect(_metadata_uri(args)) as client:
             entries = (
@@ -413,6 +418,7 @@ def _cmd_readledger(args: argparse.Namespace) -> None:
                     args.firstentryid,
                     args.lastentryid,
                     password=password,
+                    on_total=reading.set_total,
                 )
                 if args.bookie
                 else read_entries(
@@ -422,14 +428,19 @@ def _cmd_readledger(args: argparse.Namespace) -> None:
                     args.lastentryid,
                     recover=args.force_recovery,
                     password=password,
+                    on_total=reading.set_total,
                 )
             )
             async for entry_id, payload in entries:
                 show(entry_id, payload)
+                reading.advance()
                 shown += 1
         return shown
 
-    shown = event_loop.run(run())
+    # A bar shows while the entries go to a file or pipe; on the terminal they show themselves.
+    display = progress.terminal(args.quiet, prints_lines=True)
+    with display, display.task(f"reading ledger {args.ledgerid}", unit="entries") as reading:
+        shown = event_loop.run(run(reading))
     if raw:
         out.flush()
     else:
@@ -744,7 +755,8 @@ def _cmd_listfilesondisc(args: argparse.Namespace) -> None:
 def _cmd_check_ledgers_index(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.index_rebuild import check_ledgers_index
 
-    report = check_ledgers_index(args.ledger_dir)
+    with progress.terminal(args.quiet) as shown:
+        report = check_ledgers_index(args.ledger_dir, shown)
     for problem in report.problems:
         print(problem)
     if report.problems:
@@ -776,14 +788,19 @@ def _rebuild_index(args: argparse.Namespace, *, locations: bool, ledgers: bool) 
     from bookkeeper_py.storage.index_rebuild import rebuild_index
 
     journals = args.journal_dir if isinstance(args.journal_dir, list) else [args.journal_dir]
-    report = rebuild_index(
-        args.ledger_dir,
-        journals,
-        locations=locations or args.all,
-        ledgers=ledgers or args.all,
-        owns=_ledgers_of_directory(args),
-        progress=(lambda line: print(line, flush=True)) if args.verbose_rebuild else lambda _: None,
-    )
+    # The step lines of -v go to stdout, so the bar is drawn only without them.
+    with progress.terminal(args.quiet, prints_lines=args.verbose_rebuild) as shown:
+        report = rebuild_index(
+            args.ledger_dir,
+            journals,
+            locations=locations or args.all,
+            ledgers=ledgers or args.all,
+            owns=_ledgers_of_directory(args),
+            steps=(lambda line: print(line, flush=True))
+            if args.verbose_rebuild
+            else lambda _: None,
+            progress=shown,
+        )
     for problem in report.problems:
         print(problem)
     print(
@@ -813,7 +830,8 @@ def _cmd_ledger(args: argparse.Namespace) -> None:
 def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
     from bookkeeper_py.storage.inspect import local_consistency_check
 
-    report = local_consistency_check(args.ledger_dir)
+    with progress.terminal(args.quiet) as shown:
+        report = local_consistency_check(args.ledger_dir, shown)
     for problem in report.problems or []:
         print(f"PROBLEM: {problem}")
     print(
@@ -821,6 +839,16 @@ def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
     )
     if not report.ok:
         sys.exit(1)
+
+
+def progress_option(command: argparse.ArgumentParser) -> None:
+    """``-q/--quiet`` of a command: no progress bar on a terminal (there is none off one)."""
+    command.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar (progress shows on stderr only when it is a terminal)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -907,6 +935,7 @@ def build_parser() -> argparse.ArgumentParser:
     def shell_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         sub = shell_commands.add_parser(name, help=help_text)
         sub.add_argument("--metadata-uri", help="metadataServiceUri (or $BOOKKEEPER_METADATA_URI)")
+        progress_option(sub)
         sub.set_defaults(run=run)
         return sub
 
@@ -1104,6 +1133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         sub = shell_commands.add_parser(name, help=help_text)
+        progress_option(sub)
         sub.set_defaults(run=run, bookie_dirs=True)
         return sub
 
@@ -1220,7 +1250,7 @@ def build_parser() -> argparse.ArgumentParser:
 def configure_logging(verbose: bool) -> None:
     """Our own logging at INFO (DEBUG with ``--verbose``); the libraries' (kazoo's connection
     retries, aiohttp's access log...) only with ``--verbose``, except what is CRITICAL."""
-    handler = logging.StreamHandler()
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if not verbose:
         handler.addFilter(
@@ -1232,6 +1262,19 @@ def configure_logging(verbose: bool) -> None:
 
 
 OWN_LOGGERS = {"bookkeeper_py", "__main__", "root"}
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is at each record: while a progress bar is drawn that is
+    the bar's console, which prints the line above the bar instead of through it."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass  # (StreamHandler's constructor sets it)
 
 
 def describe_os_error(error: OSError) -> str:

@@ -9,6 +9,7 @@ import argparse
 import os
 from collections.abc import Callable
 
+from bookkeeper_py import progress
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.admin.service import ClusterAdmin
 from bookkeeper_py.metadata.manager import MetadataClient, parse_bookie_id
@@ -32,7 +33,8 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
     def metaformat(args: argparse.Namespace) -> None:
         with connect(args, create=True) as metadata:
             admin = ClusterAdmin(metadata)
-            deleted, instance_id = admin.format(args.force)
+            with progress.terminal(args.quiet) as shown:
+                deleted, instance_id = admin.format(args.force, shown)
             print(f"formatted {admin.root}: {deleted} nodes deleted, new instance id {instance_id}")
 
     def nukeexistingcluster(args: argparse.Namespace) -> None:
@@ -42,7 +44,8 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
             )
         with connect(args) as metadata:
             admin = ClusterAdmin(metadata)
-            deleted = admin.nuke(args.instanceid, args.force, args.zkledgersrootpath)
+            with progress.terminal(args.quiet) as shown:
+                deleted = admin.nuke(args.instanceid, args.force, args.zkledgersrootpath, shown)
             print(f"deleted the cluster at {admin.root}: {deleted} nodes")
 
     def whatisinstanceid(args: argparse.Namespace) -> None:

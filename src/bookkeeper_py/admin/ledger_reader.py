@@ -6,7 +6,7 @@ need it given). Every entry's digest is checked."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from bookkeeper_py import errors
 from bookkeeper_py.admin import CommandError
@@ -39,11 +39,13 @@ async def read_entries(
     recover: bool = False,
     password: bytes = b"",
     limit: int | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> AsyncIterator[tuple[int, bytes]]:
     """(entry id, payload) of entries ``first``..``last`` (-1: up to the last confirmed entry,
     and never past it), in order. Without ``recover`` a live writer is not disturbed (its
     confirmed entries are read); with it the ledger is fenced, recovered and closed first. A
-    range of more than ``limit`` entries is refused before any is read."""
+    range of more than ``limit`` entries is refused before any is read. ``on_total`` hears how
+    many entries will come, once the ledger is open."""
     check_range(first, last)
     metadata = await ledger_metadata(client, ledger_id)
     key = metadata.password if metadata.stores_password else password
@@ -65,6 +67,8 @@ async def read_entries(
                 f"{end - first + 1} entries ({first}..{end}) asked for; read at most {limit} at "
                 "a time (give a last entry id, or a page)"
             )
+        if on_total is not None:
+            on_total(max(0, end - first + 1))
         for start in range(first, end + 1, READ_CHUNK):
             for entry in await handle.read_entries(start, min(start + READ_CHUNK - 1, end)):
                 yield entry.entry_id, entry.data
@@ -78,10 +82,12 @@ async def read_from_bookie(
     last: int = -1,
     *,
     password: bytes = b"",
+    on_total: Callable[[int], None] | None = None,
 ) -> AsyncIterator[tuple[int, bytes | str]]:
     """(entry id, payload or why it could not be read) of each entry ``first``..``last`` that
     ``bookie_id`` should hold by the ledger's ensembles and striping (``last`` -1: up to the last
-    entry that bookie holds), read from that bookie alone, whatever the LAC says."""
+    entry that bookie holds), read from that bookie alone, whatever the LAC says. ``on_total``
+    hears how many entries will come, once the last is known."""
     check_range(first, last)
     metadata = await ledger_metadata(client, ledger_id)
     if not any(bookie_id in bookies for _, bookies in metadata.ensembles):
@@ -104,12 +110,18 @@ async def read_from_bookie(
                 f"{status.name}"
             )
         last = digest.verify(body, int.from_bytes(body[8:16], "big", signed=True)).entry_id
-    for entry_id in range(first, last + 1):
+
+    def holds(entry_id: int) -> bool:
         ensemble = metadata.ensemble_at(entry_id)
         if bookie_id not in ensemble:
-            continue
+            return False
         index = ensemble.index(bookie_id)
-        if index not in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size):
+        return index in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
+
+    if on_total is not None:
+        on_total(sum(1 for entry_id in range(first, last + 1) if holds(entry_id)))
+    for entry_id in range(first, last + 1):
+        if not holds(entry_id):
             continue
         status, body = await bookies.read_entry(bookie_id, ledger_id, entry_id)
         if status is not StatusCode.EOK:

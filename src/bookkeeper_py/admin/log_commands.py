@@ -57,6 +57,7 @@ from bookkeeper_py.log.format import (
     Position,
     check_name,
 )
+from bookkeeper_py.progress import SILENT, Task, terminal
 from bookkeeper_py.wire.digest import DigestType
 
 if TYPE_CHECKING:
@@ -382,16 +383,24 @@ async def read_records(args: argparse.Namespace, uri: str, follow: bool) -> None
             end=args.to,
             follow=follow,
         )
+        # read (not tail, which never ends): a bar while the records go to a file or pipe
+        display = SILENT if follow else terminal(args.quiet, prints_lines=True)
         try:
-            await copy_records(reader, sys.stdout.buffer, args)
+            with display, display.task(f"reading log {args.log}", args.max, "records") as task:
+                await copy_records(reader, sys.stdout.buffer, args, task)
         finally:
             await reader.close()
 
 
-async def copy_records(reader: AsyncLogReader, out: IO[bytes], args: argparse.Namespace) -> None:
+async def copy_records(
+    reader: AsyncLogReader,
+    out: IO[bytes],
+    args: argparse.Namespace,
+    progress: Task | None = None,
+) -> None:
     """Writes records to ``out`` until the reader ends or ``--max`` are written, committing the
     subscription after each batch written (up to the last record written: ``--max`` may stop
-    inside a batch)."""
+    inside a batch). ``progress`` counts the records written."""
     left = args.max
     while left is None or left > 0:
         records = await reader.read_batch()
@@ -402,6 +411,8 @@ async def copy_records(reader: AsyncLogReader, out: IO[bytes], args: argparse.Na
             left -= len(records)
         out.write(b"".join(encode_record(record, args) for record in records))
         out.flush()
+        if progress is not None:
+            progress.advance(len(records))
         if args.subscription is not None:
             last = records[-1]
             await reader.namespace.commit(
@@ -638,6 +649,14 @@ def add_commands(log_parser: argparse.ArgumentParser, uri_of: UriOf) -> None:
             "--to", type=position, metavar="POSITION", help="stop after this position"
         )
         reading.add_argument("--max", type=_count(1), metavar="N", help="stop after N records")
+        if not follow:
+            reading.add_argument(
+                "-q",
+                "--quiet",
+                action="store_true",
+                help="no progress bar (it shows on stderr when stderr is a terminal and "
+                "stdout is not)",
+            )
         reading.add_argument(
             "--subscription",
             type=_name("subscription"),

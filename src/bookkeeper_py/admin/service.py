@@ -19,6 +19,7 @@ from bookkeeper_py.metadata.format import deserialize, serialize
 from bookkeeper_py.metadata.manager import MetadataClient, parse_bookie_id
 from bookkeeper_py.metadata.port import MetadataPort, run_blocking
 from bookkeeper_py.metadata.underreplication import UnderReplication
+from bookkeeper_py.progress import SILENT, Display
 from bookkeeper_py.storage.cookie import Cookie
 
 # Reads and compare-and-set writes of one ledger's metadata before giving up on it.
@@ -351,22 +352,29 @@ class ClusterAdmin:
         self.metadata.init_cluster()
         return self.instance_id()
 
-    def format(self, force: bool) -> tuple[int, str]:
+    def format(self, force: bool, progress: Display = SILENT) -> tuple[int, str]:
         """Deletes all metadata (with ``force`` when a cluster holds some) and creates a new
-        cluster: (nodes deleted, the new instance id)."""
+        cluster: (nodes deleted, the new instance id). ``progress`` shows the nodes deleted."""
         existing = self.metadata.instance_id()
         if existing is not None and not force:
             raise CommandError(
                 f"the cluster at {self.root} (instance id {existing}) holds metadata; "
                 "metaformat -f deletes all of it (ledgers, registrations, cookies)"
             )
-        deleted = self.metadata.delete_cluster(None)
+        with progress.task(f"deleting the metadata under {self.root}", unit="nodes") as task:
+            deleted = self.metadata.delete_cluster(None, task.advance)
         self.metadata.init_cluster()
         return deleted, self.instance_id()
 
-    def nuke(self, instance_id: str | None, force: bool, root: str | None = None) -> int:
+    def nuke(
+        self,
+        instance_id: str | None,
+        force: bool,
+        root: str | None = None,
+        progress: Display = SILENT,
+    ) -> int:
         """Deletes the cluster's metadata: the one named by ``instance_id``, or any with
-        ``force``; the number of nodes deleted."""
+        ``force``; the number of nodes deleted (``progress`` shows them)."""
         if not force and not instance_id:
             raise CommandError(
                 "name the cluster to delete with -i INSTANCEID (see whatisinstanceid), or -f"
@@ -376,7 +384,8 @@ class ClusterAdmin:
                 f"-p {root} is not the metadata URI's root {self.root}; "
                 "drop -p or make it the URI's root"
             )
-        return self.metadata.delete_cluster(None if force else instance_id)
+        with progress.task(f"deleting the metadata under {self.root}", unit="nodes") as task:
+            return self.metadata.delete_cluster(None if force else instance_id, task.advance)
 
     # -- cookies -------------------------------------------------------------------------------
 

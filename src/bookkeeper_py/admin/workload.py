@@ -9,7 +9,12 @@ import time
 from dataclasses import dataclass
 
 from bookkeeper_py.client.facade import BookKeeper
+from bookkeeper_py.client.ledger import LedgerEntry
+from bookkeeper_py.progress import SILENT, Display
 from bookkeeper_py.wire.digest import DigestType
+
+# Entries read back per request: the reading progress moves at least this often.
+READ_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,11 @@ def simple_test(
     digest_type: DigestType = DigestType.CRC32C,
     in_flight: int = 1000,
     seed: int | None = None,
+    progress: Display = SILENT,
 ) -> SimpleTestResult:
     """Creates a ledger, writes ``entries`` entries (pipelined), closes it, reopens it, reads
-    every entry back and checks the bytes. Raises ``AssertionError`` on any difference."""
+    every entry back and checks the bytes. Raises ``AssertionError`` on any difference.
+    ``progress`` shows the entries written (acknowledged) and read."""
     rng = random.Random(seed)
     password = b"simpletest"
     payloads = [rng.randbytes(entry_size) for _ in range(entries)]
@@ -44,11 +51,15 @@ def simple_test(
     start = time.perf_counter()
     window: collections.deque[concurrent.futures.Future[int]] = collections.deque()
     ids: list[int] = []
-    for payload in payloads:
-        if len(window) >= in_flight:
-            ids.append(window.popleft().result())
-        window.append(handle.add_entry_async(payload))
-    ids.extend(future.result() for future in window)
+    with progress.task("writing entries", total=entries, unit="entries") as written:
+        for payload in payloads:
+            if len(window) >= in_flight:
+                ids.append(window.popleft().result())
+                written.advance()
+            window.append(handle.add_entry_async(payload))
+        for future in window:
+            ids.append(future.result())
+            written.advance()
     write_seconds = time.perf_counter() - start
     if ids != list(range(entries)):
         raise AssertionError(f"ledger {handle.ledger_id}: entry ids came back out of order")
@@ -59,7 +70,12 @@ def simple_test(
         raise AssertionError(
             f"ledger {handle.ledger_id}: closed at {reader.last_add_confirmed}, expected {entries - 1}"
         )
-    read = reader.read_entries(0, entries - 1) if entries else []
+    read: list[LedgerEntry] = []
+    with progress.task("reading entries", total=entries, unit="entries") as reading:
+        for first in range(0, entries, READ_CHUNK):
+            chunk = reader.read_entries(first, min(first + READ_CHUNK, entries) - 1)
+            read.extend(chunk)
+            reading.advance(len(chunk))
     read_seconds = time.perf_counter() - start
     for entry, payload in zip(read, payloads, strict=True):
         if entry.data != payload:

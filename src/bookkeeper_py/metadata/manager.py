@@ -288,10 +288,13 @@ class MetadataClient:
     def delete_cookie(self, bookie_id: str, version: int = ANY_VERSION) -> None:
         self.store.delete(f"{self.root}/cookies/{bookie_id}", version)
 
-    def delete_cluster(self, instance_id: str | None) -> int:
+    def delete_cluster(
+        self, instance_id: str | None, on_delete: Callable[[], None] | None = None
+    ) -> int:
         """Deletes the whole cluster tree under the root (ledger metadata, registrations,
         cookies, ids) when its instance id is ``instance_id`` (None: whatever it is). Returns
-        the number of nodes deleted. Raises ``MetadataVersionError`` on an instance id mismatch."""
+        the number of nodes deleted (``on_delete`` hears of each, for progress). Raises
+        ``MetadataVersionError`` on an instance id mismatch."""
         current = self.instance_id()
         if instance_id is not None and current != instance_id:
             raise MetadataVersionError(
@@ -300,7 +303,7 @@ class MetadataClient:
             )
         if self.store.exists(self.root) is None:
             return 0
-        return delete_tree(self.store, self.root)
+        return delete_tree(self.store, self.root, on_delete)
 
     # -- bookies -------------------------------------------------------------------------------
 
@@ -438,9 +441,12 @@ class MetadataClient:
         return BookieEndpoint(bookie_id, host, port)
 
 
-def delete_tree(store: MetadataStore, path: str) -> int:
+def delete_tree(
+    store: MetadataStore, path: str, on_delete: Callable[[], None] | None = None
+) -> int:
     """Deletes ``path`` and everything under it, depth first, a page of children at a time;
-    the number of nodes deleted. Nodes that vanish meanwhile are skipped."""
+    the number of nodes deleted (``on_delete`` hears of each). Nodes that vanish meanwhile are
+    skipped."""
     deleted = 0
     for _ in range(_MAX_DELETE_PAGES):
         try:
@@ -450,7 +456,7 @@ def delete_tree(store: MetadataStore, path: str) -> int:
         if not page:
             break
         for name in page:
-            deleted += delete_tree(store, f"{path.rstrip('/')}/{name}")
+            deleted += delete_tree(store, f"{path.rstrip('/')}/{name}", on_delete)
     else:
         raise MetadataStoreError(f"{path} keeps getting new children; stopped deleting it")
     if path == "/":
@@ -458,6 +464,8 @@ def delete_tree(store: MetadataStore, path: str) -> int:
     try:
         store.delete(path)
         deleted += 1
+        if on_delete is not None:
+            on_delete()
     except NoNodeError:
         pass
     return deleted

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bookkeeper_py.metrics import Metrics, NullMetrics, read_attribute
+from bookkeeper_py.metrics import Metrics, NullMetrics, OpStats, read_attribute
+from bookkeeper_py.progress import Display, logged
 from bookkeeper_py.storage.gc import GarbageCollector, GcConfig, LedgerExists, ListLedgers
 from bookkeeper_py.storage.journal import (
     FILE_HEADER,
@@ -40,6 +41,7 @@ from bookkeeper_py.storage.journal import (
     Journal,
     JournalStats,
     RecordType,
+    journal_name,
     list_journal_ids,
     replay,
 )
@@ -50,6 +52,23 @@ if TYPE_CHECKING:
     import asyncio
 
 log = logging.getLogger(__name__)
+
+
+def _journal_sizes_after(directory: str, mark: tuple[int, int] | None) -> dict[int, int]:
+    """file id -> bytes to replay of each journal file at or after ``mark`` (an estimate: a
+    file's preallocated tail counts too)."""
+    first, offset = mark if mark is not None else (-1, 0)
+    sizes = {}
+    for file_id in list_journal_ids(directory):
+        if file_id < first:
+            continue
+        try:
+            size = os.path.getsize(os.path.join(directory, journal_name(file_id)))
+        except OSError:
+            continue  # replay reports what it cannot read
+        sizes[file_id] = max(0, size - offset) if file_id == first else size
+    return sizes
+
 
 _LEDGER_ID = struct.Struct(">q")
 # A checkpoint asked for is paced over this share of the time since the last one began.
@@ -268,6 +287,7 @@ class StorageEngine:
         # acknowledged are gone, so its answers of absence cannot be trusted until repaired.
         self.lost_journal_tails: list[str] = []
         self.gcs: list[GarbageCollector] = []  # one per ledger directory, once started
+        self._gc_runtimes: list[OpStats] = []  # the time of each one's rounds
         # Per journal (BookKeeper's journalIndex label) and per ledger directory (its ledgerDir
         # and indexDir labels: one DbLedgerStorage each there, one LedgerStorage here).
         for index, journal in enumerate(self.journals):
@@ -311,6 +331,13 @@ class StorageEngine:
             lambda: float(storage.index.counts()[1]),
             labels,
         )
+        self._gc_runtimes.append(
+            self.metrics.op_stats(
+                "bookie_THREAD_RUNTIME",
+                "garbage collection rounds: their time (s)",
+                labels=labels,
+            )
+        )
         for name, field_name in (
             ("bookie_RECLAIMED_DELETION_SPACE_BYTES", "reclaimed_deletion_bytes"),
             ("bookie_RECLAIMED_COMPACTION_SPACE_BYTES", "reclaimed_compaction_bytes"),
@@ -329,20 +356,16 @@ class StorageEngine:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> int:
+    def start(self, progress: Display | None = None) -> int:
         """Replays the journal from the LastLogMark, opens a new journal file, starts the sync
-        thread. Returns the number of journal records replayed."""
+        thread. Returns the number of journal records replayed. ``progress`` (default: log
+        lines every few seconds) shows the journal bytes replayed of those after the mark."""
+        shown = logged(log) if progress is None else progress
         replayed = 0
         for index, journal in enumerate(self.journals):
             mark = self._read_mark(index)
             self.last_marks[index] = mark
-            replayed_from = replay(journal.directory, mark, self._tail_lost)
-            for record_type, body, _file_id, _offset in replayed_from:
-                self._apply(record_type, body)
-                replayed += 1
-                if self.write_cache_bytes > self.config.write_cache_max_bytes // 2:
-                    for storage in self.storages:  # bound memory during a long replay
-                        storage.checkpoint()  # (the marks stay)
+            replayed += self._replay(journal.directory, mark, shown)
         for journal in self.journals:
             ids = list_journal_ids(journal.directory)
             journal.open((ids[-1] + 1) if ids else 0)
@@ -359,6 +382,31 @@ class StorageEngine:
         self._sync_thread = threading.Thread(target=self._sync_loop, name="checkpoint", daemon=True)
         self._sync_thread.start()
         self.replayed_records = replayed
+        return replayed
+
+    def _replay(self, directory: str, mark: tuple[int, int] | None, progress: Display) -> int:
+        """Replays one journal directory from ``mark``; the number of records."""
+        sizes = _journal_sizes_after(directory, mark)
+        if not sizes:
+            return 0
+        replayed = 0
+        # Bytes of the journal files before the one being read, from the mark on.
+        before = {file_id: sum(sizes[f] for f in sizes if f < file_id) for file_id in sizes}
+        start = mark[1] if mark is not None else 0
+        task = progress.task(f"replaying journal {directory}", sum(sizes.values()), "bytes")
+        with task:
+            at = 0
+            for record_type, body, file_id, offset in replay(directory, mark, self._tail_lost):
+                self._apply(record_type, body)
+                replayed += 1
+                if self.write_cache_bytes > self.config.write_cache_max_bytes // 2:
+                    for storage in self.storages:  # bound memory during a long replay
+                        storage.checkpoint()  # (the marks stay)
+                position = before.get(file_id, at) + offset
+                if mark is not None and file_id == mark[0]:
+                    position -= start
+                task.advance(max(0, position - at))
+                at = max(at, position)
         return replayed
 
     def _tail_lost(self, path: str, offset: int, problem: str) -> None:
@@ -427,8 +475,10 @@ class StorageEngine:
         """Starts a garbage collection thread per ledger directory (they need the metadata
         store, so the bookie starts them once connected)."""
         self.gcs = [
-            GarbageCollector(storage, list_ledgers, ledger_exists, config)
-            for storage in self.storages
+            GarbageCollector(
+                storage, list_ledgers, ledger_exists, config, runtime=self._gc_runtimes[index]
+            )
+            for index, storage in enumerate(self.storages)
         ]
         for gc in self.gcs:
             gc.start()

@@ -30,8 +30,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from bookkeeper_py.metrics import OpStats
 from bookkeeper_py.storage.entry_log import EntryLogError, EntryLogger, location_of
 from bookkeeper_py.storage.ledger_storage import LedgerStorage
 
@@ -70,6 +71,7 @@ class GcStats:
     major_compactions: int = 0
     last_round_error: str | None = None
     log_usage: dict[int, float] = field(default_factory=dict)
+    last_round_seconds: float = 0.0  # how long the last round took
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,11 @@ class GarbageCollector:
         ledger_exists: LedgerExists,
         config: GcConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        runtime: OpStats | None = None,
     ) -> None:
+        """``runtime`` records each round's time (BookKeeper's ``THREAD_RUNTIME``)."""
         self.storage = storage
+        self._runtime = runtime
         self.config = config or GcConfig()
         self._list_ledgers = list_ledgers
         self._ledger_exists = ledger_exists
@@ -205,10 +210,55 @@ class GarbageCollector:
     # -- one round -----------------------------------------------------------------------------
 
     def run_round(self, *, force_minor: bool = False, force_major: bool = False) -> GcStats:
-        """Collects deleted ledgers, deletes dead entry logs and compacts when due."""
+        """Collects deleted ledgers, deletes dead entry logs and compacts when due; logs what
+        the round did and how long it took (at INFO when it changed anything)."""
+        before = replace(self.stats, log_usage={})
+        started = self._clock()
+        failed = True
+        try:
+            self._round(force_minor, force_major)
+            failed = False
+        finally:
+            seconds = self._clock() - started
+            self.stats.last_round_seconds = seconds
+            if self._runtime is not None:
+                (self._runtime.failure if failed else self._runtime.success)(seconds)
+            self._log_round(before, seconds)
+        return self.stats
+
+    def _log_round(self, before: GcStats, seconds: float) -> None:
+        now = self.stats
+        ledgers = now.ledgers_deleted - before.ledgers_deleted
+        deleted = now.entry_logs_deleted - before.entry_logs_deleted
+        compacted = now.entry_logs_compacted - before.entry_logs_compacted
+        kind = (
+            "major compaction"
+            if now.major_compactions > before.major_compactions
+            else "minor compaction"
+            if now.minor_compactions > before.minor_compactions
+            else "no compaction"
+        )
+        level = logging.INFO if ledgers or deleted or compacted else logging.DEBUG
+        log.log(
+            level,
+            "GC round %d of %s done in %.2f s: %d ledgers and %d entry logs deleted "
+            "(%.1f MB), %s: %d entry logs compacted (%.1f MB reclaimed)%s",
+            now.rounds,
+            self.storage.directory,
+            seconds,
+            ledgers,
+            deleted,
+            (now.reclaimed_deletion_bytes - before.reclaimed_deletion_bytes) / 1e6,
+            kind,
+            compacted,
+            (now.reclaimed_compaction_bytes - before.reclaimed_compaction_bytes) / 1e6,
+            "; aborted" if now.aborted_rounds > before.aborted_rounds else "",
+        )
+
+    def _round(self, force_minor: bool, force_major: bool) -> None:
         self.stats.rounds += 1
         if not self._collect_deleted_ledgers():
-            return self.stats
+            return
         usage = self._entry_log_usage()
         now = self._clock()
         major = self._due(
@@ -253,7 +303,6 @@ class GarbageCollector:
                     self.stats.minor_compactions += 1
                     self._last_minor = now
                     self._last_minor_ms = wall_ms
-        return self.stats
 
     @staticmethod
     def _due(

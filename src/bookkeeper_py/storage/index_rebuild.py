@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from bookkeeper_py.errors import BKError
+from bookkeeper_py.progress import SILENT, Display, Task
 from bookkeeper_py.storage.disk import DirectoryLocks
 from bookkeeper_py.storage.entry_log import EntryLogger, location_of
 from bookkeeper_py.storage.files import fsync_directory
@@ -57,9 +58,10 @@ class IndexReport:
     problems: list[str] = field(default_factory=list)
 
 
-def check_ledgers_index(ledger_directory: str) -> IndexReport:
+def check_ledgers_index(ledger_directory: str, progress: Display = SILENT) -> IndexReport:
     """Reads every ledger state of the index (``check-db-ledgers-index``): each must parse and
-    say the ledger exists; the problems found are listed, nothing is changed."""
+    say the ledger exists; the problems found are listed, nothing is changed. ``progress``
+    shows the ledgers read."""
     check_ledger_directory(ledger_directory)
     if not os.path.exists(os.path.join(ledger_directory, "data.mdb")):
         raise IndexRebuildError(
@@ -68,9 +70,11 @@ def check_ledgers_index(ledger_directory: str) -> IndexReport:
         )
     report = IndexReport()
     index = LedgerIndex(ledger_directory, readonly=True)
+    checked = progress.task("checking ledger states", index.counts()[0], "ledgers")
     try:
         for ledger_id in index.ledger_ids():
             report.ledgers += 1
+            checked.advance()
             try:
                 state = index.ledger(ledger_id)
             except Exception as error:  # protobuf's DecodeError, or a torn value
@@ -79,20 +83,28 @@ def check_ledgers_index(ledger_directory: str) -> IndexReport:
             if state is None or not state.exists:
                 report.problems.append(f"ledger {ledger_id}: state says it does not exist")
     finally:
+        checked.close()
         index.close()
     return report
 
 
 def _log_locations(
-    logger: EntryLogger, report: IndexReport, progress: Callable[[str], None]
+    logger: EntryLogger, report: IndexReport, steps: Callable[[str], None], progress: Display
 ) -> dict[int, dict[int, int]]:
     """ledger -> entry -> location of the newest record of each entry, from every entry log."""
     found: dict[int, dict[int, int]] = {}
-    for log_id in sorted(logger.log_ids()):
-        report.entry_logs += 1
-        for ledger_id, entry_id, offset, _ in logger.records(log_id):
-            found.setdefault(ledger_id, {})[entry_id] = location_of(log_id, offset)
-        progress(f"entry log {log_id:x} scanned")
+    log_ids = sorted(logger.log_ids())
+    total = sum(logger.file_size(log_id) for log_id in log_ids)
+    with progress.task("scanning entry logs", total, "bytes") as scanned:
+        for log_id in log_ids:
+            report.entry_logs += 1
+            at = 0  # bytes of this log counted so far
+            for ledger_id, entry_id, offset, _ in logger.records(log_id):
+                found.setdefault(ledger_id, {})[entry_id] = location_of(log_id, offset)
+                scanned.advance(offset - at)
+                at = offset
+            scanned.advance(logger.file_size(log_id) - at)
+            steps(f"entry log {log_id:x} scanned")
     return found
 
 
@@ -133,14 +145,16 @@ def rebuild_index(
     *,
     locations: bool,
     ledgers: bool,
-    progress: Callable[[str], None] = lambda line: None,
+    steps: Callable[[str], None] = lambda line: None,
     owns: Callable[[int], bool] = lambda ledger_id: True,
+    progress: Display = SILENT,
 ) -> IndexReport:
     """Builds a new index with the entry locations (``locations``) and ledger states
     (``ledgers``) made from the entry logs and journals, the other part copied from the index
     there (if it reads), and swaps it in (see the module). ``owns(ledger)``: whether this
     directory keeps that ledger (a bookie with several ledger directories: the journals hold
-    all of theirs). Returns what it found."""
+    all of theirs). ``steps`` hears a line per step done, ``progress`` shows the bytes of entry
+    logs scanned and the entry locations written. Returns what it found."""
     check_ledger_directory(ledger_directory)
     for directory in journal_directories:
         check_journal_directory(directory)
@@ -155,7 +169,9 @@ def rebuild_index(
         ]
     )
     try:
-        return _rebuild(ledger_directory, journal_directories, locations, ledgers, progress, owns)
+        return _rebuild(
+            ledger_directory, journal_directories, locations, ledgers, steps, owns, progress
+        )
     finally:
         locks.release()
 
@@ -174,8 +190,9 @@ def _rebuild(
     journal_directories: list[str],
     locations: bool,
     ledgers: bool,
-    progress: Callable[[str], None],
+    steps: Callable[[str], None],
     owns: Callable[[int], bool],
+    progress: Display,
 ) -> IndexReport:
     report = IndexReport()
     old = _old_index(ledger_directory)
@@ -191,7 +208,7 @@ def _rebuild(
     temp = os.path.join(ledger_directory, f"index-rebuild-{stamp}")
     os.makedirs(temp)
     try:
-        found = _log_locations(logger, report, progress) if (locations or ledgers) else {}
+        found = _log_locations(logger, report, steps, progress) if (locations or ledgers) else {}
         new = LedgerIndex(temp)
         try:
             if ledgers:
@@ -202,7 +219,7 @@ def _rebuild(
                 }
                 for ledger_id in found:
                     states.setdefault(ledger_id, _fresh_state())
-                progress(f"{len(states)} ledgers found")
+                steps(f"{len(states)} ledgers found")
             else:
                 assert old is not None
                 states = {}
@@ -214,10 +231,13 @@ def _rebuild(
             new.commit([], sorted(states.items()))
             if locations:
                 runs = ((ledger_id, found[ledger_id]) for ledger_id in sorted(found))
+                total = sum(map(len, found.values()))
             else:
                 assert old is not None
                 runs = ((ledger_id, dict(old.entries(ledger_id))) for ledger_id in old.ledger_ids())
-            report.entries = _write_locations(new, runs)
+                total = old.counts()[1]
+            with progress.task("writing entry locations", total, "entries") as written:
+                report.entries = _write_locations(new, runs, written)
         finally:
             new.close()
         if old is not None:
@@ -232,7 +252,9 @@ def _rebuild(
     return report
 
 
-def _write_locations(index: LedgerIndex, runs: Iterator[tuple[int, dict[int, int]]]) -> int:
+def _write_locations(
+    index: LedgerIndex, runs: Iterator[tuple[int, dict[int, int]]], progress: Task
+) -> int:
     written = 0
     batch: list[tuple[int, list[int], list[int]]] = []
     pending = 0
@@ -243,10 +265,12 @@ def _write_locations(index: LedgerIndex, runs: Iterator[tuple[int, dict[int, int
         if pending >= _COMMIT_ENTRIES:
             index.commit(batch, [])
             written += pending
+            progress.advance(pending)
             batch, pending = [], 0
     if batch:
         index.commit(batch, [])
         written += pending
+        progress.advance(pending)
     return written
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bookkeeper_py.errors import BKError
+from bookkeeper_py.progress import SILENT, Display
 from bookkeeper_py.storage.cookie import VERSION_FILE
 from bookkeeper_py.storage.entry_log import (
     CorruptEntryError,
@@ -205,8 +206,9 @@ class ConsistencyReport:
         return not self.problems
 
 
-def local_consistency_check(ledger_directory: str) -> ConsistencyReport:
-    """Reads every indexed entry from its entry log and checks it: present, checksum, ids."""
+def local_consistency_check(ledger_directory: str, progress: Display = SILENT) -> ConsistencyReport:
+    """Reads every indexed entry from its entry log and checks it: present, checksum, ids.
+    ``progress`` shows the entries checked."""
     check_ledger_directory(ledger_directory)
     if not os.path.exists(os.path.join(ledger_directory, "data.mdb")):
         raise NotABookieDirectoryError(
@@ -216,11 +218,13 @@ def local_consistency_check(ledger_directory: str) -> ConsistencyReport:
     assert report.problems is not None
     index = LedgerIndex(ledger_directory, readonly=True)
     logger = EntryLogger(ledger_directory)
+    checked = progress.task("checking entries", index.counts()[1], "entries")
     try:
         for ledger_id in index.ledger_ids():
             report.ledgers += 1
             for entry_id, location in index.entries(ledger_id):
                 report.entries += 1
+                checked.advance()
                 try:
                     logger.read(location, ledger_id, entry_id)
                 except (CorruptEntryError, EntryLogError) as error:
@@ -229,6 +233,7 @@ def local_consistency_check(ledger_directory: str) -> ConsistencyReport:
                         f"ledger {ledger_id} entry {entry_id} (log {log_id:x} offset {offset}): {error}"
                     )
     finally:
+        checked.close()
         logger.close()
         index.close()
     return report
