@@ -99,7 +99,9 @@ def test_a_registered_bookies_service_info_is_read_back_whole(opener: Opener) ->
     owner, observer = opener(), opener()
     owner.init_cluster()
     owner.register_bookie("bookie-a:3181", "127.0.0.1", 3181, incarnation="run-1")
-    owner.register_bookie("127.0.0.1:3182", "127.0.0.2", 3182, readonly=True)
+    owner.register_bookie(
+        "127.0.0.1:3182", "127.0.0.2", 3182, readonly=True, http=("127.0.0.2", 8000, "http")
+    )
     info = observer.bookie_service_info("bookie-a:3181")
     assert info is not None and dict(info.properties) == {INCARNATION_PROPERTY: "run-1"}
     assert [(e.id, e.protocol, e.host, e.port) for e in info.endpoints] == [
@@ -107,7 +109,10 @@ def test_a_registered_bookies_service_info_is_read_back_whole(opener: Opener) ->
     ]
     read_only = observer.bookie_service_info("127.0.0.1:3182")
     assert read_only is not None and dict(read_only.properties) == {}
-    assert [(e.host, e.port) for e in read_only.endpoints] == [("127.0.0.2", 3182)]
+    assert [(e.id, e.protocol, e.host, e.port) for e in read_only.endpoints] == [
+        ("bookie", "bookie-rpc", "127.0.0.2", 3182),
+        ("httpserver", "http", "127.0.0.2", 8000),  # its HTTP endpoint, as Java's bookie has
+    ]
     assert observer.bookie_endpoint("127.0.0.1:3182").host == "127.0.0.2"  # not the id's host
     assert observer.bookie_service_info("127.0.0.1:3183") is None
     owner.unregister_bookie("bookie-a:3181")

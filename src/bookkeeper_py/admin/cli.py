@@ -9,6 +9,7 @@
     bookkeeper log create|list|describe|append|read|tail|truncate|delete|subscriptions ...
     bookkeeper spark export|compact|audit ... [--master local[*]]
     bookkeeper localbookie 3 --pipeline [--exit-after-demo] [--master local[*]]
+    bookkeeper dashboard [--metadata-uri URI] [--host H] [--port P] [--enable-actions] [--secret-file F]
 
 The metadata URI of shell and log commands comes from ``--metadata-uri`` or
 $BOOKKEEPER_METADATA_URI.
@@ -41,10 +42,12 @@ from bookkeeper_py.admin import CommandError, autorecovery_commands, log_command
 from bookkeeper_py.admin import bench as bench_module
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.dashboard import options as dashboard_options
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
 
 if TYPE_CHECKING:
+    from bookkeeper_py.dashboard.command import DashboardThread
     from bookkeeper_py.server.bookie import BookieConfig
     from bookkeeper_py.testing.local_cluster import LocalCluster
 
@@ -135,8 +138,6 @@ def _cmd_bookie(args: argparse.Namespace) -> None:
 
 
 def _cmd_localbookie(args: argparse.Namespace) -> None:
-    from bookkeeper_py.admin.workload import simple_test
-    from bookkeeper_py.client.facade import BookKeeper
     from bookkeeper_py.testing.local_cluster import LocalCluster
 
     data_directory = os.path.abspath(args.data_dir) if args.data_dir else None
@@ -148,45 +149,81 @@ def _cmd_localbookie(args: argparse.Namespace) -> None:
         print(f"metadata service URI: {cluster.metadata_uri}", flush=True)
         print(f"bookies: {', '.join(cluster.bookie_ids)}", flush=True)
         print(f"data directory: {cluster.base_directory}", flush=True)
-        if args.demo:
-            ensemble = min(3, args.bookies)
-            quorum = min(2, ensemble)
-            with BookKeeper(cluster.metadata_uri) as bk:
-                for digest in DigestType:
-                    result = simple_test(
-                        bk,
-                        entries=args.demo_entries,
-                        entry_size=1024,
-                        ensemble_size=ensemble,
-                        write_quorum_size=quorum,
-                        ack_quorum_size=quorum,
-                        digest_type=digest,
-                    )
-                    print(
-                        f"ledger {result.ledger_id} ({digest.name}, E={ensemble} Qw={quorum} Qa={quorum}): "
-                        f"wrote {result.entries} x 1 KiB entries in {result.write_seconds:.2f} s "
-                        f"({result.entries / result.write_seconds:,.0f} adds/s), closed, reopened and read "
-                        f"them back in {result.read_seconds:.2f} s: every byte matches",
-                        flush=True,
-                    )
-                print(f"ledgers in the cluster: {bk.list_ledgers()}", flush=True)
-        if args.pipeline:
-            _run_pipeline(cluster, args, stop)
-            return
-        if args.exit_after_demo:
-            return
-        print(
-            "cluster is up; try: bookkeeper shell simpletest --metadata-uri "
-            + cluster.metadata_uri
-            + "\npress Ctrl-C to stop",
-            flush=True,
+        dashboard = _start_dashboard(cluster, args)
+        try:
+            _run_local(cluster, args, stop)
+        finally:
+            if dashboard is not None:
+                dashboard.stop()
+
+
+def _run_local(cluster: LocalCluster, args: argparse.Namespace, stop: threading.Event) -> None:
+    """``localbookie``'s work once its cluster runs: the demo, the pipeline, or serving."""
+    from bookkeeper_py.admin.workload import simple_test
+    from bookkeeper_py.client.facade import BookKeeper
+
+    if args.demo:
+        ensemble = min(3, args.bookies)
+        quorum = min(2, ensemble)
+        with BookKeeper(cluster.metadata_uri) as bk:
+            for digest in DigestType:
+                result = simple_test(
+                    bk,
+                    entries=args.demo_entries,
+                    entry_size=1024,
+                    ensemble_size=ensemble,
+                    write_quorum_size=quorum,
+                    ack_quorum_size=quorum,
+                    digest_type=digest,
+                )
+                print(
+                    f"ledger {result.ledger_id} ({digest.name}, E={ensemble} Qw={quorum} Qa={quorum}): "
+                    f"wrote {result.entries} x 1 KiB entries in {result.write_seconds:.2f} s "
+                    f"({result.entries / result.write_seconds:,.0f} adds/s), closed, reopened and read "
+                    f"them back in {result.read_seconds:.2f} s: every byte matches",
+                    flush=True,
+                )
+            print(f"ledgers in the cluster: {bk.list_ledgers()}", flush=True)
+    if args.pipeline:
+        _run_pipeline(cluster, args, stop)
+        return
+    if args.exit_after_demo:
+        return
+    print(
+        "cluster is up; try: bookkeeper shell simpletest --metadata-uri "
+        + cluster.metadata_uri
+        + "\npress Ctrl-C to stop",
+        flush=True,
+    )
+    while not stop.wait(0.5):
+        for bookie in cluster.bookies:
+            if not bookie.running:
+                print(f"bookie {bookie.bookie_id} exited; restarting it", flush=True)
+                cluster.start_bookie(bookie.index)
+    print("stopping the cluster ...", flush=True)
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> None:
+    from bookkeeper_py.dashboard import command
+
+    command.run(args, _metadata_uri(args))
+
+
+def _start_dashboard(cluster: LocalCluster, args: argparse.Namespace) -> DashboardThread | None:
+    """The local cluster's dashboard on a thread (None with --no-dashboard); prints where."""
+    if args.no_dashboard:
+        return None
+    from bookkeeper_py.dashboard.command import DashboardThread
+
+    dashboard = DashboardThread(
+        dashboard_options.Options(
+            cluster.metadata_uri,
+            port=args.dashboard_port,
+            enable_actions=args.dashboard_actions,
         )
-        while not stop.wait(0.5):
-            for bookie in cluster.bookies:
-                if not bookie.running:
-                    print(f"bookie {bookie.bookie_id} exited; restarting it", flush=True)
-                    cluster.start_bookie(bookie.index)
-        print("stopping the cluster ...", flush=True)
+    )
+    print(f"dashboard: {dashboard.start()}", flush=True)
+    return dashboard
 
 
 def _run_pipeline(cluster: LocalCluster, args: argparse.Namespace, stop: threading.Event) -> None:
@@ -892,9 +929,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --exit-after-demo: events the pipeline writes and checks",
     )
     local.add_argument("--master", default="local[*]", help="the Spark master of --pipeline")
+    local.add_argument(
+        "--no-dashboard", action="store_true", help="do not serve the dashboard of the cluster"
+    )
+    local.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=0,
+        help="the dashboard's port on 127.0.0.1 (default: any free port; printed)",
+    )
+    local.add_argument(
+        "--dashboard-actions",
+        action="store_true",
+        help="allow the dashboard's admin actions (read-only switch, GC, deleting ledgers)",
+    )
     local.set_defaults(run=_cmd_localbookie)
 
     autorecovery_commands.add_process_command(commands)
+
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="a web page of the cluster: bookies, ledgers, charts, recovery, logs, GC",
+        description="Serves a web page of the cluster (bookkeeper_py.dashboard); see "
+        "docs/operations.md, Dashboard.",
+    )
+    dashboard_options.add_arguments(dashboard)
+    dashboard.set_defaults(run=_cmd_dashboard)
 
     bench = commands.add_parser(
         "bench",

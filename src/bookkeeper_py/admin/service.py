@@ -72,7 +72,20 @@ async def cluster_info(port: MetadataPort) -> ClusterInfo:
     writable and the read-only ones (the others are unavailable)."""
     markers = await UnderReplication(port).ensure_layout()
     writable, read_only = await port.bookies_now()
-    known: set[str] = {*writable, *read_only}
+    known: set[str] = {*writable, *read_only, *await bookies_with_cookies(port)}
+    return ClusterInfo(
+        auditor=await markers.auditor(),
+        under_replicated=bool(await markers.marked()),
+        replication_enabled=await markers.is_enabled(),
+        total_bookies=len(known),
+        writable_bookies=len(writable),
+        read_only_bookies=len(read_only),
+    )
+
+
+async def bookies_with_cookies(port: MetadataPort) -> set[str]:
+    """Every bookie with a cookie: each that ever joined the cluster and was not removed."""
+    known: set[str] = set()
     cookies, after = f"{port.ledgers_root}/cookies", None
     for _ in range(1_000_000):  # pages of names, bounded
         try:
@@ -83,14 +96,7 @@ async def cluster_info(port: MetadataPort) -> ClusterInfo:
         if len(names) < 1000:
             break
         after = names[-1]
-    return ClusterInfo(
-        auditor=await markers.auditor(),
-        under_replicated=bool(await markers.marked()),
-        replication_enabled=await markers.is_enabled(),
-        total_bookies=len(known),
-        writable_bookies=len(writable),
-        read_only_bookies=len(read_only),
-    )
+    return known
 
 
 def ledger_metadata_json(metadata: LedgerMetadata) -> dict[str, object]:

@@ -61,6 +61,9 @@ class BookieEndpoint:
     port: int
 
 
+HTTP_ENDPOINT_ID = "httpserver"  # the endpoint id of a bookie's HTTP server, as Java's
+
+
 def parse_bookie_id(bookie_id: str) -> tuple[str, int]:
     """(host, port) of a ``host:port`` bookie id."""
     host, _, port = bookie_id.rpartition(":")
@@ -317,9 +320,12 @@ class MetadataClient:
         incarnation: str | None = None,
         predecessors: Collection[str] = (),
         wait_s: float | None = None,
+        http: tuple[str, int, str] | None = None,
     ) -> None:
         """Registers a live bookie as an ephemeral node holding its service info (and, in its
-        properties, ``incarnation``: a token of this run of the bookie process).
+        properties, ``incarnation``: a token of this run of the bookie process). ``http``:
+        (host, port, protocol ``http`` or ``https``) of its HTTP endpoint, published as Apache
+        BookKeeper's bookie does (endpoint id ``httpserver``), where the dashboard finds it.
 
         A registration already there is replaced only when it is one of ``predecessors`` (an
         earlier run on the same directories, known dead because the directory locks were free).
@@ -328,6 +334,8 @@ class MetadataClient:
         process uses this bookie id: ``BookieIdInUseError``, and nothing is changed."""
         info = formats.BookieServiceInfoFormat()
         info.endpoints.add(id="bookie", port=port, host=host, protocol="bookie-rpc")
+        if http is not None:
+            info.endpoints.add(id=HTTP_ENDPOINT_ID, host=http[0], port=http[1], protocol=http[2])
         if incarnation is not None:
             info.properties[INCARNATION_PROPERTY] = incarnation
         data = info.SerializeToString()

@@ -81,6 +81,7 @@ class MetadataPort(Protocol):
         readonly: bool,
         incarnation: str,
         predecessors: Collection[str],
+        http: tuple[str, int, str] | None = None,
     ) -> None:
         """An ephemeral registration of a serving bookie (``MetadataClient.register_bookie``)."""
         ...
@@ -244,6 +245,7 @@ class ThreadedMetadata:
         readonly: bool,
         incarnation: str,
         predecessors: Collection[str],
+        http: tuple[str, int, str] | None = None,
     ) -> None:
         await self.call(
             lambda: self.client.register_bookie(
@@ -253,6 +255,7 @@ class ThreadedMetadata:
                 readonly=readonly,
                 incarnation=incarnation,
                 predecessors=predecessors,
+                http=http,
             )
         )
 
@@ -390,6 +393,7 @@ class KnownBookies:
         readonly: bool,
         incarnation: str,
         predecessors: Collection[str],
+        http: tuple[str, int, str] | None = None,
     ) -> None:
         raise self._refuse("registering a bookie")
 

@@ -88,6 +88,11 @@ def make_app(
                 "readOnly": found.read_only,
                 "journalDirectories": list(found.journal_directories),
                 "ledgerDirectories": list(found.ledger_directories),
+                # not in BookKeeper's answer: each directory's file system, for the dashboard
+                "directoryUsage": [
+                    {"kind": kind, "path": path, "totalSpace": total, "freeSpace": free}
+                    for kind, path, total, free in found.directory_usage
+                ],
             }
         )
 

@@ -214,6 +214,16 @@ class BookieServer:
         except Exception:
             log.exception("limbo repair failed; the bookie stays in limbo until it restarts")
 
+    def _http_endpoint(self) -> tuple[str, int, str] | None:
+        """(host, port, protocol) of the HTTP endpoint, published in the registration (a
+        wildcard listening address is published as the bookie's own host)."""
+        if self.config.http_port is None:
+            return None
+        host = self.config.http_host or self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            host = self.config.host
+        return host, self.config.http_port, "https" if self.config.http_tls else "http"
+
     async def _register(self) -> None:
         """Registers as writable or read-only, moving the registration when the mode changed."""
         assert self.metadata is not None and self.bookie is not None
@@ -234,6 +244,7 @@ class BookieServer:
             readonly=read_only,
             incarnation=self._locks.incarnation,
             predecessors=self._locks.predecessors | {self._locks.incarnation},
+            http=self._http_endpoint(),
         )
         self._registered_read_only = read_only
         log.info("bookie %s registered as %s", bookie_id, "read-only" if read_only else "writable")

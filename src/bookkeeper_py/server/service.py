@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.server.bookie import Bookie
+from bookkeeper_py.storage.disk import total_and_free
 from bookkeeper_py.storage.engine import StorageEngine
 from bookkeeper_py.storage.gc import GarbageCollector, GcStatus
 from bookkeeper_py.storage.inspect import entry_files
@@ -22,6 +23,8 @@ class BookieInfo:
     read_only: bool
     journal_directories: tuple[str, ...]
     ledger_directories: tuple[str, ...]
+    # (kind "journal" or "ledger", path, total bytes, free bytes) of each directory's file system
+    directory_usage: tuple[tuple[str, str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,14 @@ class BookieService:
             self._bookie.read_only,
             tuple(self._storage.journal_directories),
             tuple(self._storage.ledger_directories),
+            tuple(
+                (kind, path, *total_and_free(path))
+                for kind, paths in (
+                    ("journal", self._storage.journal_directories),
+                    ("ledger", self._storage.ledger_directories),
+                )
+                for path in paths
+            ),
         )
 
     def state(self) -> BookieState:

@@ -265,6 +265,7 @@ class SimMetadata:
         readonly: bool,
         incarnation: str,
         predecessors: Collection[str],
+        http: tuple[str, int, str] | None = None,
     ) -> None:
         await self._round_trip("register")
         registry = self.store.readonly if readonly else self.store.writable
