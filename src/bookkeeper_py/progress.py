@@ -11,9 +11,10 @@ display:
   a file gets nothing else. Commands that print their result line by line while they run pass
   ``prints_lines=True``: with stdout on the terminal too those lines show the progress, and a bar
   redrawn between them would tear them, so none is drawn then.
-- ``logged(logger)``, for daemons: a line when a task starts, one every ``interval_s`` while it
-  runs (count of total, percent, rate, ETA), and one at the end (count, time, rate). The clock is
-  an argument, so tests step it.
+- ``logged(logger)``, for daemons: a line every ``interval_s`` while a task runs (count of total,
+  percent, rate, ETA), and one at its end (count, time, rate) if it took ``min_s`` (1 s) or more:
+  a task nobody waited for logs nothing (a bookie that starts at once says only that it
+  started). The clock is an argument, so tests step it.
 
 Library code never decides whether to show anything: it reports to the display it is given.
 """
@@ -101,11 +102,12 @@ def logged(
     logger: logging.Logger,
     *,
     interval_s: float = 5.0,
+    min_s: float = 1.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> Display:
-    """Log lines through ``logger`` (INFO): at each task's start, every ``interval_s`` seconds
-    while it runs, and at its end."""
-    return _LogDisplay(logger, interval_s, clock)
+    """Log lines through ``logger`` (INFO): every ``interval_s`` seconds while a task runs, and
+    at its end if it took ``min_s`` or more (or logged a line before)."""
+    return _LogDisplay(logger, interval_s, min_s, clock)
 
 
 def _isatty(stream: IO[str]) -> bool:
@@ -232,9 +234,16 @@ class _BarTask(Task):
 
 
 class _LogDisplay(Display):
-    def __init__(self, logger: logging.Logger, interval_s: float, clock: Callable[[], float]):
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval_s: float,
+        min_s: float,
+        clock: Callable[[], float],
+    ):
         self.logger = logger
         self.interval_s = interval_s
+        self.min_s = min_s
         self.clock = clock
 
     def task(self, description: str, total: int | None = None, unit: str = "") -> Task:
@@ -250,9 +259,8 @@ class _LogTask(Task):
         self.done = 0
         self.started = self.last_line = display.clock()
         self.closed = False
+        self.lines = 0  # progress lines logged
         self._lock = threading.Lock()
-        of = "" if total is None else f" ({amount(total, unit)})"
-        display.logger.info("%s: started%s", description, of)
 
     def advance(self, count: int = 1) -> None:
         with self._lock:
@@ -261,6 +269,7 @@ class _LogTask(Task):
             if now - self.last_line < self.display.interval_s:
                 return
             self.last_line = now
+            self.lines += 1
             line = self._running(now)
         self.display.logger.info("%s", line)
 
@@ -287,6 +296,8 @@ class _LogTask(Task):
                 return
             self.closed = True
             elapsed = self.display.clock() - self.started
+        if elapsed < self.display.min_s and not self.lines:
+            return  # nobody waited: nothing to say
         rate = self.done / elapsed if elapsed > 0 else 0.0
         self.display.logger.info(
             "%s: done, %s in %.1f s (%s/s)",

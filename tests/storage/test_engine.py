@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -255,10 +254,9 @@ def test_replay_shows_the_journal_bytes_replayed_and_logs_by_default(
         engine, _ = open_engine(tmp_path)  # no display given: log lines
     engine.close()
     lines = [r.getMessage() for r in caplog.records if "replaying journal" in r.getMessage()]
-    assert lines[0].startswith(f"replaying journal {tmp_path / 'journal'}: started (")
-    assert re.fullmatch(
-        r"replaying journal .*: done, [\d.]+ MB in [\d.]+ s \([\d.,]+ MB/s\)", lines[-1]
-    )
+    # A replay nobody waited for (well under a second) logs nothing; a long one logs a line
+    # every few seconds and its end (tests/unit/test_progress.py).
+    assert lines == []
 
 
 def test_checkpoint_deletes_journals_older_than_the_mark(tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ def test_a_terminal_gets_a_bar_with_count_rate_and_times(
     assert "scanning" in text and "1.0/1.0 MB" in text
 
 
-def test_daemons_log_the_start_each_interval_and_the_end(
+def test_daemons_log_each_interval_and_the_end(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = FakeClock()
@@ -128,7 +128,6 @@ def test_daemons_log_the_start_each_interval_and_the_end(
         task.advance(2_000_000)
         task.close()  # closing twice logs once
     assert [record.getMessage() for record in caplog.records] == [
-        "replaying journal /j: started (4.0 MB)",
         "replaying journal /j: 1.0 MB of 4.0 MB (25%), 0.2 MB/s, ETA 0:00:15",
         "replaying journal /j: 2.0 MB of 4.0 MB (50%), 0.2 MB/s, ETA 0:00:10",
         "replaying journal /j: 4.0 MB of 4.0 MB (100%), 0.2 MB/s, ETA 0:00:00",
@@ -147,7 +146,25 @@ def test_daemon_lines_without_a_total(caplog: pytest.LogCaptureFixture) -> None:
         clock.now += 2.0
         task.advance(3000)
     assert [record.getMessage() for record in caplog.records] == [
-        "deleting: started",
         "deleting: 3,000 nodes, 1,500 nodes/s, elapsed 0:00:02",
         "deleting: done, 3,000 nodes in 2.0 s (1,500 nodes/s)",
+    ]
+
+
+def test_a_daemon_task_nobody_waited_for_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """Shorter than ``min_s``: no line (a bookie that starts at once says nothing of a replay);
+    as long as ``min_s``: only the end."""
+    clock = FakeClock()
+    logger = logging.getLogger("bookkeeper_py.test_progress")
+    display = progress.logged(logger, interval_s=5.0, min_s=1.0, clock=clock)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        with display.task("replaying journal /j", total=100, unit="bytes") as task:
+            clock.now += 0.5
+            task.advance(100)
+        assert caplog.records == []
+        with display.task("replaying journal /k", total=100, unit="bytes") as task:
+            clock.now += 1.5
+            task.advance(100)
+    assert [record.getMessage() for record in caplog.records] == [
+        "replaying journal /k: done, 0.0 MB in 1.5 s (0.0 MB/s)"
     ]
