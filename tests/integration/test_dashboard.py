@@ -45,11 +45,11 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-@pytest.fixture(scope="module")
-def dashboard(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``bookkeeper dashboard`` (read-only: actions not enabled) on a free loopback port; its
+@contextlib.contextmanager
+def serving(metadata_uri: str, directory: Path, *flags: str) -> Iterator[str]:
+    """``bookkeeper dashboard`` with ``flags`` on a free loopback port until the block ends; its
     address, read from what it prints."""
-    output = tmp_path_factory.mktemp("dashboard") / "dashboard.out"
+    output = directory / "dashboard.out"
     with open(output, "w") as sink:
         process = subprocess.Popen(
             [
@@ -58,11 +58,12 @@ def dashboard(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -
                 "bookkeeper_py",
                 "dashboard",
                 "--metadata-uri",
-                cluster.metadata_uri,
+                metadata_uri,
                 "--host",
                 "127.0.0.1",
                 "--port",
                 "0",
+                *flags,
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -90,7 +91,15 @@ def dashboard(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[webdriver.Chrome]:
+def dashboard(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The dashboard, read-only (actions not enabled)."""
+    with serving(cluster.metadata_uri, tmp_path_factory.mktemp("dashboard")) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[webdriver.Chrome]:
+    """Headless Chromium at 1280x800, its chromedriver stopped (by its PID) at the end."""
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.fail(
             "chromium and chromium-driver are not installed; bash scripts/test.sh installs them "
@@ -122,6 +131,12 @@ def browser() -> Iterator[webdriver.Chrome]:
             if process is not None and process.poll() is None:  # chromedriver, by its PID
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    with chromium() as driver:
+        yield driver
 
 
 def _open(browser: webdriver.Chrome, address: str, fragment: str = "") -> None:
@@ -240,6 +255,43 @@ def test_chart_has_points_after_a_write_load(
     )
     label = browser.find_element(By.ID, "chart-rate").get_attribute("aria-label")
     assert label is not None and label.startswith("adds/s now")
+
+
+def test_bookie_page_with_its_rack_and_charts(
+    cluster: LocalCluster, dashboard: str, browser: webdriver.Chrome
+) -> None:
+    """A rack set with ``shell bookierack`` shows in the table; the bookie's own page has its
+    charts (the points of its scrapes) and its facts."""
+    bookie = cluster.bookie_ids[0]
+    rack = ["bookierack", "set", bookie, "/dc-1/rack-a", "--metadata-uri", cluster.metadata_uri]
+    subprocess.run(
+        [sys.executable, "-m", "bookkeeper_py", "shell", *rack],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    _open(browser, dashboard)
+    row = f'#bookie-table tr[data-bookie-id="{bookie}"]'
+    _wait_dom(
+        "the rack in the bookie's row",
+        lambda: "rack /dc-1/rack-a" in browser.find_element(By.CSS_SELECTOR, row + " th").text,
+    )
+    browser.find_element(By.CSS_SELECTOR, row + " a.bookie-link").click()
+    _wait_dom("the bookie's page", lambda: browser.find_element(By.ID, "bookie").is_displayed())
+    assert browser.switch_to.active_element.get_attribute("id") == "bookie-title"
+    _wait_dom(
+        "its facts and a chart with points",
+        lambda: (
+            "/dc-1/rack-a" in browser.find_element(By.ID, "bookie-facts").text
+            and len(browser.find_elements(By.CSS_SELECTOR, "#bookie-chart-rate circle.point")) > 1
+        ),
+    )
+    assert browser.find_element(By.ID, "bookie-title").text == f"Bookie {bookie}"
+    browser.find_element(By.CSS_SELECTOR, '#bookie a[href="#bookies"]').click()
+    _wait_dom(
+        "the bookie page hidden again",
+        lambda: not browser.find_element(By.ID, "bookie").is_displayed(),
+    )
 
 
 def test_action_refused_without_enabling(

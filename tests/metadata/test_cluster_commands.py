@@ -293,3 +293,77 @@ def test_ledgers_are_shown_and_deleted_through_the_admin_service(
     assert shell(capsys, uri, "listledgers").split() == []
     assert "no ledger" in refused(capsys, uri, "deleteledger", "-l", str(ledger_id), "-f")
     assert "no ledger" in refused(capsys, uri, "ledgermetadata", "-l", str(ledger_id))
+
+
+def test_bookierack(capsys: pytest.CaptureFixture[str], uri: str) -> None:
+    """Racks kept as Pulsar keeps them (``bookies`` beside the ledgers' root), read back by the
+    shell and by a rack-aware client; bad input refused with nothing changed."""
+    import asyncio
+    import json
+    import posixpath
+
+    from bookkeeper_py.client.client import BookKeeper
+    from bookkeeper_py.client.config import ClientConfig
+    from bookkeeper_py.metadata import racks
+
+    shell(capsys, uri, "initnewcluster")
+    assert "no bookie has a rack" in shell(capsys, uri, "bookierack", "list")
+    out = shell(capsys, uri, "bookierack", "set", "10.0.0.1:3181", "/eu/rack-1", "--hostname", "b1")
+    assert "10.0.0.1:3181: rack /eu/rack-1" in out
+    shell(capsys, uri, "bookierack", "set", "10.0.0.2:3181", "/rack-2", "--group", "tenant-a")
+    shell(capsys, uri, "bookierack", "set", "10.0.0.3:3181", "/rack-3")
+    assert shell(capsys, uri, "bookierack", "get", "10.0.0.1:3181").split() == [
+        "10.0.0.1:3181",
+        "/eu/rack-1",
+        "default",
+    ]
+    listed = [line.split("\t") for line in shell(capsys, uri, "bookierack", "list").splitlines()]
+    assert [row[:3] for row in listed] == [
+        ["10.0.0.1:3181", "/eu/rack-1", "default (b1)"],
+        ["10.0.0.3:3181", "/rack-3", "default"],
+        ["10.0.0.2:3181", "/rack-2", "tenant-a"],
+    ]
+    # moved to another group: in one group only
+    shell(capsys, uri, "bookierack", "set", "10.0.0.3:3181", "/rack-4", "--group", "tenant-a")
+    metadata = MetadataClient.connect(uri)
+    node = posixpath.join(posixpath.dirname(metadata.root), "bookies")  # /bookies for /ledgers
+    try:
+        data, _ = metadata.store.get(node)
+        stored = json.loads(data)
+    finally:
+        metadata.close()
+    assert stored == {
+        "default": {"10.0.0.1:3181": {"rack": "/eu/rack-1", "hostname": "b1"}},
+        "tenant-a": {"10.0.0.2:3181": {"rack": "/rack-2"}, "10.0.0.3:3181": {"rack": "/rack-4"}},
+    }
+    for argv, said in (
+        (("set", "10.0.0.1:3181", "rack-without-slash"), "/rack or /region/rack"),
+        (("set", "10.0.0.1:3181", "/a/b/c"), "/rack or /region/rack"),
+        (("set", "not a bookie", "/r"), "nothing was changed"),
+        (("set", "10.0.0.1:3181"), "needs a rack"),
+        (("get", "10.0.0.9:3181"), "has no rack"),
+        (("delete", "10.0.0.9:3181"), "no rack to delete"),
+        (("get",), "needs a bookie id"),
+        (("list", "x", "/r"), "takes no rack"),
+    ):
+        assert said in refused(capsys, uri, "bookierack", *argv), argv
+    assert shell(capsys, uri, "bookierack", "get", "10.0.0.1:3181").split()[1] == "/eu/rack-1"
+
+    async def placed() -> tuple[str, str]:
+        async with BookKeeper(uri, ClientConfig(placement="rackaware")) as client:
+            await client.list_ledgers()  # any operation connects and reads the racks
+            topology = client.placement.topology  # type: ignore[attr-defined]
+            return topology.rack("10.0.0.1:3181"), topology.rack("10.0.0.5:3181")
+
+    assert asyncio.run(placed()) == (("eu", "rack-1"), ("default-region", "default-rack"))
+    assert "rack deleted" in shell(capsys, uri, "bookierack", "delete", "10.0.0.1:3181")
+    assert "10.0.0.1" not in shell(capsys, uri, "bookierack", "list")
+    # a malformed node: one line naming it, for the shell; a client places as if in one rack
+    metadata = MetadataClient.connect(uri)
+    try:
+        _, version = metadata.store.get(node)
+        metadata.store.set(node, b"[1, 2]", version)
+    finally:
+        metadata.close()
+    assert f"racks node {node} is not" in refused(capsys, uri, "bookierack", "list")
+    assert racks.DEFAULT_GROUP == "default"

@@ -330,3 +330,107 @@ def test_history_keeps_the_last_points() -> None:
         history.add(metrics.Point(t, 0.0, 0.0, None, None))
     assert [p.time_ms for p in history.since()] == [2, 3, 4]
     assert [p.time_ms for p in history.since(3)] == [4]
+
+
+CHECKPOINTS = """# TYPE bookie_CHECKPOINT histogram
+bookie_CHECKPOINT_bucket{{le="+Inf",success="true"}} {n}
+bookie_CHECKPOINT_count{{success="true"}} {n}
+bookie_CHECKPOINT_sum{{success="true"}} {s}
+# TYPE replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED gauge
+replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED {ledgers}
+# TYPE replication_worker_NUM_BYTES_WRITTEN gauge
+replication_worker_NUM_BYTES_WRITTEN {copied}
+"""
+
+
+def test_checkpoint_latency_and_recovery_pace() -> None:
+    def scrape(n: int, s: float, ledgers: int, copied: int, at_s: float) -> metrics.Scrape:
+        text = CHECKPOINTS.format(n=n, s=s, ledgers=ledgers, copied=copied)
+        return metrics.parse_scrape(text, at_s)
+
+    # two checkpoints of 0.2 and 0.4 s end in a 2 s interval; 6 ledgers and 4 MB copied
+    interval = metrics.interval(scrape(3, 1.0, 4, 1000, 0.0), scrape(5, 1.6, 10, 4_001_000, 2.0))
+    assert interval is not None
+    point = metrics.point([interval], time_ms=1)
+    assert point.checkpoint_ms is not None and math.isclose(point.checkpoint_ms, 300.0)
+    assert point.replicated_ledgers_per_s == 3.0 and point.replicated_bytes_per_s == 2_000_000.0
+    # no checkpoint in the next interval: no latency rather than zero
+    idle = metrics.interval(scrape(5, 1.6, 10, 4_001_000, 2.0), scrape(5, 1.6, 10, 4_001_000, 3.0))
+    assert idle is not None and metrics.point([idle], 2).checkpoint_ms is None
+    # a worker that restarted counts from zero: no negative pace
+    restarted = metrics.interval(scrape(5, 1.6, 10, 4_001_000, 3.0), scrape(6, 1.7, 1, 10, 4.0))
+    assert restarted is not None and metrics.point([restarted], 3).replicated_ledgers_per_s == 0.0
+    # the pace over points, and the time left for 30 waiting ledgers at 3 a second
+    pace = metrics.recovery_pace([point, metrics.point([idle], 2)], waiting=30)
+    assert (pace.ledgers_per_s, pace.bytes_per_s) == (1.5, 1_000_000.0) and pace.eta_s == 20.0
+    assert metrics.recovery_pace([metrics.point([idle], 2)], waiting=30).eta_s is None
+    assert metrics.recovery_pace([], waiting=0) == metrics.Pace(0.0, 0.0, None)
+
+
+def test_logs_paged_across_namespaces() -> None:
+    from bookkeeper_py.client.client import BookKeeper
+    from bookkeeper_py.log.namespace import LogNamespace
+
+    async def main() -> None:
+        async with dashboard() as (store, call):
+            client = BookKeeper(store)
+            names = {"alpha": ["a1", "a2", "a3"], "beta": ["b1"], "gamma": ["g1", "g2"]}
+            for namespace, logs in names.items():
+                created = LogNamespace(client, namespace)
+                await created.create()
+                for log_name in logs:
+                    await created.create_log(log_name)
+            seen: list[str] = []
+            after = ""
+            for _ in range(10):  # 6 logs, 4 a page: two pages
+                query = "?limit=4" + (f"&after={after}" if after else "")
+                status, page = await call("GET", "/api/logs" + query)
+                assert status == 200
+                seen += [f"{found['namespace']}/{found['name']}" for found in page["logs"]]
+                if page["next"] is None:
+                    break
+                after = page["next"]
+            assert seen == [f"{ns}/{name}" for ns, logs in names.items() for name in logs]
+            status, page = await call("GET", "/api/logs?limit=2&after=alpha/a3")
+            assert [found["name"] for found in page["logs"]] == ["b1", "g1"]
+            assert page["next"] == "gamma/g1"
+            for bad in ("/api/logs?after=nonamespace", "/api/logs?limit=0", "/api/logs?after=/x"):
+                status, text = await call("GET", bad)
+                assert status == 400 and len(text.strip().splitlines()) == 1, text
+            await client.close()
+
+    asyncio.run(main())
+
+
+def test_racks_shown_and_malformed_racks_said() -> None:
+    from bookkeeper_py.metadata import racks
+    from bookkeeper_py.metadata.port import ThreadedMetadata
+
+    async def main() -> None:
+        async with dashboard() as (store, call):
+            port = ThreadedMetadata(store)
+            await racks.set_rack(port, "127.0.0.1:3181", "/eu/rack-1", hostname="bookie-1")
+            for _ in range(100):
+                found = await _overview(call)
+                placed = {b["id"]: b["rack"] for b in found["bookies"]}
+                if placed["127.0.0.1:3181"] == "/eu/rack-1":
+                    break
+                await asyncio.sleep(0.05)
+            assert placed == {
+                "127.0.0.1:3181": "/eu/rack-1",
+                "127.0.0.1:3182": None,
+                "127.0.0.1:3183": None,
+            }
+            assert found["racksError"] is None
+            _, version = store.store.get(racks.racks_path(port))
+            store.store.set(racks.racks_path(port), b"{not json", version)
+            for _ in range(100):
+                found = await _overview(call)
+                if found["racksError"]:
+                    break
+                await asyncio.sleep(0.05)
+            assert "not JSON" in found["racksError"] and "/bookies" in found["racksError"]
+            # the racks last read stay shown
+            assert {b["id"]: b["rack"] for b in found["bookies"]}["127.0.0.1:3181"] == "/eu/rack-1"
+
+    asyncio.run(main())

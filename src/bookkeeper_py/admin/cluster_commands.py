@@ -1,18 +1,22 @@
 """Shell commands that administer a cluster's metadata, on any driver (BookKeeper's names):
 ``initnewcluster``, ``metaformat``, ``nukeexistingcluster``, ``whatisinstanceid``, the
 cookie commands ``cookie_get``, ``cookie_create``, ``cookie_update``, ``cookie_delete``, and the
-AutoRecovery switches ``listunderreplicated``, ``autorecovery``, ``lostbookierecoverydelay``."""
+AutoRecovery switches ``listunderreplicated``, ``autorecovery``, ``lostbookierecoverydelay``;
+and ``bookierack`` (the bookies' racks, kept as Apache Pulsar keeps them: ``metadata.racks``)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from collections.abc import Callable
 
 from bookkeeper_py import progress
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.admin.service import ClusterAdmin
+from bookkeeper_py.metadata import racks
 from bookkeeper_py.metadata.manager import MetadataClient, parse_bookie_id
+from bookkeeper_py.metadata.port import ThreadedMetadata
 from bookkeeper_py.storage.cookie import Cookie
 
 Register = Callable[[str, str, Callable[[argparse.Namespace], None]], argparse.ArgumentParser]
@@ -133,7 +137,64 @@ def add_commands(shell_command: Register, uri_of: UriOf) -> None:
         else:
             print(f"lostBookieRecoveryDelay: {delay} s")
 
+    def bookierack(args: argparse.Namespace) -> None:
+        """Pulsar's set-bookie-rack / get-bookie-rack / delete-bookie-rack / racks-placement on
+        the racks node the rack- and region-aware placement and the dashboard read."""
+        if args.action in ("set", "get", "delete") and not args.bookie_id:
+            raise CommandError(f"bookierack {args.action} needs a bookie id")
+        if args.action == "set":
+            if not args.rack:
+                raise CommandError("bookierack set needs a rack: BOOKIE_ID /rack or /region/rack")
+            try:
+                parse_bookie_id(args.bookie_id)
+                racks.check_rack(args.rack)
+            except ValueError as error:
+                raise CommandError(f"{error}; nothing was changed") from None
+        elif args.rack:
+            raise CommandError(f"bookierack {args.action} takes no rack ({args.rack!r})")
+
+        async def run(metadata: MetadataClient) -> None:
+            port = ThreadedMetadata(metadata)
+            if args.action == "set":
+                await racks.set_rack(
+                    port, args.bookie_id, args.rack, group=args.group, hostname=args.hostname
+                )
+                print(f"bookie {args.bookie_id}: rack {args.rack} (group {args.group})")
+                return
+            found = await racks.read_placements(port)
+            if args.action == "list":
+                if not found:
+                    print(f"no bookie has a rack ({racks.racks_path(port)} is absent or empty)")
+                for place in sorted(found.values(), key=lambda p: (p.group, p.rack, p.bookie_id)):
+                    host = f" ({place.hostname})" if place.hostname else ""
+                    print(f"{place.bookie_id}\t{place.rack}\t{place.group}{host}")
+            elif args.action == "get":
+                placed = found.get(args.bookie_id)
+                if placed is None:
+                    raise CommandError(
+                        f"bookie {args.bookie_id} has no rack (it is placed in the default "
+                        "rack); set one with bookierack set"
+                    )
+                print(f"{placed.bookie_id}\t{placed.rack}\t{placed.group}")
+            elif not await racks.delete_rack(port, args.bookie_id):
+                raise CommandError(f"bookie {args.bookie_id} has no rack to delete")
+            else:
+                print(f"bookie {args.bookie_id}: rack deleted (placed in the default rack now)")
+
+        with connect(args) as metadata:
+            asyncio.run(run(metadata))
+
     shell_command("initnewcluster", "create a new cluster's metadata", initnewcluster)
+    rack = shell_command(
+        "bookierack",
+        "the bookies' racks, read by rack-aware placement and the dashboard (Pulsar's layout)",
+        bookierack,
+    )
+    rack.add_argument("action", choices=("list", "get", "set", "delete"))
+    rack.add_argument("bookie_id", nargs="?", help="host:port or a bookie id")
+    rack.add_argument("rack", nargs="?", help="/rack or /region/rack (set)")
+    rack.add_argument("--group", default=racks.DEFAULT_GROUP, help="(set; default: default)")
+    rack.add_argument("--hostname", help="the bookie's host name, kept beside its rack (set)")
     listing = shell_command(
         "listunderreplicated", "list the ledgers marked under-replicated", listunderreplicated
     )

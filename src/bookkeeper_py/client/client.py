@@ -128,6 +128,12 @@ class BookKeeper:
         self.bookie_client = BookieClient(self.pool)
         self._random = rng or random.Random()
         self.placement = placement_policy(config, self._random)
+        # Rack- and region-aware placement without a mapping of its own reads the racks the
+        # metadata store keeps (``metadata.racks``), once connected.
+        self._racks_to_load = (
+            isinstance(self.placement, TopologyAwarePlacement) and not config.network_topology
+        )
+        self._racks_loading: asyncio.Future[None] | None = None
         self.quarantine = Quarantine()
         self.replica_health = ReplicaHealth(
             config.bookie_failure_history_ms, config.read_reorder_threshold_pending
@@ -147,6 +153,8 @@ class BookKeeper:
         after a failed attempt the next call tries again); raises if the client is closed."""
         self._check_open()
         if self._port is not None:
+            if self._racks_to_load:
+                await self._racks_loaded()
             return
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(self._connect())
@@ -157,6 +165,39 @@ class BookKeeper:
             if connecting.done() and self._port is None:
                 self._connecting = None
         self._check_open()
+        if self._racks_to_load:
+            await self._racks_loaded()
+
+    async def _racks_loaded(self) -> None:
+        """Waits for the one reading of the racks node (concurrent callers share it)."""
+        if self._racks_loading is None:
+            self._racks_loading = asyncio.ensure_future(self._load_racks())
+        await asyncio.shield(self._racks_loading)
+
+    async def _load_racks(self) -> None:
+        """The racks node's placements into the placement policy's topology (once; a node that
+        cannot be read or is malformed is logged and the bookies stay in the default rack)."""
+        from bookkeeper_py.metadata import racks
+
+        assert self._port is not None and isinstance(self.placement, TopologyAwarePlacement)
+        try:
+            found = await racks.read_placements(self._port)
+        except Exception as error:  # a malformed node, or the store failing: placement goes on
+            log.warning(
+                "the bookies' racks could not be read (%s); placing as if in one rack", error
+            )
+            self._racks_to_load = False
+            return
+        locations: dict[str, str] = {}
+        for bookie_id, place in found.items():
+            try:
+                racks.check_rack(place.rack)
+            except ValueError as error:
+                log.warning("the racks node places bookie %s badly: %s; ignored", bookie_id, error)
+                continue
+            locations[bookie_id] = place.rack
+        self.placement.topology = NetworkTopology(locations)
+        self._racks_to_load = False
 
     async def _connect(self) -> None:
         port = await ThreadedMetadata.connect(

@@ -41,15 +41,20 @@ from bookkeeper_py.admin.ledger_reader import hex_dump, printable, read_entries
 from bookkeeper_py.admin.service import ClusterAdmin
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.core.metadata import LedgerMetadata
+from bookkeeper_py.dashboard import metrics
 from bookkeeper_py.dashboard.collector import DOWN, READ_ONLY, READ_WRITE, Collector
 from bookkeeper_py.errors import BKError
+from bookkeeper_py.log.format import LogNotFoundError
 
 CHART_POINTS = 300  # the chart's last 5 minutes at one point a second
+RATE_WINDOW_MS = 60_000  # AutoRecovery's pace is measured over the last minute
 LEDGER_PAGE = 25
 MAX_LEDGER_PAGE = 200
 MAX_ENTRIES = 100  # entries one read of the ledger page returns
 SHOWN_BYTES = 1024  # of each entry's payload
-MAX_LOGS = 50
+LOG_PAGE = 25
+MAX_LOG_PAGE = 100
+MAX_NAMESPACE_PAGES = 1000  # pages of namespaces walked for one page of logs, at most
 MAX_LEDGER_IDS = 10_000_000  # ids scanned for one page, at most
 REALM = 'Basic realm="bookkeeper dashboard", charset="UTF-8"'
 STATIC_FILES = {
@@ -226,6 +231,7 @@ class Dashboard:
             {
                 "updatedMs": collector.updated_ms,
                 "error": collector.error,
+                "racksError": collector.racks_error,
                 "actionsEnabled": self.enable_actions,
                 "metadataRoot": self.admin.root,
                 "cluster": {
@@ -332,6 +338,10 @@ class Dashboard:
         now_ms = int(time.time() * 1000)
         self.under_replicated_history.append((now_ms, len(marked)))
         peak = max(count for _, count in self.under_replicated_history)
+        # The workers' pace over the last minute (their counters, scraped from the bookies).
+        pace = metrics.recovery_pace(
+            self.collector.cluster.since(now_ms - RATE_WINDOW_MS), len(marked)
+        )
         return web.json_response(
             {
                 "autorecoveryEnabled": enabled,
@@ -351,28 +361,68 @@ class Dashboard:
                 # progress: how many were marked at most while this page watched, and now
                 "peak": peak,
                 "replicatedSincePeak": peak - len(marked),
+                "ledgersPerS": round(pace.ledgers_per_s, 3),
+                "bytesPerS": round(pace.bytes_per_s, 1),
+                # at the last minute's pace; None while nothing is being copied
+                "etaS": None if pace.eta_s is None else round(pace.eta_s, 1),
             }
         )
 
     async def logs(self, request: web.Request) -> web.Response:
+        """A page of logs, in (namespace, name) order after ``after`` (``namespace/name``, the
+        last of the previous page), each described (segments, writer, subscriptions)."""
         from bookkeeper_py.admin.log_report import description_dict
         from bookkeeper_py.log.namespace import LogNamespace, list_namespaces
 
-        found: list[dict[str, Any]] = []
-        truncated = False
-        for name in await list_namespaces(self.client):
-            namespace = LogNamespace(self.client, name)
-            for log_name in await namespace.list_logs():
-                if len(found) >= MAX_LOGS:
-                    truncated = True
+        limit = _int_query(request, "limit", LOG_PAGE, 1, MAX_LOG_PAGE)
+        after = request.query.get("after", "")
+        after_namespace, _, after_log = after.partition("/")
+        if after and (not after_namespace or not after_log):
+            raise _fail(
+                web.HTTPBadRequest,
+                f"after: the last log of a page as namespace/name, not {after[:80]!r}",
+            )
+        wanted = limit + 1  # one more than the page says whether there is a next one
+        names: list[tuple[str, str]] = []
+        if after:
+            found = await self._logs_of(after_namespace, after_log, wanted)
+            names.extend((after_namespace, name) for name in found)
+        cursor = after_namespace or None
+        for _ in range(MAX_NAMESPACE_PAGES):
+            if len(names) >= wanted:
+                break
+            namespaces = await list_namespaces(self.client, cursor, MAX_LOG_PAGE)
+            for namespace_name in namespaces:
+                found = await self._logs_of(namespace_name, None, wanted - len(names))
+                names.extend((namespace_name, name) for name in found)
+                if len(names) >= wanted:
                     break
-                try:
-                    described = description_dict(await namespace.describe(log_name))
-                except (BKError, CommandError) as error:
-                    found.append({"namespace": name, "name": log_name, "error": str(error)})
-                    continue
-                found.append(described)
-        return web.json_response({"logs": found, "truncated": truncated})
+            if len(namespaces) < MAX_LOG_PAGE:
+                break
+            cursor = namespaces[-1]
+        page, more = names[:limit], len(names) > limit
+        described: list[dict[str, Any]] = []
+        for namespace_name, log_name in page:
+            try:
+                found_log = await LogNamespace(self.client, namespace_name).describe(log_name)
+                described.append(description_dict(found_log))
+            except (BKError, CommandError) as error:
+                described.append(
+                    {"namespace": namespace_name, "name": log_name, "error": str(error)}
+                )
+        last = page[-1] if page else None
+        return web.json_response(
+            {"logs": described, "next": f"{last[0]}/{last[1]}" if more and last else None}
+        )
+
+    async def _logs_of(self, namespace: str, after: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` log names of ``namespace`` after ``after`` (none if it is gone)."""
+        from bookkeeper_py.log.namespace import LogNamespace
+
+        try:
+            return await LogNamespace(self.client, namespace).list_logs(after, limit)
+        except LogNotFoundError:
+            return []
 
     # -- actions -------------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ A bookie's state: ``read-write`` or ``read-only`` as registered; ``down`` when o
 knows it (not registered), or when it is registered but its HTTP endpoint failed
 ``DOWN_AFTER_FAILURES`` scrapes in a row (a killed bookie's registration outlives it until its
 metadata session expires). Where its HTTP endpoint is comes from its registration's service info
-(the ``httpserver`` endpoint); the last one seen is remembered after it goes down.
+(the ``httpserver`` endpoint); the last one seen is remembered after it goes down. Its rack comes
+from the racks node (``metadata.racks``), read every ``RACKS_EVERY_TICKS``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import aiohttp
 from bookkeeper_py.admin.service import ClusterAdmin, bookies_with_cookies
 from bookkeeper_py.dashboard import metrics
 from bookkeeper_py.dashboard.options import TICK_S
+from bookkeeper_py.errors import BKError
+from bookkeeper_py.metadata import racks
 from bookkeeper_py.metadata.manager import HTTP_ENDPOINT_ID
 from bookkeeper_py.metadata.port import MetadataPort
 
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 SCRAPE_TIMEOUT_S = 1.5  # a bookie that takes longer for one endpoint counts as not answering
 DOWN_AFTER_FAILURES = 2
 GC_EVERY_TICKS = 5
+RACKS_EVERY_TICKS = 5
 MAX_BOOKIES = 1000  # bookies scraped per tick, at most
 
 READ_WRITE, READ_ONLY, DOWN = "read-write", "read-only", "down"
@@ -45,12 +49,14 @@ class BookieView:
     bookie_id: str
     state: str = DOWN
     reason: str = ""
+    rack: str | None = None  # as the racks node says; None: the default rack
     http_url: str | None = None
     info: dict[str, Any] | None = None
     gc: list[dict[str, Any]] | None = None
     failures: int = 0
     last_answer_ms: int | None = None
     last_scrape: metrics.Scrape | None = None
+    last_checkpoint: tuple[float, int] | None = None  # its mean latency (ms), when (epoch ms)
     history: metrics.History = field(default_factory=metrics.History)
 
     def as_json(self) -> dict[str, Any]:
@@ -59,12 +65,15 @@ class BookieView:
             "id": self.bookie_id,
             "state": self.state,
             "reason": self.reason,
+            "rack": self.rack,
             "http": self.http_url,
             "lastAnswerMs": self.last_answer_ms,
             "disks": _disks(self.info),
             "totalSpace": (self.info or {}).get("totalSpace"),
             "freeSpace": (self.info or {}).get("freeSpace"),
             "gc": self.gc,
+            "lastCheckpointMs": None if self.last_checkpoint is None else self.last_checkpoint[0],
+            "lastCheckpointAt": None if self.last_checkpoint is None else self.last_checkpoint[1],
             "latest": None if latest is None else latest.as_json(),
         }
 
@@ -106,6 +115,7 @@ class Collector:
         self.ticks = 0
         self.updated_ms: int | None = None
         self.error: str | None = None  # why the last tick failed, if it did
+        self.racks_error: str | None = None  # why the racks node could not be read, if so
 
     async def run(self) -> None:
         """Ticks until cancelled; a failed tick is logged and shown, and the next one tried."""
@@ -128,6 +138,8 @@ class Collector:
         for bookie_id in sorted(known)[:MAX_BOOKIES]:
             self.bookies.setdefault(bookie_id, BookieView(bookie_id))
         registered = {*writable, *read_only}
+        if self.ticks % RACKS_EVERY_TICKS == 1:
+            await self._read_racks()
         for view in self.bookies.values():
             if view.bookie_id in registered and (view.http_url is None or self.ticks % 10 == 1):
                 view.http_url = await self._http_url(view.bookie_id) or view.http_url
@@ -143,6 +155,17 @@ class Collector:
         if intervals:
             self.cluster.add(metrics.point(intervals, now_ms))
         self.updated_ms = now_ms
+
+    async def _read_racks(self) -> None:
+        try:
+            found = await racks.read_placements(self.port)
+        except BKError as error:  # a malformed node: said on the page, the rest goes on
+            self.racks_error = str(error)
+            return
+        self.racks_error = None
+        for view in self.bookies.values():
+            place = found.get(view.bookie_id)
+            view.rack = None if place is None else place.rack
 
     @staticmethod
     def _state(view: BookieView, writable: list[str], read_only: list[str]) -> tuple[str, str]:
@@ -196,7 +219,10 @@ class Collector:
             return None
         found = metrics.interval(before, scrape)
         if found is not None:
-            view.history.add(metrics.point([found], self.wall_ms()))
+            added = metrics.point([found], self.wall_ms())
+            view.history.add(added)
+            if added.checkpoint_ms is not None:
+                view.last_checkpoint = (round(added.checkpoint_ms, 3), added.time_ms)
         return found
 
     def bookie(self, bookie_id: str) -> BookieView | None:

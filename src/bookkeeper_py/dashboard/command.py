@@ -15,7 +15,7 @@ from aiohttp import web
 
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.admin.service import ClusterAdmin
-from bookkeeper_py.auth import read_secret
+from bookkeeper_py.auth import SharedSecretClientAuthProvider, read_secret
 from bookkeeper_py.client.client import BookKeeper
 from bookkeeper_py.dashboard.app import Dashboard, make_app
 from bookkeeper_py.dashboard.collector import Collector
@@ -29,7 +29,10 @@ START_TIMEOUT_S = 60.0
 async def serving(options: Options) -> AsyncIterator[str]:
     """Serves the dashboard while in the block; yields its address (``http://host:port/``)."""
     secret = read_secret(options.secret_file) if options.secret_file else None
-    client = await BookKeeper.connect(options.metadata_uri)
+    # The same secret authenticates the dashboard to bookies that ask for it (their
+    # authSharedSecretFile), so that its entry reads work on such a cluster too.
+    auth = SharedSecretClientAuthProvider(secret, "dashboard") if secret is not None else None
+    client = await BookKeeper.connect(options.metadata_uri, auth=auth)
     session = aiohttp.ClientSession()
     collector_task: asyncio.Task[None] | None = None
     runner: web.AppRunner | None = None

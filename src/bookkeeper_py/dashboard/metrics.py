@@ -6,7 +6,10 @@ style) or as BookKeeper's summaries (quantiles over the last window, in millisec
 ``bookkeeper`` style). Two scrapes ``dt`` apart give adds/s and reads/s (count difference over
 ``dt``) and the p99 latency of what happened between them (the bucket differences, interpolated
 in the bucket as Prometheus' ``histogram_quantile`` does; with summaries, the bookie's own p99).
-A count that went down means the bookie restarted: that interval gives no point.
+A count that went down means the bookie restarted: that interval gives no point. The ledger
+storage's latency is its checkpoints' (the write cache flushed to the entry logs and the index,
+BookKeeper's ledger-storage flush): they are seconds apart, so a point has their mean over the
+interval (the ``_sum`` difference over the count difference) when one ended in it.
 
 Nothing here reads a clock or a socket: the collector passes the scrape's text and its times.
 """
@@ -16,14 +19,19 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
 ADD = "bookkeeper_server_ADD_ENTRY_REQUEST"
 READ = "bookkeeper_server_READ_ENTRY_REQUEST"
 JOURNAL_SYNC = "bookie_journal_JOURNAL_SYNC"
-WATCHED = (ADD, READ, JOURNAL_SYNC)
+CHECKPOINT = "bookie_CHECKPOINT"
+WATCHED = (ADD, READ, JOURNAL_SYNC, CHECKPOINT)
+# AutoRecovery's progress: what the replication workers (in the bookies) copied since start.
+REPLICATED_LEDGERS = "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED"
+REPLICATED_BYTES = "replication_worker_NUM_BYTES_WRITTEN"
+TOTALS = (REPLICATED_LEDGERS, REPLICATED_BYTES)
 QUANTILE = 0.99
 
 # Points kept per bookie and for the cluster: 10 minutes at one scrape a second.
@@ -39,6 +47,11 @@ class Latency:
     count: float
     buckets: tuple[tuple[float, float], ...] = ()
     p99_ms: float | None = None
+    total: float = 0.0  # the latencies' sum since start: seconds (histograms) or ms (summaries)
+
+    @property
+    def total_ms(self) -> float:
+        return self.total * 1000.0 if self.buckets else self.total
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +60,7 @@ class Scrape:
 
     at_s: float
     operations: dict[str, Latency]
+    totals: dict[str, float] = field(default_factory=dict)  # the ``TOTALS`` it exported
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,26 +72,41 @@ class Point:
     reads_per_s: float
     add_p99_ms: float | None
     journal_sync_p99_ms: float | None
+    read_p99_ms: float | None = None
+    checkpoint_ms: float | None = None  # the mean of the checkpoints that ended in the interval
+    replicated_ledgers_per_s: float = 0.0
+    replicated_bytes_per_s: float = 0.0
 
     def as_json(self) -> dict[str, object]:
         return {
             "t": self.time_ms,
             "adds": round(self.adds_per_s, 2),
             "reads": round(self.reads_per_s, 2),
-            "addP99Ms": None if self.add_p99_ms is None else round(self.add_p99_ms, 3),
-            "journalSyncP99Ms": (
-                None if self.journal_sync_p99_ms is None else round(self.journal_sync_p99_ms, 3)
-            ),
+            "addP99Ms": _ms(self.add_p99_ms),
+            "readP99Ms": _ms(self.read_p99_ms),
+            "journalSyncP99Ms": _ms(self.journal_sync_p99_ms),
+            "checkpointMs": _ms(self.checkpoint_ms),
+            "replicatedLedgers": round(self.replicated_ledgers_per_s, 3),
+            "replicatedBytes": round(self.replicated_bytes_per_s, 1),
         }
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def parse_scrape(text: str, at_s: float) -> Scrape:
     """The watched operations of a ``/metrics`` text (either style); samples labelled
     ``success="false"`` are left out, other labels (``journalIndex``) summed."""
     counts: dict[str, float] = {}
+    totals: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
     quantiles: dict[str, float] = {}
+    values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
+        if family.name in TOTALS:
+            values[family.name] = sum(sample.value for sample in family.samples)
+            continue
         if family.name not in WATCHED:
             continue
         for sample in family.samples:
@@ -85,6 +114,8 @@ def parse_scrape(text: str, at_s: float) -> Scrape:
                 continue
             if sample.name.endswith("_count"):
                 counts[family.name] = counts.get(family.name, 0.0) + sample.value
+            elif sample.name.endswith("_sum"):
+                totals[family.name] = totals.get(family.name, 0.0) + sample.value
             elif sample.name.endswith("_bucket"):
                 bound = float(sample.labels["le"])
                 found = buckets.setdefault(family.name, {})
@@ -98,10 +129,12 @@ def parse_scrape(text: str, at_s: float) -> Scrape:
                 counts.get(name, 0.0),
                 tuple(sorted(buckets.get(name, {}).items())),
                 quantiles.get(name),
+                totals.get(name, 0.0),
             )
             for name in WATCHED
             if name in counts
         },
+        values,
     )
 
 
@@ -156,6 +189,8 @@ class Interval:
     counts: dict[str, float]
     deltas: dict[str, tuple[tuple[float, float], ...]]
     summary_p99_ms: dict[str, float]
+    totals_ms: dict[str, float] = field(default_factory=dict)  # latencies' sum over the interval
+    grown: dict[str, float] = field(default_factory=dict)  # how much each of ``TOTALS`` grew
 
 
 def interval(before: Scrape, after: Scrape) -> Interval | None:
@@ -167,6 +202,7 @@ def interval(before: Scrape, after: Scrape) -> Interval | None:
     counts: dict[str, float] = {}
     deltas: dict[str, tuple[tuple[float, float], ...]] = {}
     summaries: dict[str, float] = {}
+    totals: dict[str, float] = {}
     for name, now in after.operations.items():
         then = before.operations.get(name)
         if then is None:
@@ -174,12 +210,18 @@ def interval(before: Scrape, after: Scrape) -> Interval | None:
         if now.count < then.count:
             return None
         counts[name] = now.count - then.count
+        totals[name] = max(0.0, now.total_ms - then.total_ms)
         found = bucket_deltas(then, now)
         if found:
             deltas[name] = found
         if now.p99_ms is not None:
             summaries[name] = now.p99_ms
-    return Interval(seconds, counts, deltas, summaries)
+    grown = {
+        name: max(0.0, value - before.totals[name])  # a worker restarted: counted from zero
+        for name, value in after.totals.items()
+        if name in before.totals
+    }
+    return Interval(seconds, counts, deltas, summaries, totals, grown)
 
 
 def point(intervals: list[Interval], time_ms: int) -> Point:
@@ -200,7 +242,45 @@ def point(intervals: list[Interval], time_ms: int) -> Point:
         summaries = [i.summary_p99_ms[name] for i in intervals if name in i.summary_p99_ms]
         return max(summaries) if summaries else None
 
-    return Point(time_ms, rate(ADD), rate(READ), p99(ADD), p99(JOURNAL_SYNC))
+    def mean(name: str) -> float | None:
+        count = sum(i.counts.get(name, 0.0) for i in intervals)
+        return sum(i.totals_ms.get(name, 0.0) for i in intervals) / count if count else None
+
+    return Point(
+        time_ms,
+        rate(ADD),
+        rate(READ),
+        p99(ADD),
+        p99(JOURNAL_SYNC),
+        read_p99_ms=p99(READ),
+        checkpoint_ms=mean(CHECKPOINT),
+        replicated_ledgers_per_s=sum(
+            i.grown.get(REPLICATED_LEDGERS, 0.0) / i.seconds for i in intervals
+        ),
+        replicated_bytes_per_s=sum(
+            i.grown.get(REPLICATED_BYTES, 0.0) / i.seconds for i in intervals
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """AutoRecovery's pace over some points: ledgers and bytes copied per second, and the time
+    left for ``waiting`` ledgers at that pace (None while nothing is copied)."""
+
+    ledgers_per_s: float
+    bytes_per_s: float
+    eta_s: float | None
+
+
+def recovery_pace(points: list[Point], waiting: int) -> Pace:
+    """The mean pace of ``points`` (the cluster's, one a tick) and the ETA of ``waiting``."""
+    if not points:
+        return Pace(0.0, 0.0, None)
+    ledgers = sum(p.replicated_ledgers_per_s for p in points) / len(points)
+    copied = sum(p.replicated_bytes_per_s for p in points) / len(points)
+    eta = waiting / ledgers if waiting and ledgers > 0 else None
+    return Pace(ledgers, copied, eta)
 
 
 class History:

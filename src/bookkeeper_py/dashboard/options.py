@@ -40,5 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--secret-file",
         help="a shared secret (as the bookies' authSharedSecretFile, 16 bytes or more) that every "
-        "request must carry: HTTP Basic password (any user name) or a bearer token",
+        "request must carry: HTTP Basic password (any user name) or a bearer token; the "
+        "dashboard also authenticates its reads to bookies that ask for it",
     )

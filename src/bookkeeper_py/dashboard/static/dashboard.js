@@ -17,6 +17,10 @@ const state = {
   ledgerNext: null,
   ledgerPages: [],
   ledger: null, // the ledger id shown in the ledger section
+  bookie: null, // the bookie id shown in the bookie section
+  logAfter: "",
+  logNext: null,
+  logPages: [],
 };
 
 function $(id) {
@@ -60,6 +64,13 @@ function bytes(count) {
 function number(value, digits) {
   if (value === null || value === undefined) return "–";
   return Number(value).toFixed(digits);
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "?";
+  if (seconds < 60) return Math.round(seconds) + " s";
+  if (seconds < 3600) return Math.floor(seconds / 60) + " min " + Math.round(seconds % 60) + " s";
+  return Math.floor(seconds / 3600) + " h " + Math.round((seconds % 3600) / 60) + " min";
 }
 
 function when(ms) {
@@ -215,7 +226,13 @@ function drawBookies(bookies) {
       return el(
         "tr",
         { "data-bookie-id": bookie.id, "data-state": bookie.state },
-        el("th", { scope: "row" }, bookie.id, bookie.http ? el("div", { class: "sub" }, bookie.http) : null),
+        el(
+          "th",
+          { scope: "row" },
+          el("a", { href: "#bookie/" + encodeURIComponent(bookie.id), class: "bookie-link" }, bookie.id),
+          el("div", { class: "sub rack" }, "rack " + (bookie.rack || "default")),
+          bookie.http ? el("div", { class: "sub" }, bookie.http) : null
+        ),
         el(
           "td",
           {},
@@ -226,7 +243,13 @@ function drawBookies(bookies) {
         el("td", { class: "num" }, live ? number(latest.adds, 1) : "–"),
         el("td", { class: "num" }, live ? number(latest.reads, 1) : "–"),
         el("td", { class: "num" }, live ? number(latest.addP99Ms, 2) : "–"),
+        el("td", { class: "num" }, live ? number(latest.readP99Ms, 2) : "–"),
         el("td", { class: "num" }, live ? number(latest.journalSyncP99Ms, 2) : "–"),
+        el(
+          "td",
+          { class: "num", title: bookie.lastCheckpointAt ? "at " + when(bookie.lastCheckpointAt) : "none seen yet" },
+          number(bookie.lastCheckpointMs, 1)
+        ),
         bookieActions(bookie)
       );
     }),
@@ -309,12 +332,44 @@ function lineChart(node, series, unit) {
   node.setAttribute("aria-label", described.join("; ") || "no data yet");
 }
 
-function drawCharts(points) {
-  lineChart($("chart-rate"), [
+function drawCharts(points, rateNode, latencyNode) {
+  lineChart(rateNode || $("chart-rate"), [
     { name: "adds/s", cls: "adds", values: points.map((p) => [p.t, p.adds]) },
     { name: "reads/s", cls: "reads", values: points.map((p) => [p.t, p.reads]) },
   ]);
-  lineChart($("chart-latency"), [{ name: "p99 add", cls: "latency", values: points.map((p) => [p.t, p.addP99Ms]) }], "ms");
+  lineChart(
+    latencyNode || $("chart-latency"),
+    [
+      { name: "p99 add", cls: "latency", values: points.map((p) => [p.t, p.addP99Ms]) },
+      { name: "p99 journal sync", cls: "journal", values: points.map((p) => [p.t, p.journalSyncP99Ms]) },
+    ],
+    "ms"
+  );
+}
+
+// The bookie section (#bookie/ID): its own charts, from its points of the last minutes.
+async function showBookie(id, focus) {
+  state.bookie = id;
+  $("bookie").hidden = false;
+  $("bookie-title").textContent = "Bookie " + id;
+  let found;
+  try {
+    found = await api("/api/bookies/" + encodeURIComponent(id));
+  } catch (error) {
+    $("bookie-facts").replaceChildren(el("dt", {}, "Error"), el("dd", {}, error.message));
+    if (focus) $("bookie-title").focus();
+    return;
+  }
+  const facts = [
+    ["State", found.state + (found.reason ? " (" + found.reason + ")" : "")],
+    ["Rack", found.rack || "default"],
+    ["HTTP endpoint", found.http || "none registered"],
+    ["Last answer", when(found.lastAnswerMs)],
+    ["Last checkpoint (ledger storage)", found.lastCheckpointMs === null ? "none seen yet" : number(found.lastCheckpointMs, 1) + " ms at " + when(found.lastCheckpointAt)],
+  ];
+  $("bookie-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));
+  drawCharts(found.history, $("bookie-chart-rate"), $("bookie-chart-latency"));
+  if (focus) $("bookie-title").focus();
 }
 
 async function pollOverview() {
@@ -330,7 +385,7 @@ async function pollOverview() {
     c.bookies + " bookies: " + c.readWrite + " read-write, " + c.readOnly + " read-only, " + c.down + " down";
   $("updated").textContent = overview.error
     ? "poll failed: " + overview.error
-    : "updated " + when(overview.updatedMs);
+    : "updated " + when(overview.updatedMs) + (overview.racksError ? " · racks: " + overview.racksError : "");
   drawBookies(overview.bookies);
   drawGc(overview.bookies);
   drawCharts(overview.chart);
@@ -453,6 +508,10 @@ async function pollRecovery() {
     found.beingReplicated + " being re-replicated now",
   ];
   if (found.peak > 0) parts.push(found.replicatedSincePeak + " of " + found.peak + " re-replicated since the peak this page saw");
+  if (found.ledgersPerS > 0) {
+    parts.push("pace " + number(found.ledgersPerS, 2) + " ledgers/s, " + bytes(found.bytesPerS) + "/s over the last minute");
+  }
+  if (found.etaS !== null) parts.push("done in about " + duration(found.etaS));
   $("recovery-summary").textContent = parts.join(" · ");
   const rows = found.underReplicated.map((u) =>
     el("tr", {}, el("th", { scope: "row" }, el("a", { href: "#ledger/" + u.ledger }, String(u.ledger))), el("td", {}, u.missing.join(", ")), el("td", {}, u.worker || "waiting"), el("td", {}, when(u.markedMs)))
@@ -462,7 +521,10 @@ async function pollRecovery() {
 }
 
 async function pollLogs() {
-  const found = await api("/api/logs");
+  const query = new URLSearchParams({ limit: String(PAGE) });
+  if (state.logAfter) query.set("after", state.logAfter);
+  const found = await api("/api/logs?" + query);
+  state.logNext = found.next;
   const rows = found.logs.map((log) => {
     if (log.error) return el("tr", {}, el("th", { scope: "row" }, log.namespace + "/" + log.name), el("td", { colspan: 5 }, log.error));
     const open = log.segments.filter((s) => s.state === "open");
@@ -481,7 +543,9 @@ async function pollLogs() {
   });
   if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 6 }, "no logs")));
   $("log-table").tBodies[0].replaceChildren(...rows);
-  $("logs-note").textContent = found.truncated ? "only the first logs are shown" : "";
+  $("log-next").disabled = found.next === null;
+  $("log-first").disabled = !state.logAfter;
+  $("log-page-info").textContent = "page " + (state.logPages.length + 1);
 }
 
 // -- wiring ---------------------------------------------------------------------------------------
@@ -493,6 +557,13 @@ function route() {
   } else {
     state.ledger = null;
     $("ledger").hidden = true;
+  }
+  const bookie = /^#bookie\/(.+)$/.exec(location.hash);
+  if (bookie) {
+    showBookie(decodeURIComponent(bookie[1]), true);
+  } else {
+    state.bookie = null;
+    $("bookie").hidden = true;
   }
 }
 
@@ -527,6 +598,17 @@ function start() {
     state.ledgerPages = [];
     pollLedgers();
   });
+  $("log-next").addEventListener("click", () => {
+    if (state.logNext === null) return;
+    state.logPages.push(state.logAfter);
+    state.logAfter = state.logNext;
+    pollLogs();
+  });
+  $("log-first").addEventListener("click", () => {
+    state.logAfter = "";
+    state.logPages = [];
+    pollLogs();
+  });
   $("entry-form").addEventListener("submit", readEntries);
   $("ledger-delete").addEventListener("click", () => {
     const id = state.ledger;
@@ -538,7 +620,10 @@ function start() {
   });
   window.addEventListener("hashchange", route);
   route();
-  every(OVERVIEW_MS, pollOverview);
+  every(OVERVIEW_MS, async () => {
+    await pollOverview();
+    if (state.bookie !== null) await showBookie(state.bookie, false);
+  });
   every(LEDGERS_MS, async () => {
     await pollLedgers();
     if (state.ledger !== null) await showLedger(state.ledger, false);
