@@ -21,6 +21,7 @@ Library code never decides whether to show anything: it reports to the display i
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import threading
@@ -96,6 +97,16 @@ def terminal(
     if not console.is_terminal or console.is_dumb_terminal:
         return SILENT
     return _BarDisplay(console)
+
+
+def quiet_option(command: argparse.ArgumentParser, help_text: str = "") -> None:
+    """``-q/--quiet`` of a command: no progress bar on a terminal (there is none off one)."""
+    command.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help=help_text or "no progress bar (progress shows on stderr only when it is a terminal)",
+    )
 
 
 def logged(

@@ -878,16 +878,6 @@ def _cmd_localconsistencycheck(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
-def progress_option(command: argparse.ArgumentParser) -> None:
-    """``-q/--quiet`` of a command: no progress bar on a terminal (there is none off one)."""
-    command.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="no progress bar (progress shows on stderr only when it is a terminal)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     from bookkeeper_py.server import main as bookie_main
 
@@ -995,7 +985,7 @@ def build_parser() -> argparse.ArgumentParser:
     def shell_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         sub = shell_commands.add_parser(name, help=help_text)
         sub.add_argument("--metadata-uri", help="metadataServiceUri (or $BOOKKEEPER_METADATA_URI)")
-        progress_option(sub)
+        progress.quiet_option(sub)
         sub.set_defaults(run=run)
         return sub
 
@@ -1193,7 +1183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def local_command(name: str, help_text: str, run) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         sub = shell_commands.add_parser(name, help=help_text)
-        progress_option(sub)
+        progress.quiet_option(sub)
         sub.set_defaults(run=run, bookie_dirs=True)
         return sub
 

@@ -57,7 +57,7 @@ from bookkeeper_py.log.format import (
     Position,
     check_name,
 )
-from bookkeeper_py.progress import SILENT, Task, terminal
+from bookkeeper_py.progress import SILENT, Task, quiet_option, terminal
 from bookkeeper_py.wire.digest import DigestType
 
 if TYPE_CHECKING:
@@ -650,12 +650,9 @@ def add_commands(log_parser: argparse.ArgumentParser, uri_of: UriOf) -> None:
         )
         reading.add_argument("--max", type=_count(1), metavar="N", help="stop after N records")
         if not follow:
-            reading.add_argument(
-                "-q",
-                "--quiet",
-                action="store_true",
-                help="no progress bar (it shows on stderr when stderr is a terminal and "
-                "stdout is not)",
+            quiet_option(
+                reading,
+                "no progress bar (it shows on stderr when stderr is a terminal and stdout is not)",
             )
         reading.add_argument(
             "--subscription",

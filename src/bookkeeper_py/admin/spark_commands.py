@@ -8,16 +8,19 @@
 Every command takes ``--metadata-uri URI`` (or $BOOKKEEPER_METADATA_URI) and ``--master``
 (``local[*]`` by default; ``spark://host:7077``, ``yarn``... for a cluster, whose executors must
 reach the bookies and have this package installed). They need the ``spark`` extra and Java 17+.
-``audit`` exits with status 1 when it found a problem.
+``audit`` exits with status 1 when it found a problem. On a terminal a progress bar on stderr
+follows the Spark tasks of the job (``spark.progress``); ``-q`` leaves it out.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from bookkeeper_py import progress
 from bookkeeper_py.admin import CommandError
 
 if TYPE_CHECKING:
@@ -32,6 +35,15 @@ def _session(args: argparse.Namespace) -> SparkSession:
     session = spark_session(args.master, f"bookkeeper-spark-{args.spark_command}")
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextlib.contextmanager
+def _followed(args: argparse.Namespace, spark: SparkSession, what: str) -> Iterator[None]:
+    """The job's Spark tasks as a progress bar (on a terminal, without ``--quiet``)."""
+    from bookkeeper_py.spark.progress import followed
+
+    with progress.terminal(args.quiet) as display, followed(spark, display, what):
+        yield
 
 
 def _ledger_ids(text: str | None) -> list[int] | None:
@@ -56,7 +68,8 @@ def _export(args: argparse.Namespace, uri: str) -> None:
     try:
         if args.ledgers:
             ids = _ledger_ids(args.ledgers) or []
-            done = export_ledgers(spark, uri, args.path, ids, args.password)
+            with _followed(args, spark, f"exporting {len(ids)} ledgers"):
+                done = export_ledgers(spark, uri, args.path, ids, args.password)
             print(f"exported {done.batches} ledgers ({done.records} entries) to {done.path}")
             return
         subject = {"namespace": args.namespace}
@@ -66,7 +79,8 @@ def _export(args: argparse.Namespace, uri: str) -> None:
             subject["logs"] = args.logs
         else:
             subject["logsPattern"] = args.logs_pattern
-        done = export_logs(spark, uri, args.path, **subject)
+        with _followed(args, spark, "exporting"):
+            done = export_logs(spark, uri, args.path, **subject)
         print(f"exported {done.records} records in {done.batches} batches to {done.path}")
     finally:
         spark.stop()
@@ -77,7 +91,8 @@ def _compact(args: argparse.Namespace, uri: str) -> None:
 
     spark = _session(args)
     try:
-        done = compact_log(spark, uri, args.log, args.into, args.key, namespace=args.namespace)
+        with _followed(args, spark, f"compacting {args.log}"):
+            done = compact_log(spark, uri, args.log, args.into, args.key, namespace=args.namespace)
     finally:
         spark.stop()
     print(
@@ -91,9 +106,10 @@ def _audit(args: argparse.Namespace, uri: str) -> None:
 
     spark = _session(args)
     try:
-        report = audit(
-            spark, uri, ledgers=_ledger_ids(args.ledgers), password=args.password.encode()
-        )
+        with _followed(args, spark, "auditing"):
+            report = audit(
+                spark, uri, ledgers=_ledger_ids(args.ledgers), password=args.password.encode()
+            )
     finally:
         spark.stop()
     for line in report.lines():
@@ -110,6 +126,7 @@ def add_commands(spark_parser: argparse.ArgumentParser, uri_of: UriOf) -> None:
     )
     common.add_argument("--master", default="local[*]", help="the Spark master (local[*])")
     common.add_argument("--password", default="", help="the ledgers' password (default empty)")
+    progress.quiet_option(common)
     subcommands = spark_parser.add_subparsers(dest="spark_command", required=True)
 
     def command(name: str, help_text: str, run: Callable[[argparse.Namespace, str], None]):  # type: ignore[no-untyped-def]
