@@ -47,3 +47,42 @@ def test_listing_a_hundred_thousand_ledgers(uri: str) -> None:
         assert peak < 2 * 1024 * 1024, f"listing peaked at {peak / 1e6:.1f} MB"
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("layout", ["hierarchical", "longhierarchical", "flat"])
+def test_listing_after_an_id_reads_only_the_directories_above_it(
+    uri: str, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``list_ledgers(after)``: the ids above ``after`` in order, on every layout, both id
+    widths of the hierarchical one; the directories whose ids are all below it not listed."""
+    scheme, _, rest = uri.partition("://")
+    if scheme.startswith("zk"):
+        scheme = "zk+" + layout
+    elif layout != "hierarchical":
+        pytest.skip("the embedded stores take the hierarchical layout")
+    client = MetadataClient.connect(f"{scheme}://{rest}", create=True)
+    try:
+        client.init_cluster()
+        ids = [1, 2, 10_000, 10_001, 123_456_789, 9_999_999_999, 10**10, 10**10 + 7, 2**62]
+        if layout == "flat":
+            ids = [i for i in ids if i < 10**10]
+        for ledger_id in ids:
+            client.create_ledger_metadata(sample(ledger_id))
+        listed: list[str] = []
+        listing = client.store.iter_children
+
+        def counted(path: str, page_size: int = 1000):  # type: ignore[no-untyped-def]
+            listed.append(path)
+            return listing(path, page_size)
+
+        monkeypatch.setattr(client.store, "iter_children", counted)
+        assert list(client.list_ledgers()) == ids
+        everything = len(listed)
+        for after in (-1, 0, 1, 2, 9_999, 10_000, 123_456_788, 9_999_999_999, 10**10, 2**62):
+            assert list(client.list_ledgers(after)) == [i for i in ids if i > after], after
+        listed.clear()
+        assert list(client.list_ledgers(10_001)) == [i for i in ids if i > 10_001]
+        if layout != "flat":
+            assert len(listed) < everything  # the directories of 1 to 10,001 were not read
+    finally:
+        client.close()

@@ -274,10 +274,10 @@ class Dashboard:
     def _ledger_page(self, after: int, count: int, search: str) -> list[int]:
         """Up to ``count`` ledger ids above ``after`` (containing ``search``), increasing."""
         found: list[int] = []
-        for scanned, ledger_id in enumerate(self.admin.metadata.list_ledgers()):
+        for scanned, ledger_id in enumerate(self.admin.metadata.list_ledgers(after)):
             if scanned >= MAX_LEDGER_IDS or len(found) >= count:
                 break
-            if ledger_id > after and (not search or search in str(ledger_id)):
+            if not search or search in str(ledger_id):
                 found.append(ledger_id)
         return found
 

@@ -35,34 +35,50 @@ def ledger_path(root: str, layout: str, ledger_id: int) -> str:
 
 
 def iter_ledger_ids(
-    root: str, layout: str, children: Callable[[str], Iterable[str]]
+    root: str, layout: str, children: Callable[[str], Iterable[str]], after: int = -1
 ) -> Iterator[int]:
-    """Every ledger id under ``root`` in increasing order, walking one directory at a time.
+    """Every ledger id above ``after`` under ``root`` in increasing order, walking one
+    directory at a time.
 
     ``children(path)`` yields a directory's names in increasing order (a store's paged
     listing), so memory stays bounded by a page whatever the number of ledgers: ids are
-    zero-padded, so names of equal length sort as their numbers."""
+    zero-padded, so names of equal length sort as their numbers. A directory whose ids are all
+    ``after`` or below is not listed (a page of ledgers far into a large cluster does not walk
+    the ledgers before it)."""
     if layout == "flat":
         for name in children(root):
-            if name.startswith("L") and name[1:].isdigit():
+            if name.startswith("L") and name[1:].isdigit() and int(name[1:]) > after:
                 yield int(name[1:])
         return
     for depth_name_length, levels in ((2, 2), (3, 4)):
         if layout == "longhierarchical" and depth_name_length == 2:
             continue
+        width = depth_name_length + 4 * levels  # the digits of an id in this tree
         for first in children(root):
             if first.isdigit() and len(first) == depth_name_length:
-                yield from _walk(f"{root}/{first}", first, levels - 1, children)
+                if int(first.ljust(width, "9")) <= after:
+                    continue
+                yield from _walk(f"{root}/{first}", first, levels - 1, children, width, after)
 
 
 def _walk(
-    path: str, digits: str, levels_left: int, children: Callable[[str], Iterable[str]]
+    path: str,
+    digits: str,
+    levels_left: int,
+    children: Callable[[str], Iterable[str]],
+    width: int,
+    after: int,
 ) -> Iterator[int]:
     if levels_left == 0:
         for name in children(path):
             if name.startswith("L") and name[1:].isdigit() and len(name) == 5:
-                yield int(digits + name[1:])
+                ledger_id = int(digits + name[1:])
+                if ledger_id > after:
+                    yield ledger_id
         return
     for name in children(path):
         if name.isdigit() and len(name) == 4:
-            yield from _walk(f"{path}/{name}", digits + name, levels_left - 1, children)
+            prefix = digits + name
+            if int(prefix.ljust(width, "9")) <= after:
+                continue
+            yield from _walk(f"{path}/{name}", prefix, levels_left - 1, children, width, after)

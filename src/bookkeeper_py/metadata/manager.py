@@ -265,10 +265,11 @@ class MetadataClient:
                 f"ledger {ledger_id} does not exist in the metadata store"
             ) from error
 
-    def list_ledgers(self) -> Iterator[int]:
-        """Every ledger id, increasing, read one directory at a time."""
+    def list_ledgers(self, after: int = -1) -> Iterator[int]:
+        """Every ledger id above ``after``, increasing, read one directory at a time (the
+        directories of ids up to ``after`` are not read)."""
         try:
-            yield from iter_ledger_ids(self.root, self.layout, self.store.iter_children)
+            yield from iter_ledger_ids(self.root, self.layout, self.store.iter_children, after)
         except NoNodeError:
             return
 
