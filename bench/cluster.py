@@ -124,7 +124,9 @@ def main() -> None:
     if not args.json:
         print(
             f"raw limits: {raw['fsyncs_per_s']:,.0f} fsyncs/s, {raw['sequential_mb_s']:,.0f} MB/s "
-            f"sequential, loopback round trip {raw['loopback_rtt_us']:.0f} us"
+            f"sequential, loopback round trip {raw['loopback_rtt_us']:.0f} us, interpreter "
+            f"{raw['interpreter_ns']:.0f} ns a loop (admin/limits.py: the CPU per entry of the "
+            "same code moves with it)"
         )
     with LocalCluster(1) as one:
         argv = ["writes", "-e", "1", "-w", "1", "-a", "1", seconds]

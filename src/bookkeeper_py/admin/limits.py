@@ -1,7 +1,9 @@
 """This machine's raw limits, measured next to every benchmark so that each figure is also a
 ratio to what the hardware allows: the fsync rate (4 KiB write + fdatasync), sequential write
-bandwidth (4 MiB writes, fdatasync after each) and the loopback TCP round trip (64-byte
-ping-pong with another process)."""
+bandwidth (4 MiB writes, fdatasync after each), the loopback TCP round trip (64-byte
+ping-pong with another process), and the interpreter's speed (a fixed pure-Python loop): the
+CPU per entry of the same code moves with it when the machine is slower or faster, so a figure
+can be compared across the machine's periods as a ratio to it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import multiprocessing
 import os
 import socket
 import statistics
+import struct
 import time
 
 
@@ -88,9 +91,37 @@ def loopback_round_trip_us(count: int = 20_000) -> float:
     return statistics.median(samples) * 1e6
 
 
+class _Request:
+    __slots__ = ("entry_id", "ledger_id")
+
+    def __init__(self, ledger_id: int, entry_id: int) -> None:
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+
+
+def interpreter_ns(iterations: int = 100_000, repeats: int = 5) -> float:
+    """ns per iteration of a fixed loop of what a request costs here in Python (an object made
+    and its attributes read, a struct packed, a dict updated, a list appended), the median of
+    ``repeats`` timings: this interpreter's speed on this machine now."""
+    header = struct.Struct(">qq")
+    timings = []
+    for _ in range(repeats):
+        pending: dict[int, bytes] = {}
+        out: list[bytes] = []
+        started = time.perf_counter()
+        for index in range(iterations):
+            request = _Request(7, index)
+            frame = header.pack(request.ledger_id, request.entry_id)
+            pending[index & 1023] = frame
+            out.append(frame)
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings) / iterations * 1e9
+
+
 def measure(directory: str) -> dict[str, float]:
     return {
         "fsyncs_per_s": fsync_rate(directory),
         "sequential_mb_s": sequential_mb_s(directory),
         "loopback_rtt_us": loopback_round_trip_us(),
+        "interpreter_ns": interpreter_ns(),
     }
