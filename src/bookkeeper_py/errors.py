@@ -53,6 +53,14 @@ class UnauthorizedAccessError(BKError):
     """The password (master key) does not match the ledger's, or the client is not authenticated."""
 
 
+# What a bookie's EUA means: a bookie says it for both, and the answer does not tell which.
+EUA_MEANING = (
+    "the password does not match the one the ledger was created with, or the bookie requires "
+    "authentication this client did not give (the bookies' shared secret: "
+    "BookKeeper(..., auth=...), bookkeeper --auth-secret-file FILE)"
+)
+
+
 class DigestMismatchError(BKError):
     """An entry read from a bookie failed its digest check, or is not the entry that was asked for."""
 

@@ -4,7 +4,9 @@ nothing and a hard-coded ``/ledgers`` shows up as a failure)."""
 
 from __future__ import annotations
 
+import secrets
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +37,11 @@ def module_metadata_uri(request: pytest.FixtureRequest) -> str | None:
     """The same for a cluster that the tests of a module share (a module-scoped fixture): the
     module's tests run once over each store, one cluster each."""
     return store_uri(request)
+
+
+@pytest.fixture(scope="module")
+def secret_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shared secret (``authSharedSecretFile``) for the bookies and clients of a module."""
+    path = tmp_path_factory.mktemp("secret") / "secret"
+    path.write_text(secrets.token_hex(24) + "\n")
+    return path

@@ -30,13 +30,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.zookeeper]
 
 
 @pytest.fixture(scope="module")
-def secret_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("secret") / "secret"
-    path.write_text(secrets.token_hex(24) + "\n")
-    return path
-
-
-@pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer, secret_file: Path) -> Iterator[LocalCluster]:
     uri = zookeeper.metadata_uri(f"/dashboard-actions-{secrets.token_hex(6)}/ledgers")
     auth = ["--auth-provider", "shared-secret", "--auth-secret-file", str(secret_file)]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from bookkeeper_py import progress as shown_progress
 from bookkeeper_py.admin import CommandError
+from bookkeeper_py.admin.client_auth import client_options
 from bookkeeper_py.autorecovery import admin
 from bookkeeper_py.autorecovery.replication import Progress
 from bookkeeper_py.client.client import BookKeeper
@@ -60,7 +61,7 @@ def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
             raise CommandError("name the bookie(s) to recover: recover HOST:PORT[,HOST:PORT]")
 
         async def run() -> None:
-            async with BookKeeper(uri_of(args)) as client:
+            async with BookKeeper(uri_of(args), **client_options(args)) as client:
                 await admin.check_known(client.metadata_port, bookies)
                 if args.dryrun:
                     for planned in await admin.plan(client, bookies, args.ledger):
@@ -100,7 +101,7 @@ def add_shell_commands(shell_command: Register, uri_of: UriOf) -> None:
 
     def decommissionbookie(args: argparse.Namespace) -> None:
         async def run() -> None:
-            async with BookKeeper(uri_of(args)) as client:
+            async with BookKeeper(uri_of(args), **client_options(args)) as client:
                 with shown_progress.terminal(args.quiet) as display:
                     follower = ProgressFollower(display, "decommission")
                     try:

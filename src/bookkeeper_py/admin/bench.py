@@ -63,6 +63,7 @@ from hdrh.histogram import HdrHistogram
 from bookkeeper_py import aio
 from bookkeeper_py import loop as event_loop
 from bookkeeper_py.admin import CommandError
+from bookkeeper_py.admin.client_auth import client_options, secret_file
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
 
@@ -505,8 +506,15 @@ async def run_catchup_reads(
     )
 
 
-async def _follow(uri: str, ledger_id: int, count: int, pipe: Connection) -> None:
-    client = await aio.BookKeeper.connect(uri)
+async def _follow(
+    uri: str, ledger_id: int, count: int, pipe: Connection, secret_file: str | None
+) -> None:
+    options = (
+        {}
+        if secret_file is None
+        else client_options(argparse.Namespace(client_secret_file=secret_file))
+    )
+    client = await aio.BookKeeper.connect(uri, **options)
     try:
         handle = await client.open_ledger_no_recovery(ledger_id, b"bench")
         pipe.send("ready")
@@ -523,9 +531,11 @@ async def _follow(uri: str, ledger_id: int, count: int, pipe: Connection) -> Non
         await client.close()
 
 
-def _follower(uri: str, ledger_id: int, count: int, pipe: Connection) -> None:
+def _follower(
+    uri: str, ledger_id: int, count: int, pipe: Connection, secret_file: str | None = None
+) -> None:
     with contextlib.suppress(KeyboardInterrupt):
-        event_loop.run(_follow(uri, ledger_id, count, pipe))
+        event_loop.run(_follow(uri, ledger_id, count, pipe, secret_file))
 
 
 async def run_tail(
@@ -552,7 +562,9 @@ async def run_tail(
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     reader = context.Process(
-        target=_follower, args=(uri, handle.ledger_id, measured_count, theirs), daemon=True
+        target=_follower,
+        args=(uri, handle.ledger_id, measured_count, theirs, secret_file(args)),
+        daemon=True,
     )
     reader.start()
     try:
@@ -669,6 +681,7 @@ async def measure(
         use_v3=args.use_v3,
         throttle=max(args.in_flight, 1) if not args.rate else 100_000,
         request_timeout_s=30.0,
+        **client_options(args),
     )
     # The objects of the process so far (modules, the client) out of the collector's sight while
     # measuring: a full collection over them pauses the loop for tens of ms, which would show in

@@ -38,8 +38,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from bookkeeper_py import progress
-from bookkeeper_py.admin import CommandError, autorecovery_commands, log_commands, spark_commands
+from bookkeeper_py.admin import (
+    CommandError,
+    autorecovery_commands,
+    client_auth,
+    log_commands,
+    spark_commands,
+)
 from bookkeeper_py.admin import bench as bench_module
+from bookkeeper_py.admin.client_auth import client_options, shell_conf
 from bookkeeper_py.admin.cluster_commands import add_commands as add_cluster_commands
 from bookkeeper_py.core.metadata import LedgerMetadata
 from bookkeeper_py.dashboard import options as dashboard_options
@@ -84,23 +91,13 @@ JOURNAL_DIR_HELP = "the bookie's journal directory (default: that of shell --con
 def _metadata_uri(args: argparse.Namespace) -> str:
     uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
     if not uri and getattr(args, "shell_conf", None):
-        uri = _shell_conf(args)["metadataServiceUri"]
+        uri = shell_conf(args)["metadataServiceUri"]
     if not uri:
         raise CommandError(
             "no metadata service URI; pass --metadata-uri URI, set BOOKKEEPER_METADATA_URI, or "
             "give shell --conf bk_server.conf with metadataServiceUri (or zkServers)"
         )
     return str(uri)
-
-
-def _shell_conf(args: argparse.Namespace) -> dict[str, Any]:
-    """The keys of ``shell --conf FILE`` (read once)."""
-    from bookkeeper_py.server.config import read_conf
-
-    if getattr(args, "_conf_values", None) is None:
-        args._conf_values = read_conf(args.shell_conf)
-    values: dict[str, Any] = args._conf_values
-    return values
 
 
 def _bookie_directories(args: argparse.Namespace) -> None:
@@ -118,7 +115,7 @@ def _bookie_directories(args: argparse.Namespace) -> None:
         raise CommandError(f"which bookie? pass {missing} DIR, or shell --conf bk_server.conf")
     from bookkeeper_py.server.config import build
 
-    storage = build(_shell_conf(args)).storage
+    storage = build(shell_conf(args)).storage
     if needs_ledger:
         if len(storage.ledger_directories) > 1:
             raise CommandError(
@@ -288,7 +285,10 @@ def _cmd_simpletest(args: argparse.Namespace) -> None:
     from bookkeeper_py.admin.workload import simple_test
     from bookkeeper_py.client.facade import BookKeeper
 
-    with BookKeeper(_metadata_uri(args)) as bk, progress.terminal(args.quiet) as shown:
+    with (
+        BookKeeper(_metadata_uri(args), **client_options(args)) as bk,
+        progress.terminal(args.quiet) as shown,
+    ):
         result = simple_test(
             bk,
             entries=args.num_entries,
@@ -446,7 +446,9 @@ def _cmd_readledger(args: argparse.Namespace) -> None:
 
     async def run(reading: progress.Task) -> int:
         shown = 0
-        async with await aio.BookKeeper.connect(_metadata_uri(args)) as client:
+        async with await aio.BookKeeper.connect(
+            _metadata_uri(args), **client_options(args)
+        ) as client:
             entries = (
                 read_from_bookie(
                     client,
@@ -490,7 +492,9 @@ def _cmd_bookieinfo(args: argparse.Namespace) -> None:
     from bookkeeper_py.admin.bookie_info import disk_space, readable
 
     async def run() -> list[str]:
-        async with await aio.BookKeeper.connect(_metadata_uri(args)) as client:
+        async with await aio.BookKeeper.connect(
+            _metadata_uri(args), **client_options(args)
+        ) as client:
             found = await disk_space(client)
             if not found:
                 raise CommandError(
@@ -532,14 +536,16 @@ def _cmd_bookiesanity(args: argparse.Namespace) -> None:
 
     async def run() -> list[SanityResult]:
         uri = _metadata_uri(args)
-        async with await aio.BookKeeper.connect(uri) as lister:
+        async with await aio.BookKeeper.connect(uri, **client_options(args)) as lister:
             writable = await lister.metadata_port.writable_bookies()
         bookies = [args.bookie] if args.bookie else sorted(writable)
         if not bookies:
             raise CommandError("no writable bookie is registered to test (see listbookies)")
         results = []
         for bookie_id in bookies:  # a client each: the test sets its placement
-            async with await aio.BookKeeper.connect(uri, request_timeout_s=args.timeout) as client:
+            async with await aio.BookKeeper.connect(
+                uri, request_timeout_s=args.timeout, **client_options(args)
+            ) as client:
                 results.append(await sanity_test(client, bookie_id, args.entries))
         return results
 
@@ -560,7 +566,7 @@ def _conf_bookie(args: argparse.Namespace, command: str) -> BookieConfig:
         )
     from bookkeeper_py.server.config import build
 
-    return build(_shell_conf(args))
+    return build(shell_conf(args))
 
 
 def _cmd_bookieformat(args: argparse.Namespace) -> None:
@@ -811,7 +817,7 @@ def _ledgers_of_directory(args: argparse.Namespace) -> Callable[[int], bool]:
         return lambda _ledger_id: True
     from bookkeeper_py.server.config import build
 
-    directories = [os.path.realpath(d) for d in build(_shell_conf(args)).storage.ledger_directories]
+    directories = [os.path.realpath(d) for d in build(shell_conf(args)).storage.ledger_directories]
     place = os.path.realpath(args.ledger_dir)
     if place not in directories:
         raise CommandError(
@@ -887,6 +893,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose",
         action="store_true",
         help="log at DEBUG level, libraries' logging included; tracebacks of errors",
+    )
+    parser.add_argument(
+        "--auth-secret-file",
+        dest="client_secret_file",
+        metavar="FILE",
+        help="the shared secret (as the bookies' authSharedSecretFile) the command's client "
+        f"presents to bookies that ask for it (or ${client_auth.ENVIRONMENT}; shell --conf "
+        "gives its own when its bookie uses the shared-secret plugin)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -1297,9 +1311,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(verbose: bool) -> None:
-    """Our own logging at INFO (DEBUG with ``--verbose``); the libraries' (kazoo's connection
-    retries, aiohttp's access log...) only with ``--verbose``, except what is CRITICAL."""
+# Commands that run until stopped log what they do at INFO; the others print their result or a
+# one-line error, and their logging shows warnings only (all of it with --verbose).
+DAEMONS = {"bookie", "localbookie", "autorecovery", "dashboard"}
+
+
+def configure_logging(verbose: bool, daemon: bool = True) -> None:
+    """Our own logging at INFO for a daemon, WARNING for a command (DEBUG with ``--verbose``);
+    the libraries' (kazoo's connection retries, aiohttp's access log...) only with
+    ``--verbose``, except what is CRITICAL."""
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if not verbose:
@@ -1308,7 +1328,8 @@ def configure_logging(verbose: bool) -> None:
                 record.name.split(".")[0] in OWN_LOGGERS or record.levelno >= logging.CRITICAL
             )
         )
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    level = logging.DEBUG if verbose else logging.INFO if daemon else logging.WARNING
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 OWN_LOGGERS = {"bookkeeper_py", "__main__", "root"}
@@ -1351,7 +1372,7 @@ def fail(message: str, status: int = 1) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    configure_logging(args.verbose)
+    configure_logging(args.verbose, daemon=args.command in DAEMONS)
     try:
         _bookie_directories(args)
         args.run(args)

@@ -38,6 +38,7 @@ from dataclasses import fields
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from bookkeeper_py.admin import CommandError
+from bookkeeper_py.admin.client_auth import client_options
 from bookkeeper_py.admin.log_report import (
     consumed,
     counted,
@@ -143,7 +144,7 @@ def connect(args: argparse.Namespace, uri_of: UriOf) -> Iterator[LogNamespace]:
     from bookkeeper_py.client.facade import BookKeeper
     from bookkeeper_py.log.facade import LogNamespace
 
-    with BookKeeper(uri_of(args)) as client:
+    with BookKeeper(uri_of(args), **client_options(args)) as client:
         yield LogNamespace(client, args.namespace, password=args.password.encode())
 
 
@@ -372,7 +373,7 @@ async def read_records(args: argparse.Namespace, uri: str, follow: bool) -> None
     from bookkeeper_py.aio import BookKeeper
     from bookkeeper_py.log import LogNamespace as AsyncLogNamespace
 
-    async with BookKeeper(uri) as client:
+    async with BookKeeper(uri, **client_options(args)) as client:
         namespace = AsyncLogNamespace(client, args.namespace, password=args.password.encode())
         reader = await namespace.open_reader(
             args.log,

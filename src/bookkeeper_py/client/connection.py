@@ -980,7 +980,7 @@ STATUS_MEANINGS: dict[StatusCode, str] = {
     StatusCode.ENOENTRY: "the bookie does not hold this entry",
     StatusCode.EBADREQ: "the bookie could not make sense of the request",
     StatusCode.EIO: "the bookie hit an I/O error or corrupt data; the answer is unknown",
-    StatusCode.EUA: "the master key (password) does not match the ledger's",
+    StatusCode.EUA: errors.EUA_MEANING,
     StatusCode.EBADVERSION: "the bookie does not speak this protocol version",
     StatusCode.EFENCED: "the ledger was fenced by a recovering reader; this writer may add nothing more",
     StatusCode.EREADONLY: "the bookie is read-only",

@@ -1066,7 +1066,8 @@ class WriteHandle(ReadHandle):
                 if self._added_at is not None:
                     self._record_adds(range(instruction.first, instruction.last + 1), True)
             elif isinstance(instruction, Failed):
-                log.warning("ledger %d writer failed: %s", self.ledger_id, instruction.error)
+                # the failure reaches the caller as every later add's exception
+                log.info("ledger %d writer failed: %s", self.ledger_id, instruction.error)
                 for entry_id in instruction.entry_ids:
                     self._entries.pop(entry_id, None)
                     future = self._futures.pop(entry_id, None)

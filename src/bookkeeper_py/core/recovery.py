@@ -522,7 +522,7 @@ class LedgerRecovery:
     def _refused(self, what: str) -> list[Instruction]:
         return self._fail(
             errors.UnauthorizedAccessError(
-                f"a bookie refused the recovery {what} of ledger {self.ledger_id}: the password "
-                "does not match the one the ledger was created with"
+                f"a bookie refused the recovery {what} of ledger {self.ledger_id} (EUA): "
+                + errors.EUA_MEANING
             )
         )

@@ -537,8 +537,8 @@ class LedgerWriter:
         if status == StatusCode.EUA:
             return self._fail_all(
                 errors.UnauthorizedAccessError(
-                    f"bookie {bookie} refused ledger {self.metadata.ledger_id} (EUA): the "
-                    "password does not match the one the ledger was created with"
+                    f"bookie {bookie} refused ledger {self.metadata.ledger_id} (EUA): "
+                    + errors.EUA_MEANING
                 )
             )
         why = problem or (status.name if status is not None else "no answer")
