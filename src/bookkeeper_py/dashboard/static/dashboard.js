@@ -305,7 +305,8 @@ function lineChart(node, series, unit) {
   }
   const t0 = Math.min(...times);
   const t1 = Math.max(...times, t0 + 1000);
-  const top_value = Math.max(1e-9, ...all.map((p) => p[1])) * 1.1;
+  const highest = Math.max(0, ...all.map((p) => p[1]));
+  const top_value = (highest > 0 ? highest : 1) * 1.1; // an idle chart still has a scale
   const x = (t) => left + ((t - t0) / (t1 - t0)) * (width - left - right);
   const y = (v) => height - bottom - (v / top_value) * (height - bottom - top);
   node.append(svg("line", { x1: left, y1: height - bottom, x2: width - right, y2: height - bottom, class: "axis" }));
