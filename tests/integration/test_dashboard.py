@@ -277,8 +277,13 @@ def test_bookie_page_with_its_rack_and_charts(
         lambda: "rack /dc-1/rack-a" in browser.find_element(By.CSS_SELECTOR, row + " th").text,
     )
     browser.find_element(By.CSS_SELECTOR, row + " a.bookie-link").click()
-    _wait_dom("the bookie's page", lambda: browser.find_element(By.ID, "bookie").is_displayed())
-    assert browser.switch_to.active_element.get_attribute("id") == "bookie-title"
+    _wait_dom(
+        "the bookie's page, the focus on its title",
+        lambda: (
+            browser.find_element(By.ID, "bookie").is_displayed()
+            and browser.switch_to.active_element.get_attribute("id") == "bookie-title"
+        ),
+    )
     _wait_dom(
         "its facts and a chart with points",
         lambda: (

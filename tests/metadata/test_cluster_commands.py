@@ -356,6 +356,13 @@ def test_bookierack(capsys: pytest.CaptureFixture[str], uri: str) -> None:
             return topology.rack("10.0.0.1:3181"), topology.rack("10.0.0.5:3181")
 
     assert asyncio.run(placed()) == (("eu", "rack-1"), ("default-region", "default-rack"))
+
+    async def random_reads_nothing() -> bool:
+        async with BookKeeper(uri) as client:  # random placement: no racks node read
+            await client.list_ledgers()
+            return client._racks_loading is None
+
+    assert asyncio.run(random_reads_nothing())
     assert "rack deleted" in shell(capsys, uri, "bookierack", "delete", "10.0.0.1:3181")
     assert "10.0.0.1" not in shell(capsys, uri, "bookierack", "list")
     # a malformed node: one line naming it, for the shell; a client places as if in one rack

@@ -130,9 +130,8 @@ class BookKeeper:
         self.placement = placement_policy(config, self._random)
         # Rack- and region-aware placement without a mapping of its own reads the racks the
         # metadata store keeps (``metadata.racks``), once connected.
-        self._racks_to_load = (
-            isinstance(self.placement, TopologyAwarePlacement) and not config.network_topology
-        )
+        # (RandomPlacement is the topology-aware policy without a topology: it reads nothing.)
+        self._racks_to_load = config.placement != "random" and not config.network_topology
         self._racks_loading: asyncio.Future[None] | None = None
         self.quarantine = Quarantine()
         self.replica_health = ReplicaHealth(
