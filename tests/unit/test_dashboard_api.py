@@ -93,7 +93,7 @@ async def _overview(call: Call) -> dict[str, Any]:
 
 def test_overview_states_of_bookies() -> None:
     async def main() -> None:
-        async with dashboard() as (_, call):
+        async with dashboard() as (store, call):
             found = await _overview(call)
             states = {b["id"]: (b["state"], b["reason"]) for b in found["bookies"]}
             assert states["127.0.0.1:3181"] == ("read-write", "")
@@ -106,6 +106,14 @@ def test_overview_states_of_bookies() -> None:
             assert status == 200
             status, text = await call("GET", "/api/bookies/nobody:1")
             assert status == 404 and "\n" not in text.strip()
+            # decommissioned (its cookie deleted, not registered): no longer listed
+            store.delete_cookie("127.0.0.1:3183")
+            for _ in range(200):
+                status, found = await call("GET", "/api/overview")
+                if len(found["bookies"]) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert [b["id"] for b in found["bookies"]] == ["127.0.0.1:3181", "127.0.0.1:3182"]
 
     asyncio.run(main())
 

@@ -63,7 +63,7 @@ from hdrh.histogram import HdrHistogram
 from bookkeeper_py import aio
 from bookkeeper_py import loop as event_loop
 from bookkeeper_py.admin import CommandError
-from bookkeeper_py.admin.client_auth import client_options, secret_file
+from bookkeeper_py.admin.client_auth import client_options, options_for, secret_file
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
 
@@ -507,14 +507,9 @@ async def run_catchup_reads(
 
 
 async def _follow(
-    uri: str, ledger_id: int, count: int, pipe: Connection, secret_file: str | None
+    uri: str, ledger_id: int, count: int, pipe: Connection, secret_path: str | None
 ) -> None:
-    options = (
-        {}
-        if secret_file is None
-        else client_options(argparse.Namespace(client_secret_file=secret_file))
-    )
-    client = await aio.BookKeeper.connect(uri, **options)
+    client = await aio.BookKeeper.connect(uri, **options_for(secret_path))
     try:
         handle = await client.open_ledger_no_recovery(ledger_id, b"bench")
         pipe.send("ready")
@@ -532,10 +527,10 @@ async def _follow(
 
 
 def _follower(
-    uri: str, ledger_id: int, count: int, pipe: Connection, secret_file: str | None = None
+    uri: str, ledger_id: int, count: int, pipe: Connection, secret_path: str | None = None
 ) -> None:
     with contextlib.suppress(KeyboardInterrupt):
-        event_loop.run(_follow(uri, ledger_id, count, pipe, secret_file))
+        event_loop.run(_follow(uri, ledger_id, count, pipe, secret_path))
 
 
 async def run_tail(

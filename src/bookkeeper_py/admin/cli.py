@@ -536,7 +536,8 @@ def _cmd_bookiesanity(args: argparse.Namespace) -> None:
 
     async def run() -> list[SanityResult]:
         uri = _metadata_uri(args)
-        async with await aio.BookKeeper.connect(uri, **client_options(args)) as lister:
+        options = client_options(args)  # the secret read once, for every bookie's client
+        async with await aio.BookKeeper.connect(uri, **options) as lister:
             writable = await lister.metadata_port.writable_bookies()
         bookies = [args.bookie] if args.bookie else sorted(writable)
         if not bookies:
@@ -544,7 +545,7 @@ def _cmd_bookiesanity(args: argparse.Namespace) -> None:
         results = []
         for bookie_id in bookies:  # a client each: the test sets its placement
             async with await aio.BookKeeper.connect(
-                uri, request_timeout_s=args.timeout, **client_options(args)
+                uri, request_timeout_s=args.timeout, **options
             ) as client:
                 results.append(await sanity_test(client, bookie_id, args.entries))
         return results

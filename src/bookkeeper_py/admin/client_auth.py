@@ -47,7 +47,11 @@ def shell_conf(args: argparse.Namespace) -> dict[str, Any]:
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword options of the command's ``BookKeeper`` client: ``auth`` with the secret, when
     there is one (an unreadable or short secret file is an ``AuthenticationError``, one line)."""
-    path = secret_file(args)
+    return options_for(secret_file(args))
+
+
+def options_for(path: str | None) -> dict[str, Any]:
+    """``client_options`` of the secret in ``path`` (none: no options)."""
     if path is None:
         return {}
     return {"auth": SharedSecretClientAuthProvider(read_secret(path), PRINCIPAL)}

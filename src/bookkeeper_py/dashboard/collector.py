@@ -8,7 +8,8 @@ knows it (not registered), or when it is registered but its HTTP endpoint failed
 ``DOWN_AFTER_FAILURES`` scrapes in a row (a killed bookie's registration outlives it until its
 metadata session expires). Where its HTTP endpoint is comes from its registration's service info
 (the ``httpserver`` endpoint); the last one seen is remembered after it goes down. Its rack comes
-from the racks node (``metadata.racks``), read every ``RACKS_EVERY_TICKS``.
+from the racks node (``metadata.racks``); racks and cookies are read every ``SLOW_EVERY_TICKS``.
+A bookie neither registered nor with a cookie (decommissioned) leaves the list.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 SCRAPE_TIMEOUT_S = 1.5  # a bookie that takes longer for one endpoint counts as not answering
 DOWN_AFTER_FAILURES = 2
 GC_EVERY_TICKS = 5
-RACKS_EVERY_TICKS = 5
+SLOW_EVERY_TICKS = 5  # cookies and racks are read every this many ticks
 MAX_BOOKIES = 1000  # bookies scraped per tick, at most
 
 READ_WRITE, READ_ONLY, DOWN = "read-write", "read-only", "down"
@@ -116,6 +117,7 @@ class Collector:
         self.updated_ms: int | None = None
         self.error: str | None = None  # why the last tick failed, if it did
         self.racks_error: str | None = None  # why the racks node could not be read, if so
+        self.cookies: set[str] = set()  # bookies with a cookie, as last read
 
     async def run(self) -> None:
         """Ticks until cancelled; a failed tick is logged and shown, and the next one tried."""
@@ -134,11 +136,13 @@ class Collector:
     async def tick(self) -> None:
         self.ticks += 1
         writable, read_only = await self.port.bookies_now()
-        known = {*writable, *read_only, *await bookies_with_cookies(self.port)}
-        for bookie_id in sorted(known)[:MAX_BOOKIES]:
-            self.bookies.setdefault(bookie_id, BookieView(bookie_id))
+        if self.ticks % SLOW_EVERY_TICKS == 1:  # cookies and racks change rarely
+            self.cookies = await bookies_with_cookies(self.port)
+        known = sorted({*writable, *read_only, *self.cookies})[:MAX_BOOKIES]
+        # a bookie neither registered nor with a cookie (decommissioned) is not shown any more
+        self.bookies = {b: self.bookies.get(b) or BookieView(b) for b in known}
         registered = {*writable, *read_only}
-        if self.ticks % RACKS_EVERY_TICKS == 1:
+        if self.ticks % SLOW_EVERY_TICKS == 1:
             await self._read_racks()
         for view in self.bookies.values():
             if view.bookie_id in registered and (view.http_url is None or self.ticks % 10 == 1):

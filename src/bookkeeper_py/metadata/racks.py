@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bookkeeper_py.core.placement import NetworkTopology
-from bookkeeper_py.errors import MetadataStoreError
+from bookkeeper_py.errors import IncorrectParameterError, MetadataStoreError
 from bookkeeper_py.metadata.driver import BadVersionError, NodeExistsError, NoNodeError
 from bookkeeper_py.metadata.port import MetadataPort, cas_update
 
@@ -53,7 +53,7 @@ def check_rack(rack: str) -> str:
         raise ValueError(f"rack {rack!r}: write /rack or /region/rack")
     try:
         NetworkTopology({"check": rack})
-    except Exception as error:  # IncorrectParameterError, naming the form expected
+    except IncorrectParameterError as error:  # it names the form expected
         raise ValueError(str(error)) from None
     return rack
 
@@ -163,11 +163,11 @@ async def set_rack(
 
 async def delete_rack(port: MetadataPort, bookie_id: str) -> bool:
     """Forgets ``bookie_id``'s rack; False if the racks node did not place it."""
-    racks, _ = await read(port)
-    if not any(bookie_id in members for members in racks.values()):
-        return False
+    forgotten = False
 
     def transform(racks: Racks) -> Racks:
+        nonlocal forgotten
+        forgotten = True
         updated = {
             name: {b: p for b, p in members.items() if b != bookie_id}
             for name, members in racks.items()
@@ -181,4 +181,4 @@ async def delete_rack(port: MetadataPort, bookie_id: str) -> bool:
         lambda racks: any(bookie_id in members for members in racks.values()),
         transform,
     )
-    return True
+    return forgotten
