@@ -13,10 +13,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <linux/io_uring.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -775,6 +779,316 @@ static PyTypeObject SyncerType = {
     .tp_new = syncer_new,
 };
 
+/* ---- JournalRing: the same syncs as JournalSyncer, submitted to an io_uring ----
+ *
+ * The same interface and promises as JournalSyncer, without a thread of ours: request(seq)
+ * submits an IORING_OP_FSYNC (datasync) of the file from the calling thread, and the kernel
+ * signals the eventfd (registered with the ring) once it completes; take() reaps the completions
+ * from the ring's shared memory, without a system call. One sync runs at a time and one more may
+ * wait behind it (IOSQE_IO_DRAIN: it starts once the running one ended, so it covers every group
+ * written before then, as the syncer thread's next sync does); a request made while both are in
+ * the ring is submitted when they are reaped. Every field is touched only with the GIL held; the
+ * waits (drain, set_fd, close) release it around a poll() of the ring. A sync's time runs from its
+ * submission, or from the end of the one before it, to its reaping. */
+
+
+typedef struct {
+    PyObject_HEAD
+    int ring;                  /* the io_uring's fd, -1 once closed */
+    int efd;
+    int fd;
+    int error;
+    long long requested;
+    long long synced;
+    long long submitted;       /* the last sequence number submitted */
+    int inflight;              /* syncs submitted and not reaped: 0, 1 or 2 */
+    double started[2];         /* submission time of each, oldest first */
+    double times[SYNC_TIMES];
+    int n_times;
+    double last_end;
+    void *sq_map, *cq_map;
+    size_t sq_len, cq_len, sqes_len;
+    struct io_uring_sqe *sqes;
+    unsigned *sq_tail, *sq_mask, *sq_array;
+    unsigned *cq_head, *cq_tail, *cq_mask;
+    struct io_uring_cqe *cqes;
+} RingObject;
+
+static void ring_unmap(RingObject *r) {
+    if (r->sqes != NULL) munmap(r->sqes, r->sqes_len);
+    if (r->cq_map != NULL && r->cq_map != r->sq_map) munmap(r->cq_map, r->cq_len);
+    if (r->sq_map != NULL) munmap(r->sq_map, r->sq_len);
+    r->sqes = NULL;
+    r->sq_map = r->cq_map = NULL;
+    if (r->ring >= 0) close(r->ring);
+    r->ring = -1;
+}
+
+/* Sets the ring up and registers the eventfd; -1 with errno set if the kernel refuses. */
+static int ring_open(RingObject *r) {
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    r->ring = (int)syscall(__NR_io_uring_setup, 4, &p);
+    if (r->ring < 0) return -1;
+    r->sq_len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    r->cq_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+    int single = (p.features & IORING_FEAT_SINGLE_MMAP) != 0;
+    if (single && r->cq_len > r->sq_len) r->sq_len = r->cq_len;
+    void *sq = mmap(NULL, r->sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->ring,
+                    IORING_OFF_SQ_RING);
+    if (sq == MAP_FAILED) goto failed;
+    r->sq_map = sq;
+    void *cq = sq;
+    if (!single) {
+        cq = mmap(NULL, r->cq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->ring,
+                  IORING_OFF_CQ_RING);
+        if (cq == MAP_FAILED) goto failed;
+    }
+    r->cq_map = cq;
+    r->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
+    void *sqes = mmap(NULL, r->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                      r->ring, IORING_OFF_SQES);
+    if (sqes == MAP_FAILED) goto failed;
+    r->sqes = sqes;
+    r->sq_tail = (unsigned *)((char *)sq + p.sq_off.tail);
+    r->sq_mask = (unsigned *)((char *)sq + p.sq_off.ring_mask);
+    r->sq_array = (unsigned *)((char *)sq + p.sq_off.array);
+    r->cq_head = (unsigned *)((char *)cq + p.cq_off.head);
+    r->cq_tail = (unsigned *)((char *)cq + p.cq_off.tail);
+    r->cq_mask = (unsigned *)((char *)cq + p.cq_off.ring_mask);
+    r->cqes = (struct io_uring_cqe *)((char *)cq + p.cq_off.cqes);
+    if (syscall(__NR_io_uring_register, r->ring, IORING_REGISTER_EVENTFD, &r->efd, 1) < 0) {
+        goto failed;
+    }
+    return 0;
+failed: {
+    int saved = errno;
+    ring_unmap(r);
+    errno = saved;
+    return -1;
+}
+}
+
+static void ring_signal(RingObject *r) {
+    uint64_t one = 1;
+    ssize_t written;
+    do {
+        written = write(r->efd, &one, sizeof one);
+    } while (written < 0 && errno == EINTR);
+}
+
+/* A failed journal syncs nothing more: what is asked for is reported at once, as failed. */
+static void ring_fail(RingObject *r, int err) {
+    if (!r->error) r->error = err;
+    if (r->synced < r->requested) r->synced = r->requested;
+    ring_signal(r);
+}
+
+/* Submits a sync covering everything written so far, if one may be: at most two in the ring. */
+static void ring_submit(RingObject *r) {
+    if (r->ring < 0 || r->error || r->inflight == 2 || r->requested <= r->submitted) return;
+    unsigned tail = *r->sq_tail; /* we are the only producer */
+    unsigned index = tail & *r->sq_mask;
+    struct io_uring_sqe *sqe = &r->sqes[index];
+    memset(sqe, 0, sizeof *sqe);
+    sqe->opcode = IORING_OP_FSYNC;
+    sqe->fd = r->fd;
+    sqe->fsync_flags = IORING_FSYNC_DATASYNC;
+    sqe->flags = r->inflight ? IOSQE_IO_DRAIN : 0; /* starts once the running one ended */
+    sqe->user_data = (uint64_t)r->requested;
+    r->sq_array[index] = index;
+    __atomic_store_n(r->sq_tail, tail + 1, __ATOMIC_RELEASE);
+    long rc;
+    do {
+        rc = syscall(__NR_io_uring_enter, r->ring, 1, 0, 0, NULL, 0);
+    } while (rc < 0 && errno == EINTR);
+    if (rc != 1) {
+        ring_fail(r, rc < 0 ? errno : EIO);
+        return;
+    }
+    r->started[r->inflight++] = monotonic_s();
+    r->submitted = r->requested;
+}
+
+/* Takes the completed syncs from the ring (no system call), then submits one if asked for. */
+static void ring_reap(RingObject *r) {
+    if (r->ring < 0) return;
+    unsigned head = *r->cq_head;
+    unsigned tail = __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE);
+    if (head != tail) {
+        double now = monotonic_s();
+        for (; head != tail && r->inflight > 0; head++) {
+            struct io_uring_cqe *cqe = &r->cqes[head & *r->cq_mask];
+            long long seq = (long long)cqe->user_data;
+            if (cqe->res < 0 && !r->error) r->error = -cqe->res;
+            if (seq > r->synced) r->synced = seq;
+            double start = r->started[0] > r->last_end ? r->started[0] : r->last_end;
+            if (r->n_times == SYNC_TIMES) {
+                memmove(r->times, r->times + 1, (SYNC_TIMES - 1) * sizeof(double));
+                r->n_times--;
+            }
+            r->times[r->n_times++] = now - start;
+            r->last_end = now;
+            r->started[0] = r->started[1];
+            r->inflight--;
+        }
+        __atomic_store_n(r->cq_head, head, __ATOMIC_RELEASE);
+    }
+    if (r->error) {
+        if (r->synced < r->requested && r->inflight == 0) ring_fail(r, r->error);
+        return;
+    }
+    ring_submit(r);
+}
+
+/* Waits (the GIL released around each poll) until every sync asked for has been reaped. */
+static void ring_wait_idle(RingObject *r) {
+    ring_reap(r);
+    while (r->ring >= 0 && (r->inflight > 0 || r->synced < r->requested)) {
+        struct pollfd ready = {.fd = r->ring, .events = POLLIN, .revents = 0};
+        Py_BEGIN_ALLOW_THREADS
+        poll(&ready, 1, 100); /* the timeout: another thread may have reaped what it waits for */
+        Py_END_ALLOW_THREADS
+        ring_reap(r);
+    }
+}
+
+static PyObject *ring_closed_error(void) {
+    PyErr_SetString(PyExc_ValueError, "the journal syncer is closed");
+    return NULL;
+}
+
+static PyObject *ring_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    int fd;
+    static char *kwlist[] = {"fd", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i:JournalRing", kwlist, &fd)) return NULL;
+    RingObject *r = (RingObject *)type->tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    r->ring = -1;
+    r->fd = fd;
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd < 0 || ring_open(r) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(r);
+        return NULL;
+    }
+    return (PyObject *)r;
+}
+
+static void ring_close(RingObject *r) {
+    ring_wait_idle(r);
+    ring_unmap(r);
+    if (r->efd >= 0) close(r->efd);
+    r->efd = -1;
+}
+
+static void ring_dealloc(RingObject *r) {
+    ring_close(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *ring_request(RingObject *r, PyObject *arg) {
+    long long seq = PyLong_AsLongLong(arg);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    if (r->ring < 0) return ring_closed_error();
+    if (seq <= r->requested) {
+        PyErr_SetString(PyExc_ValueError, "sync requests must have increasing numbers");
+        return NULL;
+    }
+    r->requested = seq;
+    if (r->error) {
+        ring_fail(r, r->error);
+    } else {
+        ring_submit(r);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *ring_take(RingObject *r, PyObject *Py_UNUSED(ignored)) {
+    uint64_t count;
+    if (r->efd >= 0 && read(r->efd, &count, sizeof count) < 0 && errno != EAGAIN) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    ring_reap(r); /* after the read: a completion posted in between is reaped now, or signals */
+    PyObject *durations = PyTuple_New(r->n_times);
+    if (durations == NULL) return NULL;
+    for (int i = 0; i < r->n_times; i++) {
+        PyObject *value = PyFloat_FromDouble(r->times[i]);
+        if (value == NULL) {
+            Py_DECREF(durations);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(durations, i, value);
+    }
+    r->n_times = 0;
+    return Py_BuildValue("LiNd", r->synced, r->error, durations, r->last_end);
+}
+
+static PyObject *ring_drain(RingObject *r, PyObject *Py_UNUSED(ignored)) {
+    if (r->ring < 0) return ring_closed_error();
+    ring_wait_idle(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *ring_set_fd(RingObject *r, PyObject *arg) {
+    int fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    if (fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "a file descriptor is not negative");
+        return NULL;
+    }
+    if (r->ring < 0) return ring_closed_error();
+    ring_wait_idle(r);
+    r->fd = fd;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ring_close_method(RingObject *r, PyObject *Py_UNUSED(ignored)) {
+    ring_close(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *ring_eventfd(RingObject *r, void *Py_UNUSED(closure)) {
+    return PyLong_FromLong(r->efd);
+}
+
+static PyObject *ring_idle(RingObject *r, void *Py_UNUSED(closure)) {
+    ring_reap(r);
+    return PyBool_FromLong(r->inflight == 0 && r->requested == r->synced);
+}
+
+static PyMethodDef ring_methods[] = {
+    {"request", (PyCFunction)ring_request, METH_O,
+     "Asks for a sync covering everything written so far, numbered seq (increasing)."},
+    {"take", (PyCFunction)ring_take, METH_NOARGS,
+     "(last seq synced, errno of a failed sync or 0, each sync's seconds since the last take, "
+     "monotonic time the last sync was seen to end); clears the eventfd."},
+    {"drain", (PyCFunction)ring_drain, METH_NOARGS,
+     "Waits (without the GIL) until every sync asked for has run."},
+    {"set_fd", (PyCFunction)ring_set_fd, METH_O,
+     "Waits until every sync asked for has run, then syncs this file from now on."},
+    {"close", (PyCFunction)ring_close_method, METH_NOARGS,
+     "Runs the syncs asked for, closes the ring and the eventfd."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef ring_getset[] = {
+    {"eventfd", (getter)ring_eventfd, NULL, "readable once a sync has finished", NULL},
+    {"idle", (getter)ring_idle, NULL, "no sync runs or is asked for", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RingType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bookkeeper_py._speedups.JournalRing",
+    .tp_basicsize = sizeof(RingObject),
+    .tp_dealloc = (destructor)ring_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A journal file's fdatasyncs submitted to an io_uring that signals an eventfd.",
+    .tp_methods = ring_methods,
+    .tp_getset = ring_getset,
+    .tp_new = ring_new,
+};
+
 static PyMethodDef methods[] = {
     {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,
      "A writer's pass over one bookie's durable acks of pending adds."},
@@ -809,11 +1123,18 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         return NULL;
     }
     if (PyType_Ready(&SyncerType) < 0) return NULL;
+    if (PyType_Ready(&RingType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&SyncerType);
     if (PyModule_AddObject(m, "JournalSyncer", (PyObject *)&SyncerType) < 0) {
         Py_DECREF(&SyncerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RingType);
+    if (PyModule_AddObject(m, "JournalRing", (PyObject *)&RingType) < 0) {
+        Py_DECREF(&RingType);
         Py_DECREF(m);
         return NULL;
     }
