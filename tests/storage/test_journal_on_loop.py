@@ -1,6 +1,6 @@
 """A journal written by an event loop (the bookie's way, ``Journal.write_on``): each loop pass's
-records are one group written on the loop and synced by each syncer (an io_uring, the C thread
-and the pure-Python thread), completions come back on the loop, in order; idle groups are synced on the
+records are one group written on the loop and synced by a syncer thread (the C one, and the
+pure-Python one), completions come back on the loop, in order; idle groups are synced on the
 loop; rolls, failures, background records, zeros ahead and closing from another thread."""
 
 from __future__ import annotations
@@ -33,24 +33,7 @@ from bookkeeper_py.storage.journal import (
 
 from .test_journal import Collector, entry, replayed
 
-
-
-def _ring_allowed() -> bool:
-    """Whether this kernel gives the journal an io_uring (a container's seccomp may not)."""
-    if native is None:
-        return False
-    try:
-        native.JournalRing(-1).close()
-    except OSError:
-        return False
-    return True
-
-
-RING = _ring_allowed()
-# The C syncers are both tested wherever the speedups are built: a kernel that refuses the ring
-# makes the journal fall back to the thread (make_syncer).
-NATIVE_SYNCERS = (["ring"] if RING else []) + (["c"] if native is not None else [])
-SYNCERS = ["python", *NATIVE_SYNCERS]
+SYNCERS = ["python"] + (["c"] if native is not None else [])
 
 
 class LoopThread:
@@ -98,16 +81,9 @@ def loop_thread() -> Iterator[LoopThread]:
 
 @pytest.fixture(params=SYNCERS)
 def syncer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Which syncer the journal gets: the ring and the C thread where built, the Python thread
-    always."""
+    """Which syncer thread the journal gets: the C one where built, the Python one always."""
     if request.param == "python":
         monkeypatch.setattr(journal_module, "make_syncer", ThreadSyncer)
-    elif request.param == "c":
-        assert native is not None
-        monkeypatch.setattr(journal_module, "make_syncer", native.JournalSyncer)
-    else:
-        assert native is not None
-        monkeypatch.setattr(journal_module, "make_syncer", native.JournalRing)
     return str(request.param)
 
 
@@ -451,13 +427,12 @@ def test_max_group_wait_on_the_loop_gathers_passes_until_the_threshold(
 
 
 @pytest.mark.skipif(native is None, reason="the C speedups are not built")
-@pytest.mark.parametrize("kind", NATIVE_SYNCERS)
-def test_the_c_syncers_report_syncs_failures_and_misuse(tmp_path: Path, kind: str) -> None:
+def test_the_c_syncer_reports_syncs_failures_and_misuse(tmp_path: Path) -> None:
     assert native is not None
     path = tmp_path / "file"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     read_end, write_end = os.pipe()
-    syncer = native.JournalRing(fd) if kind == "ring" else native.JournalSyncer(fd)
+    syncer = native.JournalSyncer(fd)
     try:
         os.write(fd, b"data")
         syncer.request(1)
@@ -484,62 +459,6 @@ def test_the_c_syncers_report_syncs_failures_and_misuse(tmp_path: Path, kind: st
         os.close(write_end)
     with pytest.raises(ValueError, match="closed"):
         syncer.request(4)
-
-
-@pytest.mark.skipif(not RING, reason="no io_uring here")
-def test_the_ring_covers_requests_made_while_two_syncs_are_in_it(tmp_path: Path) -> None:
-    """Requests beyond the two syncs a ring holds are submitted as those are reaped, and the
-    eventfd says when to reap: every request ends up covered, each sync timed once."""
-    import select
-
-    assert native is not None
-    fd = os.open(tmp_path / "file", os.O_WRONLY | os.O_CREAT, 0o644)
-    ring = native.JournalRing(fd)
-    try:
-        for seq in range(1, 6):
-            os.write(fd, b"x" * 4096)
-            ring.request(seq)
-        synced, syncs = 0, 0
-        for _ in range(500):  # bounded: 500 waits of at most 10 ms
-            if synced == 5:
-                break
-            if select.select([ring.eventfd], [], [], 0.01)[0]:
-                synced, error, times, _ = ring.take()
-                assert error == 0
-                syncs += len(times)
-        assert synced == 5 and ring.idle
-        assert 2 <= syncs <= 5  # the first, then at least one covering the rest
-    finally:
-        ring.close()
-        os.close(fd)
-
-
-def test_a_kernel_refusing_io_uring_gets_the_syncer_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Where io_uring is disabled (a sysctl, a container's seccomp), the journal syncs on the C
-    thread, and says why once."""
-    if native is None:
-        pytest.skip("the C speedups are not built")
-
-    class Refused:
-        def __init__(self, fd: int) -> None:
-            raise PermissionError(errno.EPERM, "Operation not permitted")
-
-    fake = type("Native", (), {"JournalRing": Refused, "JournalSyncer": native.JournalSyncer})
-    monkeypatch.setattr(journal_module, "native", fake)
-    monkeypatch.setattr(journal_module, "_ring_refused", None)
-    fd = os.open(tmp_path / "file", os.O_WRONLY | os.O_CREAT, 0o644)
-    with caplog.at_level("INFO", logger=journal_module.__name__):
-        syncers = [journal_module.make_syncer(fd) for _ in range(2)]
-    try:
-        assert all(isinstance(one, native.JournalSyncer) for one in syncers)
-        said = [r.getMessage() for r in caplog.records if "io_uring" in r.getMessage()]
-        assert said == ["journal: no io_uring (Operation not permitted): syncing on a thread instead"]
-    finally:
-        for one in syncers:
-            one.close()
-        os.close(fd)
 
 
 def test_copies_waiting_when_a_roll_takes_the_syncers_report_are_still_written(

@@ -449,22 +449,11 @@ class ThreadSyncer:
         self.eventfd = -1
 
 
-_ring_refused: str | None = None  # why the kernel refused an io_uring, once it did
-
-
 def make_syncer(fd: int) -> Any:
-    """The syncs submitted to an io_uring (``_speedups.JournalRing``) where the speedups are
-    built and the kernel allows one; else the C syncer thread; else the pure-Python one."""
-    global _ring_refused
-    if native is None:
-        return ThreadSyncer(fd)
-    if _ring_refused is None:
-        try:
-            return native.JournalRing(fd)
-        except OSError as refused:  # io_uring disabled (sysctl, seccomp) or an old kernel
-            _ring_refused = refused.strerror or str(refused)
-            log.info("journal: no io_uring (%s): syncing on a thread instead", _ring_refused)
-    return native.JournalSyncer(fd)
+    """The C syncer where the speedups are built, the pure-Python one otherwise."""
+    if native is not None:
+        return native.JournalSyncer(fd)
+    return ThreadSyncer(fd)
 
 
 class Journal:
