@@ -19,9 +19,9 @@ from collections.abc import (
     Iterable,
     Sequence,
 )
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 from bookkeeper_py import errors
 from bookkeeper_py.client.client_metrics import timed
@@ -100,9 +100,13 @@ def _changed(
     return updated
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    """An entry read from a ledger."""
+class LedgerEntry(NamedTuple):
+    """An entry read from a ledger: immutable, its fields by name (``entry.data``) or position.
+
+    A named tuple, not a frozen dataclass: a catch-up read makes one per entry, and a frozen
+    dataclass's ``__init__`` (a Python function setting each field through ``object.__setattr__``)
+    cost ~1.2 µs of the client's ~7 µs per entry read; the read paths make these with one C call
+    (``_new_entry``)."""
 
     ledger_id: int
     entry_id: int
@@ -111,6 +115,11 @@ class LedgerEntry:
     @property
     def length(self) -> int:
         return len(self.data)
+
+
+# LedgerEntry(ledger_id, entry_id, data) without the named tuple's Python-level __new__.
+_NewEntry = Callable[[type[LedgerEntry], tuple[int, int, bytes]], LedgerEntry]
+_new_entry: _NewEntry = tuple.__new__
 
 
 class ReadHandle:
@@ -768,10 +777,12 @@ class _RangeRead:
                         error,
                     )
                     status = None
-            results, ledger_id, at = self.results, self.handle.ledger_id, start - self.first
-            for offset, data in enumerate(payloads):
-                results[at + offset] = LedgerEntry(ledger_id, start + offset, data)
+            ledger_id, at, new = self.handle.ledger_id, start - self.first, _new_entry
             served = len(payloads)
+            self.results[at : at + served] = [
+                new(LedgerEntry, (ledger_id, entry_id, data))
+                for entry_id, data in enumerate(payloads, start)
+            ]
         self._send(self.plan.on_batch_answer(batch.start, status, served, self.client.now_ms()))
 
     def _answers(self, sink: _RangeReadSink, answers: list[tuple[int, int, bytes]]) -> None:
@@ -783,7 +794,7 @@ class _RangeRead:
         failed: list[tuple[int, StatusCode | None]] = []
         careful: list[tuple[ReadAttempt, StatusCode | None, bytes]] = []
         results, first, ledger_id = self.results, self.first, self.handle.ledger_id
-        payload = self.handle.digest.payload
+        payload, new = self.handle.digest.payload, _new_entry
         for entry_id, rc, body in answers:
             attempt = pending.pop(entry_id, _GONE)
             if attempt is None:  # a stripe's
@@ -795,7 +806,7 @@ class _RangeRead:
                         log.info("ledger %d: read from %s: %s", ledger_id, sink.bookie, error)
                         failed.append((entry_id, None))
                         continue
-                    results[entry_id - first] = LedgerEntry(ledger_id, entry_id, data)
+                    results[entry_id - first] = new(LedgerEntry, (ledger_id, entry_id, data))
                     delivered.append(entry_id)
                 else:
                     failed.append((entry_id, from_v2(rc)))
