@@ -122,6 +122,101 @@ static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* stripe_answers(answers, pending, results, first, ledger_id, entry_type, gone)
+ *     -> (delivered, rest)
+ * A client's pass over one bookie's answers to a striped range read (client/ledger.py
+ * _RangeRead._answers), for CRC32C ledgers: each (entry_id, rc, body) of ``answers`` takes its
+ * attempt out of ``pending`` (``gone`` if none); a stripe's read (attempt None) answered EOK whose
+ * body checks out becomes entry_type((ledger_id, entry_id, payload)) at results[entry_id - first]
+ * and its id goes to ``delivered``; every other answer goes to ``rest`` as (entry_id, rc, body,
+ * attempt), for the caller's long way (failures, digest errors, speculative attempts). */
+static PyObject *stripe_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
+        !PyList_Check(args[2]) || !PyType_Check(args[5]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type) ||
+        ((PyTypeObject *)args[5])->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError,
+                        "stripe_answers(answers: list, pending: dict, results: list, first: int, "
+                        "ledger_id: int, entry_type: a tuple type without fields of its own, "
+                        "gone)");
+        return NULL;
+    }
+    PyObject *answers = args[0], *pending = args[1], *results = args[2], *gone = args[6];
+    PyTypeObject *entry_type = (PyTypeObject *)args[5];
+    long long first = PyLong_AsLongLong(args[3]);
+    if (first == -1 && PyErr_Occurred()) return NULL;
+    long long ledger_id = PyLong_AsLongLong(args[4]);
+    if (ledger_id == -1 && PyErr_Occurred()) return NULL;
+    PyObject *ledger = args[4];
+    PyObject *delivered = PyList_New(0), *rest = PyList_New(0);
+    if (delivered == NULL || rest == NULL) goto failed;
+    Py_ssize_t count = PyList_GET_SIZE(answers), size = PyList_GET_SIZE(results);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *answer = PyList_GET_ITEM(answers, i);
+        if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 3) {
+            PyErr_SetString(PyExc_TypeError, "an answer is (entry_id, rc, body)");
+            goto failed;
+        }
+        PyObject *key = PyTuple_GET_ITEM(answer, 0), *rc = PyTuple_GET_ITEM(answer, 1);
+        PyObject *body = PyTuple_GET_ITEM(answer, 2);
+        PyObject *attempt = PyDict_GetItemWithError(pending, key); /* borrowed */
+        if (attempt == NULL) {
+            if (PyErr_Occurred()) goto failed;
+            attempt = gone;
+        }
+        Py_INCREF(attempt);
+        if (attempt != gone && PyDict_DelItem(pending, key) < 0) {
+            Py_DECREF(attempt);
+            goto failed;
+        }
+        long long entry_id = PyLong_AsLongLong(key);
+        if (entry_id == -1 && PyErr_Occurred()) {
+            Py_DECREF(attempt);
+            goto failed;
+        }
+        long long at = entry_id - first;
+        int overflow = 0;
+        int fast = attempt == Py_None && PyLong_CheckExact(rc) &&
+                   PyLong_AsLongAndOverflow(rc, &overflow) == 0 && !overflow &&
+                   PyBytes_CheckExact(body) && at >= 0 && at < size;
+        if (fast) {
+            const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(body);
+            Py_ssize_t n = PyBytes_GET_SIZE(body);
+            fast = entry_checks_out(p, n, ledger_id, entry_id);
+            if (fast) {
+                PyObject *payload =
+                    PyBytes_FromStringAndSize((const char *)p + CRC_END, n - CRC_END);
+                PyObject *entry = payload == NULL ? NULL : entry_type->tp_alloc(entry_type, 3);
+                if (entry == NULL) {
+                    Py_XDECREF(payload);
+                    Py_DECREF(attempt);
+                    goto failed;
+                }
+                Py_INCREF(ledger);
+                Py_INCREF(key);
+                PyTuple_SET_ITEM(entry, 0, ledger);
+                PyTuple_SET_ITEM(entry, 1, key);
+                PyTuple_SET_ITEM(entry, 2, payload);
+                PyList_SetItem(results, (Py_ssize_t)at, entry); /* steals entry */
+                Py_DECREF(attempt);
+                if (PyList_Append(delivered, key) < 0) goto failed;
+                continue;
+            }
+        }
+        PyObject *left = PyTuple_Pack(4, key, rc, body, attempt);
+        Py_DECREF(attempt);
+        if (left == NULL) goto failed;
+        int appended = PyList_Append(rest, left);
+        Py_DECREF(left);
+        if (appended < 0) goto failed;
+    }
+    return Py_BuildValue("NN", delivered, rest);
+failed:
+    Py_XDECREF(delivered);
+    Py_XDECREF(rest);
+    return NULL;
+}
+
 /* crc32c_batch_payloads(body, ledger_id, first_entry_id, max_count) -> list | None: the payloads
  * of the ``[int32 length][entry]`` records of a BATCH_READ_ENTRY answer body (from offset 8, after
  * the request id), each a CRC32C entry of the ledger with ids from first_entry_id on whose digest
@@ -788,6 +883,8 @@ static PyMethodDef methods[] = {
      "The entry of a whole, checked entry-log record in a block, else None."},
     {"entry_log_pick", (PyCFunction)(void (*)(void))entry_log_pick, METH_FASTCALL,
      "The wanted entries of a ledger's records in an entry-log block, and where it stopped."},
+    {"stripe_answers", (PyCFunction)(void (*)(void))stripe_answers, METH_FASTCALL,
+     "A client's pass over one bookie's answers to a striped read of a CRC32C ledger."},
     {"crc32c_batch_payloads", (PyCFunction)(void (*)(void))crc32c_batch_payloads, METH_FASTCALL,
      "The payloads of a batch read answer's CRC32C entries, all checked; None otherwise."},
     {"crc32c_payload", (PyCFunction)(void (*)(void))crc32c_payload, METH_FASTCALL,

@@ -13,6 +13,7 @@ import crc32c
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerHandle, LedgerState, aio
+from bookkeeper_py.client import ledger as ledger_module
 from bookkeeper_py.core.reader import BATCH_REGION_ENTRIES, READ_WINDOW
 from bookkeeper_py.storage.entry_log import EntryLogger
 from bookkeeper_py.testing import LocalCluster
@@ -137,13 +138,18 @@ def test_a_range_read_past_its_window_ends_with_a_bookie_down(
                 cluster.resume_bookie(0)
 
 
-def test_a_striped_read_takes_entries_that_fail_their_digest_on_one_replica_from_the_other() -> (
-    None
-):
+@pytest.mark.parametrize("stripe_pass", ["c", "python"])
+def test_a_striped_read_takes_entries_that_fail_their_digest_on_one_replica_from_the_other(
+    stripe_pass: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """3/2/2 reads (each entry from the first replica of its write set, pipelined): one bookie
     serves copies with a flipped payload byte (its own record checksum made good, so it serves
     them as stored). The client's digest check fails those answers, and each of those entries is
-    read from its other replica."""
+    read from its other replica; with the C pass over the answers and without it."""
+    if stripe_pass == "python":
+        monkeypatch.setattr(ledger_module, "_stripe_answers", None)
+    elif ledger_module._stripe_answers is None:
+        pytest.skip("the C speedups are not built")
     count = 600
     with LocalCluster(3) as cluster:
         writer = write_closed_ledger(cluster, (3, 2, 2), b"flip", count)

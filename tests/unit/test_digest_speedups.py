@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookkeeper_py import errors, speedups
+from bookkeeper_py.client.ledger import LedgerEntry
 from bookkeeper_py.wire import digest, framing, v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 from bookkeeper_py.wire.errors import MalformedMessageError
@@ -206,3 +207,78 @@ def test_c_and_python_split_frames_alike(
         assert decoded(chunks, 300) == with_c
     if not oversize and not tail:
         assert with_c == (bodies, None, 0)
+
+
+def stripe_long_way(
+    answers: list[tuple[int, int, bytes]],
+    pending: dict[int, object],
+    results: list[object],
+    first: int,
+    manager: DigestManager,
+    gone: object,
+) -> tuple[list[int], list[tuple[int, int, bytes, object]]]:
+    """What the C stripe pass stands for: each stripe answer that checks out kept, the rest
+    left with their attempts."""
+    delivered: list[int] = []
+    rest: list[tuple[int, int, bytes, object]] = []
+    for entry_id, rc, body in answers:
+        attempt = pending.pop(entry_id, gone)
+        if attempt is None and rc == 0 and 0 <= entry_id - first < len(results):
+            try:
+                data = manager.payload(body, entry_id)
+            except errors.DigestMismatchError:
+                pass
+            else:
+                results[entry_id - first] = LedgerEntry(manager.ledger_id, entry_id, data)
+                delivered.append(entry_id)
+                continue
+        rest.append((entry_id, rc, body, attempt))
+    return delivered, rest
+
+
+@needs_speedups
+@given(
+    kinds=st.lists(
+        st.sampled_from(["good", "refused", "bit", "other entry", "gone", "attempt", "beyond"]),
+        max_size=40,
+    ),
+    first=st.integers(0, 2**40),
+)
+def test_a_stripe_pass_in_c_keeps_what_the_long_way_keeps(kinds: list[str], first: int) -> None:
+    """The client's C pass over a bookie's stripe answers keeps the entries that check out, as
+    named tuples equal to the long way's, takes every answer's attempt out of the pending reads,
+    and leaves the others (refusals, damaged or misplaced entries, speculative attempts,
+    answers nobody waits for) in the same order for the long way."""
+    native = speedups.native
+    assert native is not None
+    manager = DigestManager(7, DigestType.CRC32C, b"pw")
+    gone, attempt = object(), object()
+    answers: list[tuple[int, int, bytes]] = []
+    pending: dict[int, object] = {}
+    for offset, kind in enumerate(kinds):
+        entry_id = first + offset + (len(kinds) if kind == "beyond" else 0)
+        body = manager.package(entry_id, entry_id - 1, 0, bytes([offset % 251]) * (offset * 37))
+        if kind == "bit":
+            body = body[:-1] + bytes([body[-1] ^ 1]) if len(body) > 36 else body[:20]
+        elif kind == "other entry":
+            body = manager.package(entry_id + 1, entry_id, 0, b"x")
+        answers.append((entry_id, 2 if kind == "refused" else 0, body))
+        if kind != "gone":
+            pending[entry_id] = attempt if kind == "attempt" else None
+    fast_pending, slow_pending = dict(pending), dict(pending)
+    fast_results: list[object] = [None] * len(kinds)
+    slow_results: list[object] = [None] * len(kinds)
+    fast = native.stripe_answers(answers, fast_pending, fast_results, first, 7, LedgerEntry, gone)
+    slow = stripe_long_way(answers, slow_pending, slow_results, first, manager, gone)
+    assert fast == slow
+    assert fast_results == slow_results and fast_pending == slow_pending == {}
+    assert all(type(entry) is LedgerEntry for entry in fast_results if entry is not None)
+    assert fast[0] == [first + i for i, kind in enumerate(kinds) if kind == "good"]
+
+
+@needs_speedups
+def test_the_stripe_pass_refuses_a_type_it_cannot_fill() -> None:
+    native = speedups.native
+    assert native is not None
+    with pytest.raises(TypeError, match="entry_type"):
+        native.stripe_answers([], {}, [], 0, 1, object, None)

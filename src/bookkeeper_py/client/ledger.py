@@ -64,8 +64,9 @@ from bookkeeper_py.core.writer import (
     close_needed,
 )
 from bookkeeper_py.metadata.port import update_ledger_metadata
+from bookkeeper_py.speedups import native
 from bookkeeper_py.wire import v2
-from bookkeeper_py.wire.digest import DigestManager, Entry, master_key
+from bookkeeper_py.wire.digest import DigestManager, DigestType, Entry, master_key
 from bookkeeper_py.wire.errors import MalformedMessageError
 from bookkeeper_py.wire.status import StatusCode, from_v2
 
@@ -117,6 +118,8 @@ class LedgerEntry(NamedTuple):
         return len(self.data)
 
 
+# One bookie's answers to a striped read, CRC32C entries checked and kept in one C pass.
+_stripe_answers = native.stripe_answers if native is not None else None
 # LedgerEntry(ledger_id, entry_id, data) without the named tuple's Python-level __new__.
 _NewEntry = Callable[[type[LedgerEntry], tuple[int, int, bytes]], LedgerEntry]
 _new_entry: _NewEntry = tuple.__new__
@@ -790,13 +793,23 @@ class _RangeRead:
         together: what the plan sends next goes out in one batch per bookie. A stripe's entry
         is verified and kept here, and the plan told of them all at once."""
         pending = sink.attempts
-        delivered: list[int] = []
         failed: list[tuple[int, StatusCode | None]] = []
         careful: list[tuple[ReadAttempt, StatusCode | None, bytes]] = []
         results, first, ledger_id = self.results, self.first, self.handle.ledger_id
-        payload, new = self.handle.digest.payload, _new_entry
-        for entry_id, rc, body in answers:
-            attempt = pending.pop(entry_id, _GONE)
+        digest = self.handle.digest
+        rest: list[tuple[int, int, bytes, ReadAttempt | None]]
+        if _stripe_answers is not None and digest.digest_type is DigestType.CRC32C:
+            # The C pass takes every stripe's entry that checks out; the rest come back here.
+            delivered, rest = _stripe_answers(
+                answers, pending, results, first, ledger_id, LedgerEntry, _GONE
+            )
+        else:
+            delivered = []
+            rest = [
+                (entry_id, rc, body, pending.pop(entry_id, _GONE)) for entry_id, rc, body in answers
+            ]
+        payload, new = digest.payload, _new_entry
+        for entry_id, rc, body, attempt in rest:
             if attempt is None:  # a stripe's
                 if rc == 0:
                     try:
