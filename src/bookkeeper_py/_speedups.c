@@ -122,6 +122,58 @@ static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* v2_register_reads(pending, operation, ledger_id, entry_ids, request, header)
+ *     -> (frames, taken)
+ * A client connection's batch of plain v2 reads of one ledger (client/connection.py
+ * read_batch): ``request`` goes into ``pending`` under (operation, ledger_id, entry_id) for each
+ * entry id whose key is free, and ``frames`` holds a framed READ_ENTRY request (header, ledger,
+ * entry) for every entry id; the ids whose key was taken already are returned in ``taken``, in
+ * order, for the caller to queue behind the pending ones. */
+static PyObject *v2_register_reads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(args[0]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "v2_register_reads(pending: dict, operation, ledger_id, entry_ids: list, "
+                        "request, header)");
+        return NULL;
+    }
+    PyObject *pending = args[0], *operation = args[1], *ledger = args[2], *ids = args[3];
+    PyObject *request = args[4];
+    long long ledger_id = PyLong_AsLongLong(ledger);
+    if (ledger_id == -1 && PyErr_Occurred()) return NULL;
+    long header = PyLong_AsLong(args[5]);
+    if (header == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(ids);
+    PyObject *frames = PyBytes_FromStringAndSize(NULL, count * 24);
+    PyObject *taken = PyList_New(0);
+    if (frames == NULL || taken == NULL) goto failed;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(frames);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(ids, i);
+        long long entry_id = PyLong_AsLongLong(entry);
+        if (entry_id == -1 && PyErr_Occurred()) goto failed;
+        PyObject *key = PyTuple_Pack(3, operation, ledger, entry);
+        if (key == NULL) goto failed;
+        int present = PyDict_Contains(pending, key);
+        int stored = present == 0 ? PyDict_SetItem(pending, key, request) : 0;
+        Py_DECREF(key);
+        if (present < 0 || stored < 0) goto failed;
+        if (present && PyList_Append(taken, entry) < 0) goto failed;
+        uint32_t size = __builtin_bswap32(20);
+        uint32_t head = __builtin_bswap32((uint32_t)header);
+        uint64_t l = __builtin_bswap64((uint64_t)ledger_id), e = __builtin_bswap64((uint64_t)entry_id);
+        memcpy(out, &size, 4);
+        memcpy(out + 4, &head, 4);
+        memcpy(out + 8, &l, 8);
+        memcpy(out + 16, &e, 8);
+        out += 24;
+    }
+    return Py_BuildValue("NN", frames, taken);
+failed:
+    Py_XDECREF(frames);
+    Py_XDECREF(taken);
+    return NULL;
+}
+
 /* stripe_answers(answers, pending, results, first, ledger_id, entry_type, gone)
  *     -> (delivered, rest)
  * A client's pass over one bookie's answers to a striped range read (client/ledger.py
@@ -883,6 +935,8 @@ static PyMethodDef methods[] = {
      "The entry of a whole, checked entry-log record in a block, else None."},
     {"entry_log_pick", (PyCFunction)(void (*)(void))entry_log_pick, METH_FASTCALL,
      "The wanted entries of a ledger's records in an entry-log block, and where it stopped."},
+    {"v2_register_reads", (PyCFunction)(void (*)(void))v2_register_reads, METH_FASTCALL,
+     "A connection's batch of plain v2 reads: registered as pending, framed in one bytes."},
     {"stripe_answers", (PyCFunction)(void (*)(void))stripe_answers, METH_FASTCALL,
      "A client's pass over one bookie's answers to a striped read of a CRC32C ledger."},
     {"crc32c_batch_payloads", (PyCFunction)(void (*)(void))crc32c_batch_payloads, METH_FASTCALL,

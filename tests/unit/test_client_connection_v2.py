@@ -197,29 +197,44 @@ class ReadRecorder(ReadSink):
         self.calls.append(("failed", (sorted(entry_ids), type(error).__name__)))
 
 
-def test_a_batch_of_reads_goes_out_with_the_pass_and_its_answers_come_in_one_call() -> None:
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_batch_of_reads_goes_out_with_the_pass_and_its_answers_come_in_one_call(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the C registration of a batch (``v2_register_reads``) and without it: the requests
+    written at the pass's end, one clock read, answers to the sink together, an entry read twice
+    at once answered in the order asked."""
+    if path == "python":
+        monkeypatch.setattr(connection_module, "_register_reads", None)
+    elif connection_module._register_reads is None:
+        pytest.skip("C speedups not built here")
+
     async def main() -> None:
         conn, clock, answers = connection()
         transport = conn._transport
         assert isinstance(transport, FakeTransport)
-        sink = ReadRecorder()
+        sink, again = ReadRecorder(), ReadRecorder()
         conn.read_batch(7, [4, 5, 6], sink)
         conn.read(7, 9, False, None, recorder(answers, "one read"))
+        conn.read_batch(7, [5], again)  # 5 is pending for the first batch: waits behind it
         assert clock.reads == 1 and transport.written == b""  # written at the pass's end
         await asyncio.sleep(0)
         assert bytes(transport.written) == b"".join(
-            v2.encode_read_request(7, e) for e in (4, 5, 6, 9)
+            v2.encode_read_request(7, e) for e in (4, 5, 6, 9, 5)
         )
         answer(
             conn,
             (READ, StatusCode.EOK, 7, 5, b"five"),
             (READ, StatusCode.EOK, 7, 9, b"nine"),
             (READ, StatusCode.ENOENTRY, 7, 4, b""),
+            (READ, StatusCode.EOK, 7, 5, b"five again"),
         )
         assert sink.calls == [("answered", [(5, 0, b"five"), (4, to_v2(StatusCode.ENOENTRY), b"")])]
+        assert again.calls == [("answered", [(5, 0, b"five again")])]
         assert answers == [("one read", StatusCode.EOK, b"nine")]
         conn.connection_lost(None)
         assert sink.calls[1:] == [("failed", ([6], "BookieHandleNotAvailableError"))]
+        assert again.calls[1:] == []
         v3_conn = BookieConnection("bookie-1:3181", True, TIMEOUT_S, clock)
         with pytest.raises(ValueError, match="v2"):
             v3_conn.read_batch(7, [1], sink)

@@ -167,12 +167,12 @@ def encode_read_request(
 
 
 _FRAMED_READ_REQUEST = struct.Struct(">I" + _READ_REQUEST.format[1:])
-_PLAIN_READ_HEADER = pack_header(OpCode.READ_ENTRY, FLAG_NONE)
+PLAIN_READ_HEADER = pack_header(OpCode.READ_ENTRY, FLAG_NONE)
 
 
 def encode_read_requests(ledger_id: int, entry_ids: list[int]) -> bytes:
     """Framed plain READ_ENTRY requests of ``entry_ids`` of one ledger, one after another."""
-    pack, size, header = _FRAMED_READ_REQUEST.pack, _READ_REQUEST.size, _PLAIN_READ_HEADER
+    pack, size, header = _FRAMED_READ_REQUEST.pack, _READ_REQUEST.size, PLAIN_READ_HEADER
     return b"".join([pack(size, header, ledger_id, entry_id) for entry_id in entry_ids])
 
 
@@ -295,7 +295,7 @@ def plain_add_fields(frame: bytes) -> tuple[int, int]:
     return _ADD_IDS.unpack_from(frame, 4 + MASTER_KEY_SIZE)
 
 
-PLAIN_READ_HEAD = _HEADER.pack(_PLAIN_READ_HEADER)
+PLAIN_READ_HEAD = _HEADER.pack(PLAIN_READ_HEADER)
 PLAIN_READ_SIZE = _READ_REQUEST.size  # a plain read is its header and ids, nothing more
 
 
