@@ -308,13 +308,14 @@ def plain_read_fields(frame: bytes) -> tuple[int, int]:
 def encode_read_responses(ledger_id: int, answers: list[tuple[int, StatusCode, bytes]]) -> bytes:
     """The framed answers to reads of one ledger: (entry id, status, entry) each."""
     pack, header = _FRAMED_RESPONSE.pack, pack_header(OpCode.READ_ENTRY, 0)
+    eok, rc_ok = StatusCode.EOK, to_v2(StatusCode.EOK)
     pieces: list[bytes] = []
+    append = pieces.append
     for entry_id, status, body in answers:
-        pieces.append(
-            pack(RESPONSE_FIXED_SIZE + len(body), header, to_v2(status), ledger_id, entry_id)
-        )
+        rc = rc_ok if status is eok else to_v2(status)
+        append(pack(RESPONSE_FIXED_SIZE + len(body), header, rc, ledger_id, entry_id))
         if body:
-            pieces.append(body)
+            append(body)
     return b"".join(pieces)
 
 
