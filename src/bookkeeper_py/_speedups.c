@@ -122,6 +122,30 @@ static PyObject *crc32c_payload(PyObject *self, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* A tuple type with no fields of its own (a named tuple: client/ledger.py LedgerEntry), whose
+ * instances the C passes fill in place of calling it; 0 with a TypeError otherwise. */
+static int plain_tuple_type(PyObject *type) {
+    if (PyType_Check(type) && PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) &&
+        ((PyTypeObject *)type)->tp_basicsize == PyTuple_Type.tp_basicsize)
+        return 1;
+    PyErr_SetString(PyExc_TypeError, "entry_type: a tuple type without fields of its own");
+    return 0;
+}
+
+/* entry_type((ledger, entry_id, payload)), made without calling the type. */
+static PyObject *new_entry(PyTypeObject *entry_type, PyObject *ledger, PyObject *entry_id,
+                           PyObject *payload) {
+    PyObject *entry = entry_type->tp_alloc(entry_type, 3);
+    if (entry == NULL) return NULL;
+    Py_INCREF(ledger);
+    Py_INCREF(entry_id);
+    Py_INCREF(payload);
+    PyTuple_SET_ITEM(entry, 0, ledger);
+    PyTuple_SET_ITEM(entry, 1, entry_id);
+    PyTuple_SET_ITEM(entry, 2, payload);
+    return entry;
+}
+
 /* v2_register_reads(pending, operation, ledger_id, entry_ids, request, header)
  *     -> (frames, taken)
  * A client connection's batch of plain v2 reads of one ledger (client/connection.py
@@ -184,15 +208,13 @@ failed:
  * attempt), for the caller's long way (failures, digest errors, speculative attempts). */
 static PyObject *stripe_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
-        !PyList_Check(args[2]) || !PyType_Check(args[5]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type) ||
-        ((PyTypeObject *)args[5])->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        !PyList_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError,
                         "stripe_answers(answers: list, pending: dict, results: list, first: int, "
-                        "ledger_id: int, entry_type: a tuple type without fields of its own, "
-                        "gone)");
+                        "ledger_id: int, entry_type, gone)");
         return NULL;
     }
+    if (!plain_tuple_type(args[5])) return NULL;
     PyObject *answers = args[0], *pending = args[1], *results = args[2], *gone = args[6];
     PyTypeObject *entry_type = (PyTypeObject *)args[5];
     long long first = PyLong_AsLongLong(args[3]);
@@ -238,17 +260,13 @@ static PyObject *stripe_answers(PyObject *self, PyObject *const *args, Py_ssize_
             if (fast) {
                 PyObject *payload =
                     PyBytes_FromStringAndSize((const char *)p + CRC_END, n - CRC_END);
-                PyObject *entry = payload == NULL ? NULL : entry_type->tp_alloc(entry_type, 3);
+                PyObject *entry =
+                    payload == NULL ? NULL : new_entry(entry_type, ledger, key, payload);
+                Py_XDECREF(payload);
                 if (entry == NULL) {
-                    Py_XDECREF(payload);
                     Py_DECREF(attempt);
                     goto failed;
                 }
-                Py_INCREF(ledger);
-                Py_INCREF(key);
-                PyTuple_SET_ITEM(entry, 0, ledger);
-                PyTuple_SET_ITEM(entry, 1, key);
-                PyTuple_SET_ITEM(entry, 2, payload);
                 PyList_SetItem(results, (Py_ssize_t)at, entry); /* steals entry */
                 Py_DECREF(attempt);
                 if (PyList_Append(delivered, key) < 0) goto failed;
@@ -269,18 +287,12 @@ failed:
     return NULL;
 }
 
-/* crc32c_batch_payloads(body, ledger_id, first_entry_id, max_count) -> list | None: the payloads
- * of the ``[int32 length][entry]`` records of a BATCH_READ_ENTRY answer body (from offset 8, after
- * the request id), each a CRC32C entry of the ledger with ids from first_entry_id on whose digest
- * checks out; None if a record is cut short or fails its check, or more follow max_count (the
- * caller's long way then says what is wrong, and serves what comes before it). */
-static PyObject *crc32c_batch_payloads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The entries of a batch read answer (see crc32c_batch_entries). */
+static PyObject *batch_walk(PyObject *const *args, Py_ssize_t nargs, const char *usage,
+                            PyTypeObject *entry_type) {
     long long ids[3];
     Py_buffer view;
-    if (buffer_args(args, nargs,
-                    "crc32c_batch_payloads(body, ledger_id, first_entry_id, max_count)", 3, ids,
-                    &view) < 0)
-        return NULL;
+    if (buffer_args(args, nargs, usage, 3, ids, &view) < 0) return NULL;
     long long ledger_id = ids[0], entry_id = ids[1], max_count = ids[2];
     const uint8_t *p = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len, pos = 8;
@@ -292,11 +304,18 @@ static PyObject *crc32c_batch_payloads(PyObject *self, PyObject *const *args, Py
         if (length < 0 || length > n - pos) goto long_way;
         const uint8_t *e = p + pos;
         if (!entry_checks_out(e, length, ledger_id, entry_id)) goto long_way;
-        PyObject *payload =
+        PyObject *item =
             PyBytes_FromStringAndSize((const char *)e + CRC_END, (Py_ssize_t)length - CRC_END);
-        if (payload == NULL) goto failed;
-        int appended = PyList_Append(list, payload);
-        Py_DECREF(payload);
+        if (item != NULL) {
+            PyObject *id = PyLong_FromLongLong(entry_id);
+            PyObject *entry = id == NULL ? NULL : new_entry(entry_type, args[1], id, item);
+            Py_XDECREF(id);
+            Py_DECREF(item);
+            item = entry;
+        }
+        if (item == NULL) goto failed;
+        int appended = PyList_Append(list, item);
+        Py_DECREF(item);
         if (appended < 0) goto failed;
         pos += length;
         entry_id++;
@@ -312,6 +331,23 @@ failed:
     Py_XDECREF(list);
     PyBuffer_Release(&view);
     return NULL;
+}
+
+/* crc32c_batch_entries(body, ledger_id, first_entry_id, max_count, entry_type) -> list | None:
+ * the ``[int32 length][entry]`` records of a BATCH_READ_ENTRY answer body (from offset 8, after
+ * the request id), each a CRC32C entry of the ledger with ids from first_entry_id on whose digest
+ * checks out, made entry_type((ledger_id, entry_id, payload)); None if a record is cut short or
+ * fails its check, or more follow max_count (the caller's long way then says what is wrong, and
+ * serves what comes before it). */
+static PyObject *crc32c_batch_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !plain_tuple_type(args[4])) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "crc32c_batch_entries(body, ledger_id, "
+                                             "first_entry_id, max_count, entry_type)");
+        return NULL;
+    }
+    return batch_walk(args, 4, "crc32c_batch_entries(body, ledger_id, first_entry_id, max_count, "
+                               "entry_type)", (PyTypeObject *)args[4]);
 }
 
 /* crc32c_package(ledger_id, entry_id, lac, length, payload) -> bytes: the entry as sent. */
@@ -939,8 +975,8 @@ static PyMethodDef methods[] = {
      "A connection's batch of plain v2 reads: registered as pending, framed in one bytes."},
     {"stripe_answers", (PyCFunction)(void (*)(void))stripe_answers, METH_FASTCALL,
      "A client's pass over one bookie's answers to a striped read of a CRC32C ledger."},
-    {"crc32c_batch_payloads", (PyCFunction)(void (*)(void))crc32c_batch_payloads, METH_FASTCALL,
-     "The payloads of a batch read answer's CRC32C entries, all checked; None otherwise."},
+    {"crc32c_batch_entries", (PyCFunction)(void (*)(void))crc32c_batch_entries, METH_FASTCALL,
+     "The entries of a batch read answer's CRC32C records, all checked; None otherwise."},
     {"crc32c_payload", (PyCFunction)(void (*)(void))crc32c_payload, METH_FASTCALL,
      "The payload of a CRC32C entry whose digest and ids check out, else None."},
     {"crc32c_package", (PyCFunction)(void (*)(void))crc32c_package, METH_FASTCALL,

@@ -1,6 +1,9 @@
 """Types of the C speedups (``_speedups.c``)."""
 
 from array import array
+from typing import Any, TypeVar
+
+_E = TypeVar("_E", bound=tuple[Any, ...])
 
 def crc32c_payload(data: bytes, ledger_id: int, entry_id: int, /) -> bytes | None: ...
 def crc32c_package(
@@ -18,9 +21,28 @@ def entry_log_pick(
     max_bytes: int,
     /,
 ) -> tuple[list[bytes], int, int]: ...
-def crc32c_batch_payloads(
-    body: bytes, ledger_id: int, first_entry_id: int, max_count: int, /
-) -> list[bytes] | None: ...
+def crc32c_batch_entries(
+    body: bytes, ledger_id: int, first_entry_id: int, max_count: int, entry_type: type[_E], /
+) -> list[_E] | None: ...
+def stripe_answers(
+    answers: list[tuple[int, int, bytes]],
+    pending: dict[int, Any],
+    results: list[Any],
+    first: int,
+    ledger_id: int,
+    entry_type: type[_E],
+    gone: object,
+    /,
+) -> tuple[list[int], list[tuple[int, int, bytes, Any]]]: ...
+def v2_register_reads(
+    pending: dict[Any, Any],
+    operation: int,
+    ledger_id: int,
+    entry_ids: list[int],
+    request: object,
+    header: int,
+    /,
+) -> tuple[bytes, list[int]]: ...
 def pending_ack(
     acked: array[int],
     failed: array[int],

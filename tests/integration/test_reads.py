@@ -166,6 +166,35 @@ def test_a_striped_read_takes_entries_that_fail_their_digest_on_one_replica_from
             assert [e.data for e in entries] == [payload(i, 64) for i in range(count)]
 
 
+@pytest.mark.parametrize("batch_pass", ["c", "python"])
+def test_batch_reads_take_entries_that_fail_their_digest_on_one_replica_from_the_others(
+    batch_pass: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3/3/2 reads (v2 batch reads, E = Qw, a replica per region of the ledger): one bookie
+    serves every copy with a flipped payload byte. Its batch answers fail their digest at their
+    first record, and those entries are read from the other replicas; with the C pass that
+    checks a batch answer and makes its entries, and without it."""
+    if batch_pass == "python":
+        monkeypatch.setattr(ledger_module, "_batch_entries", None)
+    elif ledger_module._batch_entries is None:
+        pytest.skip("the C speedups are not built")
+    count = 3 * BATCH_REGION_ENTRIES
+    with LocalCluster(3) as cluster:
+        writer = write_closed_ledger(cluster, (3, 3, 2), b"flip", count)
+        victim = 0
+        cluster.stop_bookie(victim)
+        flipped = flip_payload_bytes(
+            os.path.join(cluster.bookies[victim].directory, "ledgers"), writer.ledger_id
+        )
+        assert flipped == count
+        cluster.start_bookie(victim)
+        with BookKeeper(cluster.metadata_uri) as reader_client:
+            reader = reader_client.open_ledger(writer.ledger_id, b"flip")
+            entries = reader.read_entries(0, count - 1)
+            assert [e.data for e in entries] == [payload(i, 64) for i in range(count)]
+            assert [e.entry_id for e in entries] == list(range(count))
+
+
 def flip_payload_bytes(ledger_directory: str, ledger_id: int) -> int:
     """Flips the last byte of every entry of ``ledger_id`` in the entry logs of a stopped
     bookie, rewriting each record's checksum; returns how many."""

@@ -149,7 +149,12 @@ def test_a_batch_answer_checked_in_one_c_call_is_what_the_long_way_serves(
         elif damage == "cut":
             body = body[: 8 + 4 + 10]
     count = max(len(records) - extra, 0)
-    fast = manager.batch_payloads(body, first, count)
+    native = speedups.native
+    assert native is not None
+    entries = native.crc32c_batch_entries(body, 42, first, count, LedgerEntry)
+    fast = None if entries is None else [entry.data for entry in entries]
+    if entries is not None:
+        assert entries == [LedgerEntry(42, first + i, data) for i, data in enumerate(fast or [])]
     try:
         slow: list[bytes] | Exception = long_way(manager, body, first, count)
     except (errors.DigestMismatchError, MalformedMessageError, ValueError) as error:
@@ -160,14 +165,12 @@ def test_a_batch_answer_checked_in_one_c_call_is_what_the_long_way_serves(
         assert fast == payloads
 
 
-def test_without_the_c_path_a_batch_answer_goes_the_long_way(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(digest, "_c_batch", None)
-    manager = DigestManager(1, DigestType.CRC32C, b"pw")
-    body = batch_body([manager.package(0, -1, 0, b"x")])
-    assert manager.batch_payloads(body, 0, 1) is None
-    assert DigestManager(1, DigestType.MAC, b"pw").batch_payloads(body, 0, 1) is None
+@needs_speedups
+def test_the_batch_pass_refuses_a_type_it_cannot_fill() -> None:
+    native = speedups.native
+    assert native is not None
+    with pytest.raises(TypeError, match="entry_type"):
+        native.crc32c_batch_entries(batch_body([]), 1, 0, 1, list)
 
 
 def decoded(chunks: list[bytes], max_frame: int) -> tuple[list[bytes], str | None, int]:

@@ -118,8 +118,10 @@ class LedgerEntry(NamedTuple):
         return len(self.data)
 
 
-# One bookie's answers to a striped read, CRC32C entries checked and kept in one C pass.
+# One bookie's answers to a striped read, CRC32C entries checked and kept in one C pass; a batch
+# read's answer checked and made entries in one.
 _stripe_answers = native.stripe_answers if native is not None else None
+_batch_entries = native.crc32c_batch_entries if native is not None else None
 # LedgerEntry(ledger_id, entry_id, data) without the named tuple's Python-level __new__.
 _NewEntry = Callable[[type[LedgerEntry], tuple[int, int, bytes]], LedgerEntry]
 _new_entry: _NewEntry = tuple.__new__
@@ -761,31 +763,30 @@ class _RangeRead:
             return
         served = 0
         if status == StatusCode.EOK and isinstance(body, bytes):
-            digest, start = self.handle.digest, batch.start
-            # Checked in one call when every record is whole and good; else entry by entry up
-            # to the first fault, which is named.
-            payloads = digest.batch_payloads(body, start, batch.end - start + 1)
-            if payloads is None:
-                payloads = []
+            digest, start, ledger_id = self.handle.digest, batch.start, self.handle.ledger_id
+            count = batch.end - start + 1
+            # Checked and made entries in one C call when every record is whole and good; else
+            # entry by entry up to the first fault, which is named.
+            entries: list[LedgerEntry] | None = None
+            if _batch_entries is not None and digest.digest_type is DigestType.CRC32C:
+                entries = _batch_entries(body, ledger_id, start, count, LedgerEntry)
+            if entries is None:
+                payloads: list[bytes] = []
                 try:
-                    for raw in v2.batch_entries(body)[: batch.end - start + 1]:
+                    for raw in v2.batch_entries(body)[:count]:
                         payloads.append(digest.payload(raw, start + len(payloads)))
                 except (errors.DigestMismatchError, MalformedMessageError) as error:
                     if isinstance(error, errors.DigestMismatchError):
                         self.handle._digest_mismatch()
-                    log.info(
-                        "ledger %d: batch read from %s: %s",
-                        self.handle.ledger_id,
-                        batch.bookie,
-                        error,
-                    )
+                    log.info("ledger %d: batch read from %s: %s", ledger_id, batch.bookie, error)
                     status = None
-            ledger_id, at, new = self.handle.ledger_id, start - self.first, _new_entry
-            served = len(payloads)
-            self.results[at : at + served] = [
-                new(LedgerEntry, (ledger_id, entry_id, data))
-                for entry_id, data in enumerate(payloads, start)
-            ]
+                new = _new_entry
+                entries = [
+                    new(LedgerEntry, (ledger_id, entry_id, data))
+                    for entry_id, data in enumerate(payloads, start)
+                ]
+            at, served = start - self.first, len(entries)
+            self.results[at : at + served] = entries
         self._send(self.plan.on_batch_answer(batch.start, status, served, self.client.now_ms()))
 
     def _answers(self, sink: _RangeReadSink, answers: list[tuple[int, int, bytes]]) -> None:

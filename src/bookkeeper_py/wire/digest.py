@@ -32,10 +32,8 @@ from bookkeeper_py.speedups import native
 # The C speedups (``bookkeeper_py.speedups``), where they are in use.
 _c_payload: Callable[[bytes, int, int], bytes | None] | None = None
 _c_package: Callable[[int, int, int, int, bytes], bytes] | None = None
-_c_batch: Callable[[bytes, int, int, int], list[bytes] | None] | None = None
 if native is not None:
     _c_payload, _c_package = native.crc32c_payload, native.crc32c_package
-    _c_batch = native.crc32c_batch_payloads
 
 HEADER = struct.Struct(">qqqq")
 HEADER_SIZE = HEADER.size  # 32
@@ -181,17 +179,6 @@ class DigestManager:
             ):
                 return data[_CRC32C_END:]
         return self.verify(data, entry_id).payload  # the other digests; or the error, said
-
-    def batch_payloads(
-        self, body: bytes, first_entry_id: int, max_count: int
-    ) -> list[bytes] | None:
-        """The payloads of a BATCH_READ_ENTRY answer body (``v2.batch_entries``), entries
-        ``first_entry_id`` on, at most ``max_count``, in one C call for CRC32C entries when every
-        record is whole and checks out; None otherwise (no C speedups, another digest, or a fault
-        somewhere): the caller then goes entry by entry with ``payload``, which names the fault."""
-        if _c_batch is None or self.digest_type is not DigestType.CRC32C:
-            return None
-        return _c_batch(body, self.ledger_id, first_entry_id, max_count)
 
     def verify_read(self, data: bytes | memoryview, requested_entry_id: int) -> Entry:
         """``verify`` for the answer to a read of ``requested_entry_id``; -1 asks for the
