@@ -171,6 +171,8 @@ static PyObject *v2_register_reads(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *taken = PyList_New(0);
     if (frames == NULL || taken == NULL) goto failed;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(frames);
+    const uint32_t size = __builtin_bswap32(20), head = __builtin_bswap32((uint32_t)header);
+    const uint64_t ledger_be = __builtin_bswap64((uint64_t)ledger_id);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *entry = PyList_GET_ITEM(ids, i);
         long long entry_id = PyLong_AsLongLong(entry);
@@ -182,12 +184,10 @@ static PyObject *v2_register_reads(PyObject *self, PyObject *const *args, Py_ssi
         Py_DECREF(key);
         if (present < 0 || stored < 0) goto failed;
         if (present && PyList_Append(taken, entry) < 0) goto failed;
-        uint32_t size = __builtin_bswap32(20);
-        uint32_t head = __builtin_bswap32((uint32_t)header);
-        uint64_t l = __builtin_bswap64((uint64_t)ledger_id), e = __builtin_bswap64((uint64_t)entry_id);
+        uint64_t e = __builtin_bswap64((uint64_t)entry_id);
         memcpy(out, &size, 4);
         memcpy(out + 4, &head, 4);
-        memcpy(out + 8, &l, 8);
+        memcpy(out + 8, &ledger_be, 8);
         memcpy(out + 16, &e, 8);
         out += 24;
     }
@@ -287,12 +287,24 @@ failed:
     return NULL;
 }
 
-/* The entries of a batch read answer (see crc32c_batch_entries). */
-static PyObject *batch_walk(PyObject *const *args, Py_ssize_t nargs, const char *usage,
-                            PyTypeObject *entry_type) {
+/* crc32c_batch_entries(body, ledger_id, first_entry_id, max_count, entry_type) -> list | None:
+ * the ``[int32 length][entry]`` records of a BATCH_READ_ENTRY answer body (from offset 8, after
+ * the request id), each a CRC32C entry of the ledger with ids from first_entry_id on whose digest
+ * checks out, made entry_type((ledger_id, entry_id, payload)); None if a record is cut short or
+ * fails its check, or more follow max_count (the caller's long way then says what is wrong, and
+ * serves what comes before it). */
+static PyObject *crc32c_batch_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char usage[] =
+        "crc32c_batch_entries(body, ledger_id, first_entry_id, max_count, entry_type)";
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (!plain_tuple_type(args[4])) return NULL;
+    PyTypeObject *entry_type = (PyTypeObject *)args[4];
     long long ids[3];
     Py_buffer view;
-    if (buffer_args(args, nargs, usage, 3, ids, &view) < 0) return NULL;
+    if (buffer_args(args, 4, usage, 3, ids, &view) < 0) return NULL; /* the four before the type */
     long long ledger_id = ids[0], entry_id = ids[1], max_count = ids[2];
     const uint8_t *p = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len, pos = 8;
@@ -331,23 +343,6 @@ failed:
     Py_XDECREF(list);
     PyBuffer_Release(&view);
     return NULL;
-}
-
-/* crc32c_batch_entries(body, ledger_id, first_entry_id, max_count, entry_type) -> list | None:
- * the ``[int32 length][entry]`` records of a BATCH_READ_ENTRY answer body (from offset 8, after
- * the request id), each a CRC32C entry of the ledger with ids from first_entry_id on whose digest
- * checks out, made entry_type((ledger_id, entry_id, payload)); None if a record is cut short or
- * fails its check, or more follow max_count (the caller's long way then says what is wrong, and
- * serves what comes before it). */
-static PyObject *crc32c_batch_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !plain_tuple_type(args[4])) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "crc32c_batch_entries(body, ledger_id, "
-                                             "first_entry_id, max_count, entry_type)");
-        return NULL;
-    }
-    return batch_walk(args, 4, "crc32c_batch_entries(body, ledger_id, first_entry_id, max_count, "
-                               "entry_type)", (PyTypeObject *)args[4]);
 }
 
 /* crc32c_package(ledger_id, entry_id, lac, length, payload) -> bytes: the entry as sent. */
