@@ -40,7 +40,12 @@ def measure(cluster: LocalCluster, argv: list[str]) -> bench.Report:
     the loop that command runs on (uvloop where installed)."""
     arguments = bench.build_arguments([*argv, "--quiet"])
     return event_loop.run(
-        bench.measure(cluster.metadata_uri, arguments, bench.bookie_pids(cluster))
+        bench.measure(
+            cluster.metadata_uri,
+            arguments,
+            bench.bookie_pids(cluster),
+            bench.bookie_metrics_urls(cluster),
+        )
     )
 
 
@@ -62,6 +67,16 @@ def cpu_line(reports: list[bench.Report]) -> str:
     return f"CPU per entry: client {client:.1f} µs, bookies {bookies} µs" + (
         f", reader {reader:.1f} µs" if reader is not None else ""
     )
+
+
+def bookies_line(reports: list[bench.Report]) -> str:
+    """The median over ``reports`` of each figure of the bookies' own metrics (adds and journal
+    syncs: ``bench.BookieScrapes``), where every run has it."""
+    keys = set.intersection(*(set(report.bookies) for report in reports)) if reports else set()
+    if not {"add_p99_ms", "journal_sync_p99_ms"} & keys:
+        return ""  # no adds in the window (catch-up reads)
+    medians = {key: statistics.median(report.bookies[key] for report in reports) for key in keys}
+    return bench.BookieScrapes.text(medians)
 
 
 async def recovery_seconds(uri: str, entries: int) -> float:
@@ -111,11 +126,15 @@ def main() -> None:
         rows[name] = {"median": median, "unit": unit, "runs": values, "command": command}
         if reports:
             rows[name]["cpu_per_entry_us"] = [report.cpu_per_entry_us for report in reports]
+            rows[name]["bookies"] = [report.bookies for report in reports]
         if not args.json:
             print(f"{name:<46} {median:>12,.2f} {unit:<8} runs {[round(v, 2) for v in values]}")
             print(f"    {command}")
             if reports:
                 print(f"    {cpu_line(reports)}")
+            bookies = bookies_line(reports)
+            if bookies:
+                print(f"    {bookies}")
         return median
 
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as directory:

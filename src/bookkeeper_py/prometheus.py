@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -320,12 +320,19 @@ class PrometheusMetrics:
         for family in list(self._families.values()):
             yield family.metric()
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition of every metric, in this registry's style."""
+    def render(self, names: Collection[str] = ()) -> bytes:
+        """The Prometheus text exposition of every metric, in this registry's style; with
+        ``names``, of the families so named alone (``/metrics?name[]=...``: a scraper that
+        wants a few series is not made to wait for, nor the bookie to write, all of them)."""
+        wanted = set(names)
         if self.style == "histograms":
-            return generate_latest(self.registry)
+            if not wanted:
+                return generate_latest(self.registry)
+            return generate_latest(_Only(self.registry, wanted))
         now = time.monotonic()
-        families = list(self._families.values())
+        families = [
+            family for family in self._families.values() if not wanted or family.name in wanted
+        ]
         rolled: set[int] = set()
         for family in families:
             for series in list(family.series.values()):
@@ -337,5 +344,19 @@ class PrometheusMetrics:
             for family in families:
                 if family.kind == kind:
                     lines += family.bookkeeper_lines()
-        process = generate_latest(self._process_only).decode()
+        process = generate_latest(
+            _Only(self._process_only, wanted) if wanted else self._process_only
+        ).decode()
         return ("\n".join(lines) + "\n").encode() + process.encode()
+
+
+class _Only:
+    """A registry's families whose names are in ``names`` (what ``generate_latest`` reads)."""
+
+    def __init__(self, registry: CollectorRegistry, names: set[str]) -> None:
+        self._registry, self._names = registry, names
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            if metric.name in self._names:
+                yield metric

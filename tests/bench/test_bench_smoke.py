@@ -128,6 +128,13 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
     expected = 1 + bookies + ("--tail" in workload)
     assert len(cpu) == expected and cpu.pop("client") > 0
     assert all(us >= 0 for us in cpu.values()) and sum(cpu.values()) > 0
+    # The bookies' own metrics over the window: every bookie answered both scrapes; adds (and
+    # the journal syncs that made them durable) were seen wherever the run wrote in it.
+    figures = report["bookies"]
+    assert figures["bookies_measured"] == bookies
+    if workload[0] == "writes" or "--tail" in workload:
+        assert figures["add_p99_ms"] > 0 and figures["journal_syncs_per_s"] > 0
+        assert figures["journal_sync_p99_ms"] > 0 and figures["journal_sync_mean_ms"] > 0
 
 
 LOG_BENCH_FIGURES = {

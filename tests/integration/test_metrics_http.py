@@ -86,6 +86,14 @@ def test_metrics_move_with_adds_and_reads(cluster: LocalCluster) -> None:
     assert value(after, "bookie_SERVER_STATUS") == 1.0
 
 
+def test_metrics_of_named_families_alone(cluster: LocalCluster) -> None:
+    """``/metrics?name[]=F&name[]=G`` (prometheus_client's filter): those families alone."""
+    query = "name%5B%5D=bookie_journal_JOURNAL_SYNC&name%5B%5D=bookie_SERVER_STATUS"
+    text = get(cluster, "/metrics?" + query).decode()
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert names == {"bookie_journal_JOURNAL_SYNC", "bookie_SERVER_STATUS"}
+
+
 def test_heartbeat_and_bookie_endpoints(cluster: LocalCluster) -> None:
     assert get(cluster, "/heartbeat") == b"OK\n"
     info = json.loads(get(cluster, "/api/v1/bookie/info"))

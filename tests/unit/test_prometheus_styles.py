@@ -8,6 +8,7 @@ import re
 from functools import partial
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bookkeeper_py.prometheus import PrometheusMetrics
 
@@ -99,7 +100,6 @@ def test_histograms_style_and_bad_style() -> None:
 def test_labelled_series_of_one_name_form_one_metric(style: str) -> None:
     """Series registered under one name with other label values (a journal each, a ledger
     directory each) are one metric: one TYPE line, a sample per series, parsed back as such."""
-    from prometheus_client.parser import text_string_to_metric_families
 
     metrics = PrometheusMetrics(style, rollover_s=0)
     journals = [
@@ -145,3 +145,34 @@ def test_a_series_registered_twice_or_with_other_label_names_is_refused() -> Non
         metrics.gauge_function("bookie_ledgers_count", "ledgers", lambda: 2.0)
     with pytest.raises(ValueError, match="cannot also be a counter"):
         metrics.counter("bookie_ledgers_count", "ledgers", {"ledgerDir": "/b"})
+
+
+@pytest.mark.parametrize("style", ["histograms", "bookkeeper"])
+def test_render_of_named_families_alone(style: str) -> None:
+    """``/metrics?name[]=...``: only the families asked for, whole; a name that is not there
+    gives nothing, not an error; none asked for gives every family."""
+    metrics = PrometheusMetrics(style, rollover_s=3600)
+    sync = metrics.op_stats("bookie_journal_JOURNAL_SYNC", "syncs", labels={"journalIndex": "0"})
+    add = metrics.op_stats("bookkeeper_server_ADD_ENTRY_REQUEST", "adds")
+    metrics.counter("bookie_WRITE_BYTES", "bytes").inc(10)
+    sync.success(0.001)
+    add.success(0.002)
+
+    def families(*names: str) -> set[str]:
+        text = metrics.render(names).decode()
+        return {family.name for family in text_string_to_metric_families(text)}
+
+    assert families("bookie_journal_JOURNAL_SYNC") == {"bookie_journal_JOURNAL_SYNC"}
+    both = families("bookie_journal_JOURNAL_SYNC", "bookie_WRITE_BYTES", "no_such_metric")
+    assert both == {"bookie_journal_JOURNAL_SYNC", "bookie_WRITE_BYTES"}
+    assert families("process_cpu_seconds") == {"process_cpu_seconds"}
+    assert families("no_such_metric") == set()
+    assert {
+        "bookie_journal_JOURNAL_SYNC",
+        "bookkeeper_server_ADD_ENTRY_REQUEST",
+        "bookie_WRITE_BYTES",
+        "process_cpu_seconds",
+    } <= families()
+    text = metrics.render(["bookie_journal_JOURNAL_SYNC"]).decode()
+    counts = [line for line in text.splitlines() if "_count{" in line]
+    assert counts and all(line.startswith("bookie_journal_JOURNAL_SYNC_count") for line in counts)

@@ -24,7 +24,10 @@ from each add's acknowledgement to the reader's receipt is reported.
 
 Catch-up reads stop after ``--seconds`` of reading if the entries are not all read by then.
 
-``--local N`` starts N bookie processes on an embedded SQLite metadata store for the run.
+``--local N`` starts N bookie processes on an embedded SQLite metadata store for the run; their
+own metrics over the measured window are reported too (``BookieScrapes``): the p99 of their add
+requests and of their journals' fdatasyncs, which say how much of an add's latency the bookies
+and the disk account for.
 
 CPU per entry: the CPU time (user + system) that the client (this process), and with
 ``--local`` each bookie, used over the measured window, divided by the entries measured; a
@@ -57,6 +60,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
+import aiohttp
 import psutil
 from hdrh.histogram import HdrHistogram
 
@@ -64,6 +68,7 @@ from bookkeeper_py import aio
 from bookkeeper_py import loop as event_loop
 from bookkeeper_py.admin import CommandError
 from bookkeeper_py.admin.client_auth import client_options, options_for, secret_file
+from bookkeeper_py.dashboard import metrics as dashboard_metrics
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.wire.digest import DigestType
 
@@ -106,6 +111,8 @@ class Report:
     interrupted: bool = False  # Ctrl-C: the figures are of the part measured before it
     elapsed_s: float = 0.0  # from the start of the workload to its end (or interruption)
     cpu_s: dict[str, float] = field(default_factory=dict)  # process -> CPU s in the window
+    # The bookies' own latency metrics over the window (``BookieScrapes``): ms and per second.
+    bookies: dict[str, float] = field(default_factory=dict)
 
     @property
     def cpu_per_entry_us(self) -> dict[str, float]:
@@ -147,6 +154,8 @@ class Report:
                 "CPU per entry (µs): "
                 + "  ".join(f"{name} {us:.1f}" for name, us in self.cpu_per_entry_us.items())
             )
+        if self.bookies:
+            lines.append(BookieScrapes.text(self.bookies))
         if self.interrupted:
             lines.insert(0, f"interrupted after {self.elapsed_s:.1f} s: partial results")
         return "\n".join(lines)
@@ -158,12 +167,15 @@ class CpuMeter:
     The kernel counts in clock ticks (10 ms), so a window should hold seconds of work for the
     per-entry figures to mean something."""
 
-    def __init__(self, others: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, others: Mapping[str, int] | None = None, scrapes: BookieScrapes | None = None
+    ) -> None:
         self._processes = {"client": psutil.Process()}
         for name, pid in (others or {}).items():
             self.add(name, pid)
         self._started: dict[str, float] = {}
         self._last: dict[str, float] = {}
+        self.scrapes = scrapes
 
     def add(self, name: str, pid: int) -> None:
         with contextlib.suppress(psutil.Error):
@@ -182,15 +194,117 @@ class CpuMeter:
 
     def start(self) -> None:
         self._started = self._now()
+        if self.scrapes is not None:
+            self.scrapes.start()
 
     def stop(self) -> dict[str, float]:
         """CPU seconds of each process since ``start`` (empty if it never started)."""
         self._now()
+        if self.scrapes is not None:
+            self.scrapes.stop()
         return {
             name: self._last[name] - started
             for name, started in self._started.items()
             if name in self._last
         }
+
+
+class BookieScrapes:
+    """The bookies' own latency metrics over the measured window, next to the client's: each
+    bookie's ``/metrics`` (its add requests and its journal's ``fdatasync``s alone, ``name[]``)
+    fetched as the window starts and again once it ended, and compared after it (the parsing
+    is not counted in the client's CPU). The p99 of the bookies' adds (a request in to its
+    answer out) and of their journals' syncs (the kernel's and the disk's time alone) say how
+    much of the client's latency the bookies and the disk account for. The quantiles come from
+    the histograms' bucket differences, interpolated as the dashboard does."""
+
+    NAMES = (dashboard_metrics.ADD, dashboard_metrics.JOURNAL_SYNC)
+    TIMEOUT_S = 10.0
+
+    def __init__(self, urls: Mapping[str, str]) -> None:
+        """``urls``: bookie name -> the base URL of its HTTP server."""
+        self.urls = dict(urls)
+        self._first: asyncio.Future[list[tuple[float, str] | None]] | None = None
+        self._last: asyncio.Future[list[tuple[float, str] | None]] | None = None
+
+    def start(self) -> None:
+        """Fetches the first scrapes (in the background: the window starts now)."""
+        self._first = asyncio.ensure_future(self._fetch())
+
+    def stop(self) -> None:
+        """Fetches the last scrapes (in the background: the window ended now)."""
+        if self._first is not None and self._last is None:
+            self._last = asyncio.ensure_future(self._fetch())
+
+    async def _fetch(self) -> list[tuple[float, str] | None]:
+        timeout = aiohttp.ClientTimeout(total=self.TIMEOUT_S)
+        query = [("name[]", name) for name in self.NAMES]
+
+        async def one(session: aiohttp.ClientSession, url: str) -> tuple[float, str] | None:
+            try:
+                async with session.get(url + "/metrics", params=query) as answer:
+                    answer.raise_for_status()
+                    text = await answer.text()
+            except (aiohttp.ClientError, TimeoutError):
+                return None  # that bookie is left out of the figures
+            return time.monotonic(), text
+
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            return list(await asyncio.gather(*(one(session, url) for url in self.urls.values())))
+
+    async def figures(self) -> dict[str, float]:
+        """The figures of the window (empty if it never started, or no bookie answered both
+        times)."""
+        if self._first is None:
+            return {}
+        self.stop()
+        assert self._last is not None
+        first, last = await self._first, await self._last
+        intervals = []
+        for before, after in zip(first, last, strict=True):
+            if before is None or after is None:
+                continue
+            found = dashboard_metrics.interval(
+                dashboard_metrics.parse_scrape(before[1], before[0]),
+                dashboard_metrics.parse_scrape(after[1], after[0]),
+            )
+            if found is not None:
+                intervals.append(found)
+        if not intervals:
+            return {}
+        point = dashboard_metrics.point(intervals, 0)
+        figures = {"bookies_measured": float(len(intervals))}
+        for key, value in (
+            ("add_p99_ms", point.add_p99_ms),
+            ("journal_sync_p99_ms", point.journal_sync_p99_ms),
+        ):
+            if value is not None:
+                figures[key] = value
+        sync = dashboard_metrics.JOURNAL_SYNC
+        syncs = sum(i.counts.get(sync, 0.0) for i in intervals)
+        if syncs:
+            figures["journal_syncs_per_s"] = sum(
+                i.counts.get(sync, 0.0) / i.seconds for i in intervals
+            ) / len(intervals)
+            figures["journal_sync_mean_ms"] = (
+                sum(i.totals_ms.get(sync, 0.0) for i in intervals) / syncs
+            )
+        return figures
+
+    @staticmethod
+    def text(figures: Mapping[str, float]) -> str:
+        parts = []
+        if "add_p99_ms" in figures:
+            parts.append(f"add p99 {figures['add_p99_ms']:.3f}")
+        if "journal_sync_p99_ms" in figures:
+            parts.append(
+                f"journal fdatasync p99 {figures['journal_sync_p99_ms']:.3f}, mean "
+                f"{figures['journal_sync_mean_ms']:.3f} "
+                f"({figures['journal_syncs_per_s']:,.0f}/s a bookie)"
+            )
+        return f"bookies' own metrics (ms, {figures['bookies_measured']:.0f} bookies): " + (
+            "  ".join(parts) or "no adds or syncs"
+        )
 
 
 PACE_TICK_S = 0.001  # the shortest wait of an open-loop schedule
@@ -640,13 +754,16 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def cluster_for(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, int]]]:
-    """The metadata URI to measure, and the bookies whose CPU is measured (``--local``)."""
+def cluster_for(
+    args: argparse.Namespace,
+) -> Iterator[tuple[str, dict[str, int], dict[str, str]]]:
+    """The metadata URI to measure, and the bookies whose CPU and metrics are measured
+    (``--local``)."""
     if args.local:
         from bookkeeper_py.testing.local_cluster import LocalCluster
 
         with LocalCluster(args.local) as cluster:
-            yield cluster.metadata_uri, bookie_pids(cluster)
+            yield cluster.metadata_uri, bookie_pids(cluster), bookie_metrics_urls(cluster)
         return
     uri = args.metadata_uri or os.environ.get("BOOKKEEPER_METADATA_URI")
     if not uri:
@@ -654,7 +771,7 @@ def cluster_for(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, int]]
             "no cluster to measure; pass --local N or --metadata-uri URI (or set "
             "BOOKKEEPER_METADATA_URI)"
         )
-    yield uri, {}
+    yield uri, {}, {}
 
 
 def bookie_pids(cluster: Any) -> dict[str, int]:
@@ -666,11 +783,24 @@ def bookie_pids(cluster: Any) -> dict[str, int]:
     }
 
 
+def bookie_metrics_urls(cluster: Any) -> dict[str, str]:
+    """Bookie id -> the base URL of the HTTP server of a ``LocalCluster``'s running bookies."""
+    return {
+        bookie.bookie_id: f"http://127.0.0.1:{bookie.http_port}"
+        for bookie in cluster.bookies
+        if bookie.process is not None and bookie.running
+    }
+
+
 async def measure(
-    uri: str, args: argparse.Namespace, processes: Mapping[str, int] | None = None
+    uri: str,
+    args: argparse.Namespace,
+    processes: Mapping[str, int] | None = None,
+    metrics_urls: Mapping[str, str] | None = None,
 ) -> Report:
     """One measurement against the cluster at ``uri`` (``args`` from ``build_arguments``); the
-    CPU of ``processes`` (name -> PID: bookies) is measured with the client's."""
+    CPU of ``processes`` (name -> PID: bookies) is measured with the client's, and the latency
+    metrics of the bookies at ``metrics_urls`` (name -> HTTP base URL) over the same window."""
     client = await aio.BookKeeper.connect(
         uri,
         use_v3=args.use_v3,
@@ -685,13 +815,17 @@ async def measure(
     gc.freeze()
     interrupt = Interrupt()
     interrupt.install()
-    meter = CpuMeter(processes)
+    meter = CpuMeter(processes, BookieScrapes(metrics_urls) if metrics_urls else None)
     try:
         if args.workload == "writes":
-            return await run_writes(client, args, interrupt, meter)
-        if args.tail:
-            return await run_tail(client, uri, args, interrupt, meter)
-        return await run_catchup_reads(client, args, interrupt, meter)
+            report = await run_writes(client, args, interrupt, meter)
+        elif args.tail:
+            report = await run_tail(client, uri, args, interrupt, meter)
+        else:
+            report = await run_catchup_reads(client, args, interrupt, meter)
+        if meter.scrapes is not None:
+            report.bookies = await meter.scrapes.figures()
+        return report
     finally:
         interrupt.uninstall()
         gc.unfreeze()
@@ -711,8 +845,8 @@ def run(args: argparse.Namespace) -> Report:
             f"--local {args.local} bookies cannot hold an ensemble of {args.ensemble}; start "
             "more bookies or make the ensemble smaller"
         )
-    with cluster_for(args) as (uri, processes):
-        report = event_loop.run(measure(uri, args, processes))
+    with cluster_for(args) as (uri, processes, metrics_urls):
+        report = event_loop.run(measure(uri, args, processes, metrics_urls))
     if args.json:
         print(json.dumps(report.as_dict()))
     else:

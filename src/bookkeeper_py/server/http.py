@@ -32,8 +32,9 @@ def _metrics_handler(
     metrics: PrometheusMetrics,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def prometheus(request: web.Request) -> web.Response:
+        names = request.query.getall("name[]", ())  # only these families (prometheus_client's)
         return web.Response(
-            body=metrics.render(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
+            body=metrics.render(names), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
         )
 
     return prometheus
