@@ -132,7 +132,11 @@ static int plain_tuple_type(PyObject *type) {
     return 0;
 }
 
-/* entry_type((ledger, entry_id, payload)), made without calling the type. */
+/* entry_type((ledger, entry_id, payload)), made without calling the type, and out of the
+ * cyclic garbage collector's sight: two ints and a bytes object cannot be part of a cycle, and
+ * the collector, which stops watching plain tuples like these once it has seen their items,
+ * never does so for a tuple type's instances. Watched, a catch-up reader's entries were walked
+ * by every collection they lived through. */
 static PyObject *new_entry(PyTypeObject *entry_type, PyObject *ledger, PyObject *entry_id,
                            PyObject *payload) {
     PyObject *entry = entry_type->tp_alloc(entry_type, 3);
@@ -143,6 +147,8 @@ static PyObject *new_entry(PyTypeObject *entry_type, PyObject *ledger, PyObject 
     PyTuple_SET_ITEM(entry, 0, ledger);
     PyTuple_SET_ITEM(entry, 1, entry_id);
     PyTuple_SET_ITEM(entry, 2, payload);
+    if (PyLong_CheckExact(ledger) && PyLong_CheckExact(entry_id) && PyBytes_CheckExact(payload))
+        PyObject_GC_UnTrack(entry);
     return entry;
 }
 

@@ -580,8 +580,9 @@ async def run_catchup_reads(
         if interrupt.requested:
             break
         handle = await client.create_ledger(*quorum, digest_type=digest, password=b"bench")
-        futures = [handle.add_entry_async(payload) for _ in range(per_ledger)]
-        await asyncio.gather(*futures)
+        # (no list of the adds' futures left behind: kept through the reads, its hundreds of
+        # thousands of objects were walked by each full pass of the garbage collector)
+        await asyncio.gather(*(handle.add_entry_async(payload) for _ in range(per_ledger)))
         await handle.close()
         ledgers.append(handle.ledger_id)
     if not args.quiet:
