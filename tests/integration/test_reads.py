@@ -14,6 +14,7 @@ import crc32c
 import pytest
 
 from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerHandle, LedgerState, aio
+from bookkeeper_py import loop as event_loop
 from bookkeeper_py.client import ledger as ledger_module
 from bookkeeper_py.core.reader import BATCH_REGION_ENTRIES, READ_WINDOW
 from bookkeeper_py.storage.entry_log import EntryLogger
@@ -230,6 +231,58 @@ def test_a_range_read_leaves_nothing_for_the_garbage_collector(
             assert [e.data for e in entries] == [payload(i, 64) for i in range(count)]
             if not use_v3 and ledger_module._stripe_answers is not None:
                 assert not any(gc.is_tracked(entry) for entry in entries)
+
+
+def test_a_tailing_reader_s_long_polls_leave_nothing_for_the_garbage_collector() -> None:
+    """Each long poll's state (its closures and speculative timer once, the connection's
+    request and its callback) is freed by reference counting as the poll ends: a tailing
+    reader polls hundreds of times a second, and what waited for the cyclic collector made
+    its passes longer."""
+
+    async def follow_and_collect(uri: str) -> list[str]:
+        writer = await aio.BookKeeper.connect(uri)
+        reader = await aio.BookKeeper.connect(uri, use_v3=True)
+        try:
+            handle = await writer.create_ledger(3, 2, 2, password=b"gc")
+            await asyncio.gather(*(handle.add_entry_async(payload(i, 64)) for i in range(50)))
+            tail = await reader.open_ledger_no_recovery(handle.ledger_id, b"gc")
+            seen: list[int] = []
+
+            async def follow() -> None:  # to the end of the ledger, once it is closed
+                async for entry in tail.follow(0, timeout_ms=300):
+                    seen.append(entry.entry_id)
+
+            following = asyncio.ensure_future(follow())
+            await asyncio.sleep(0.3)
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for start in range(50, 550, 50):  # the reader waits on long polls between
+                    await asyncio.gather(
+                        *(handle.add_entry_async(payload(i, 64)) for i in range(start, start + 50))
+                    )
+                    await asyncio.sleep(0.02)
+                await handle.close()
+                await asyncio.wait_for(following, 60)
+                gc.collect()
+                ours = [
+                    type(thing).__qualname__
+                    for thing in gc.garbage
+                    if isinstance(thing, LedgerEntry)
+                    or type(thing).__module__.startswith("bookkeeper_py")
+                    or getattr(thing, "__module__", "").startswith("bookkeeper_py")
+                ]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+            assert seen == list(range(550))
+            return ours
+        finally:
+            await reader.close()
+            await writer.close()
+
+    with LocalCluster(3) as cluster:
+        assert event_loop.run(follow_and_collect(cluster.metadata_uri)) == []
 
 
 def flip_payload_bytes(ledger_directory: str, ledger_id: int) -> int:

@@ -753,7 +753,9 @@ class BookieConnection(asyncio.Protocol):
         sent: list[_Pending] = []
 
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
-            callback(status, body, sent[0].max_lac if sent and status is not None else -1)
+            # (taken out of ``sent``: the pending request refers back to this function)
+            taken = sent.pop() if sent else None
+            callback(status, body, taken.max_lac if taken and status is not None else -1)
 
         pending = self._send_v3(request, answered, extra_wait_s=timeout_ms / 1000)
         if pending is not None:

@@ -373,71 +373,11 @@ class ReadHandle:
             timeout_ms,
             parallel=parallel,
         )
-        finished: asyncio.Future[LedgerEntry | None] = asyncio.get_running_loop().create_future()
-        told: list[int] = []  # the LACs bookies answered with (EOK)
-
-        def answer(
-            request: LongPoll, status: StatusCode | None, body: bytes | errors.BKError, lac: int
-        ) -> None:
-            if finished.done():
-                return
-            entry: Entry | None = None
-            problem = "" if status is not None else str(body)
-            if status == StatusCode.EOK and isinstance(body, bytes) and body:
-                try:
-                    entry = self._digest.verify(body, entry_id)
-                except errors.DigestMismatchError as error:
-                    self._digest_mismatch()
-                    status, problem = None, str(error)
-            elif status not in (StatusCode.EOK, None):
-                problem = describe(status, body)
-            if status == StatusCode.EOK:
-                told.append(lac)
-            try:
-                more = poll.on_answer(request.bookie_index, status, lac, entry is not None, problem)
-            except errors.BKError as error:
-                finished.set_exception(error)
-                return
-            if poll.result is not None:
-                # What the bookies said, not the poll's previous LAC (more than the handle knew
-                # when the caller polls past LAC + 1); nothing when none knew the ledger.
-                if told:
-                    self._learned_lac(max(told))
-                found = entry if poll.result.entry_from is not None else None
-                finished.set_result(
-                    None if found is None else LedgerEntry(self.ledger_id, entry_id, found.payload)
-                )
-                return
-            send(more)
-
-        def send(requests: list[LongPoll]) -> None:
-            for request in requests:
-                self._long_poll(request, partial(answer, request))
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        config = self._client.config
-        delay_s = config.speculative_read_lac_timeout_ms / 1000
-        timer: list[asyncio.TimerHandle] = []
-
-        def speculate() -> None:
-            nonlocal delay_s
-            if finished.done():
-                return
-            more = poll.speculate(max(1, round((deadline - loop.time()) * 1000)))
-            if more:
-                send(more)
-                delay_s = min(2 * delay_s, config.max_speculative_read_lac_timeout_ms / 1000)
-                timer[:] = [loop.call_later(delay_s, speculate)]
-
-        send(poll.start())
-        if delay_s > 0:
-            timer.append(loop.call_later(delay_s, speculate))
+        run = _LongPollRun(self, poll, entry_id, timeout_ms)
         try:
-            found = await finished
+            found = await run.finished
         finally:
-            for handle in timer:
-                handle.cancel()
+            run.end()
         return found, poll.result is not None and poll.result.unknown
 
     def _long_poll(
@@ -924,6 +864,89 @@ class _RangeReadSink(ReadSink):
 
     def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
         self._range_read._failures(self, entry_ids, error)
+
+
+class _LongPollRun:
+    """Executes one ``core.reader.LastConfirmedAndEntryRead``: sends its long polls, verifies
+    and reports what comes back, and sets the timer of its speculative polls. ``end`` unlinks
+    the timer (its callback refers back here), so that the run goes as soon as its caller is
+    done with it rather than at the cyclic collector's next pass: a tailing reader long-polls
+    hundreds of times a second. A late answer finds ``finished`` done and stops there."""
+
+    def __init__(
+        self, handle: ReadHandle, poll: LastConfirmedAndEntryRead, entry_id: int, timeout_ms: int
+    ) -> None:
+        self.handle, self.poll, self.entry_id = handle, poll, entry_id
+        self.loop = loop = asyncio.get_running_loop()
+        self.finished: asyncio.Future[LedgerEntry | None] = loop.create_future()
+        self.told: list[int] = []  # the LACs bookies answered with (EOK)
+        self.deadline = loop.time() + timeout_ms / 1000
+        config = handle._client.config
+        self.delay_s = config.speculative_read_lac_timeout_ms / 1000
+        self.max_delay_s = config.max_speculative_read_lac_timeout_ms / 1000
+        self.timer: asyncio.TimerHandle | None = None
+        self.send(poll.start())
+        if self.delay_s > 0 and not self.finished.done():
+            self.timer = loop.call_later(self.delay_s, self.speculate)
+
+    def send(self, requests: list[LongPoll]) -> None:
+        for request in requests:
+            self.handle._long_poll(request, partial(self.answer, request))
+
+    def answer(
+        self, request: LongPoll, status: StatusCode | None, body: bytes | errors.BKError, lac: int
+    ) -> None:
+        finished = self.finished
+        if finished.done():
+            return
+        handle, poll = self.handle, self.poll
+        entry: Entry | None = None
+        problem = "" if status is not None else str(body)
+        if status == StatusCode.EOK and isinstance(body, bytes) and body:
+            try:
+                entry = handle._digest.verify(body, self.entry_id)
+            except errors.DigestMismatchError as error:
+                handle._digest_mismatch()
+                status, problem = None, str(error)
+        elif status not in (StatusCode.EOK, None):
+            problem = describe(status, body)
+        if status == StatusCode.EOK:
+            self.told.append(lac)
+        try:
+            more = poll.on_answer(request.bookie_index, status, lac, entry is not None, problem)
+        except errors.BKError as error:
+            finished.set_exception(error)
+            return
+        if poll.result is not None:
+            # What the bookies said, not the poll's previous LAC (more than the handle knew
+            # when the caller polls past LAC + 1); nothing when none knew the ledger.
+            if self.told:
+                handle._learned_lac(max(self.told))
+            found = entry if poll.result.entry_from is not None else None
+            finished.set_result(
+                None
+                if found is None
+                else LedgerEntry(handle.ledger_id, self.entry_id, found.payload)
+            )
+            return
+        self.send(more)
+
+    def speculate(self) -> None:
+        self.timer = None
+        if self.finished.done():
+            return
+        more = self.poll.speculate(max(1, round((self.deadline - self.loop.time()) * 1000)))
+        if more:
+            self.send(more)
+            self.delay_s = min(2 * self.delay_s, self.max_delay_s)
+            self.timer = self.loop.call_later(self.delay_s, self.speculate)
+
+    def end(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if not self.finished.done():
+            self.finished.cancel()
 
 
 _GONE = ReadAttempt(-1, "", -1)  # an answer to a read no longer pending here
