@@ -5,10 +5,12 @@ speculative reads and learn to ask it last; the long poll itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import struct
 import threading
+from collections.abc import Iterator
 
 import crc32c
 import pytest
@@ -197,6 +199,28 @@ def test_batch_reads_take_entries_that_fail_their_digest_on_one_replica_from_the
             assert [e.entry_id for e in entries] == list(range(count))
 
 
+@contextlib.contextmanager
+def cyclic_garbage() -> Iterator[list[str]]:
+    """The types of this project's objects (and entries) that what runs in the block left in
+    reference cycles, for the cyclic garbage collector to free: filled as the block ends."""
+    found: list[str] = []
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield found
+        gc.collect()
+        found += [
+            type(thing).__qualname__
+            for thing in gc.garbage
+            if isinstance(thing, LedgerEntry)
+            or type(thing).__module__.startswith("bookkeeper_py")
+            or str(getattr(thing, "__module__", "")).startswith("bookkeeper_py")  # functions
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
 @pytest.mark.parametrize(
     ("quorum", "use_v3"), [((3, 2, 2), False), ((3, 3, 2), False), ((3, 2, 2), True)]
 )
@@ -213,20 +237,8 @@ def test_a_range_read_leaves_nothing_for_the_garbage_collector(
         with BookKeeper(cluster.metadata_uri, use_v3=use_v3) as reader_client:
             reader = reader_client.open_ledger(writer.ledger_id, b"gc")
             reader.read_entries(0, count - 1)  # connections made, caches filled
-            gc.collect()
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            try:
+            with cyclic_garbage() as ours:
                 entries = reader.read_entries(0, count - 1)
-                gc.collect()
-                ours = [
-                    type(thing).__qualname__
-                    for thing in gc.garbage
-                    if isinstance(thing, LedgerEntry)
-                    or type(thing).__module__.startswith("bookkeeper_py")
-                ]
-            finally:
-                gc.set_debug(0)
-                gc.garbage.clear()
             assert ours == []
             assert [e.data for e in entries] == [payload(i, 64) for i in range(count)]
             if not use_v3 and ledger_module._stripe_answers is not None:
@@ -254,9 +266,7 @@ def test_a_tailing_reader_s_long_polls_leave_nothing_for_the_garbage_collector()
 
             following = asyncio.ensure_future(follow())
             await asyncio.sleep(0.3)
-            gc.collect()
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            try:
+            with cyclic_garbage() as ours:
                 for start in range(50, 550, 50):  # the reader waits on long polls between
                     await asyncio.gather(
                         *(handle.add_entry_async(payload(i, 64)) for i in range(start, start + 50))
@@ -264,17 +274,6 @@ def test_a_tailing_reader_s_long_polls_leave_nothing_for_the_garbage_collector()
                     await asyncio.sleep(0.02)
                 await handle.close()
                 await asyncio.wait_for(following, 60)
-                gc.collect()
-                ours = [
-                    type(thing).__qualname__
-                    for thing in gc.garbage
-                    if isinstance(thing, LedgerEntry)
-                    or type(thing).__module__.startswith("bookkeeper_py")
-                    or getattr(thing, "__module__", "").startswith("bookkeeper_py")
-                ]
-            finally:
-                gc.set_debug(0)
-                gc.garbage.clear()
             assert seen == list(range(550))
             return ours
         finally:
