@@ -32,7 +32,7 @@ def _metrics_handler(
     metrics: PrometheusMetrics,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def prometheus(request: web.Request) -> web.Response:
-        names = request.query.getall("name[]", ())  # only these families (prometheus_client's)
+        names = request.query.getall("name[]", ())  # only the families of these names
         return web.Response(
             body=metrics.render(names), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
         )
