@@ -17,6 +17,7 @@ import bisect
 import math
 import time
 from collections.abc import Callable, Collection, Iterator
+from typing import cast
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -326,9 +327,7 @@ class PrometheusMetrics:
         wants a few series is not made to wait for, nor the bookie to write, all of them)."""
         wanted = set(names)
         if self.style == "histograms":
-            if not wanted:
-                return generate_latest(self.registry)
-            return generate_latest(_Only(self.registry, wanted))
+            return generate_latest(_Only.of(self.registry, wanted))
         now = time.monotonic()
         families = [
             family for family in self._families.values() if not wanted or family.name in wanted
@@ -344,9 +343,7 @@ class PrometheusMetrics:
             for family in families:
                 if family.kind == kind:
                     lines += family.bookkeeper_lines()
-        process = generate_latest(
-            _Only(self._process_only, wanted) if wanted else self._process_only
-        ).decode()
+        process = generate_latest(_Only.of(self._process_only, wanted)).decode()
         return ("\n".join(lines) + "\n").encode() + process.encode()
 
 
@@ -355,6 +352,11 @@ class _Only:
 
     def __init__(self, registry: CollectorRegistry, names: set[str]) -> None:
         self._registry, self._names = registry, names
+
+    @staticmethod
+    def of(registry: CollectorRegistry, names: set[str]) -> CollectorRegistry:
+        """``registry`` itself when no names are asked for, else its named families alone."""
+        return cast(CollectorRegistry, _Only(registry, names)) if names else registry
 
     def collect(self) -> Iterator[Metric]:
         for metric in self._registry.collect():

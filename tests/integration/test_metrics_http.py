@@ -87,7 +87,7 @@ def test_metrics_move_with_adds_and_reads(cluster: LocalCluster) -> None:
 
 
 def test_metrics_of_named_families_alone(cluster: LocalCluster) -> None:
-    """``/metrics?name[]=F&name[]=G`` (prometheus_client's filter): those families alone."""
+    """``/metrics?name[]=F&name[]=G``: the metric families named F and G alone."""
     query = "name%5B%5D=bookie_journal_JOURNAL_SYNC&name%5B%5D=bookie_SERVER_STATUS"
     text = get(cluster, "/metrics?" + query).decode()
     names = {family.name for family in text_string_to_metric_families(text)}
