@@ -7,7 +7,9 @@ import pytest
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.reader import (
+    BATCH_ENTRIES,
     BATCH_REGION_ENTRIES,
+    BATCHES_IN_FLIGHT,
     STRIPE_ENTRIES,
     STRIPE_WINDOW,
     EntryRead,
@@ -57,6 +59,30 @@ def test_pending_reads_count_only_with_a_threshold() -> None:
     busy.answered("b1")
     assert busy.pending("b1") == 1
     assert busy.order(REPLICAS, 0) == REPLICAS
+
+
+def test_a_slow_mark_lasts_until_the_bookie_answers_and_the_longest_silent_goes_last() -> None:
+    """A replica given up on as slow goes after the unmarked ones; of two marked, the one
+    silent for longer goes last (a frozen bookie, against one only busy). Any answer takes
+    the mark back, an error of the connection does not, and marks expire like failures."""
+    health = ReplicaHealth(failure_expiry_ms=1000)
+    health.slow("b0", now_ms=100)  # frozen: never answers again
+    assert health.order(REPLICAS, 150) == [(1, "b1"), (2, "b2"), (0, "b0")]
+    for now in (200, 210, 220):  # a busy healthy one, given up on three times meanwhile
+        health.slow("b1", now_ms=now)
+    assert health.slow_since("b1", 220) == 200  # marked again, it keeps its first time
+    assert health.order(REPLICAS, 230) == [(2, "b2"), (1, "b1"), (0, "b0")]
+    health.slow("b2", now_ms=240)
+    assert health.order(REPLICAS, 250) == [(2, "b2"), (1, "b1"), (0, "b0")]
+    health.answered("b1", heard=False)  # its connection failed: still not heard from
+    assert health.slow_since("b1", 260) == 200
+    health.answered("b1")  # its late answer came
+    health.heard("b2")
+    assert health.order(REPLICAS, 270) == [(1, "b1"), (2, "b2"), (0, "b0")]
+    health.failed("b1", now_ms=280)  # a failure still weighs more than a slow mark
+    assert health.order(REPLICAS, 290) == [(2, "b2"), (0, "b0"), (1, "b1")]
+    assert health.slow_since("b0", 1100) is None  # expired
+    assert health.healthy("b0", 1100) and not health.healthy("b1", 1100)
 
 
 def read(speculative_ms: int = 0, max_ms: int = 0, negatives_needed: int = 2) -> EntryRead:
@@ -353,9 +379,55 @@ def test_a_slow_batch_is_given_up_at_its_deadline() -> None:
     assert read.next_deadline() == 20
     sends = attempts(read.tick(20))
     assert [s.entry_id for s in sends] == list(range(10)) and read.speculative_reads == 1
-    assert health.recent_failures(batch.bookie, 20) == 1  # the slow one is avoided next
+    assert health.slow_since(batch.bookie, 20) == 20  # the slow one is avoided next
+    assert health.recent_failures(batch.bookie, 20) == 0  # slow is no failure
     assert read.on_batch_answer(0, StatusCode.EOK, served=10, now=25) == []  # too late: ignored
     assert not read.done
+    assert health.slow_since(batch.bookie, 25) is None  # but it answered: not frozen
+
+
+def test_a_frozen_replica_stays_behind_busy_ones_that_answer_late() -> None:
+    """The flaky frozen-replica test's sequence, in steps of 10 ms: b0 freezes, its batches
+    are given up and their entries read one by one from b1 and b2, which are busy: their
+    batches come back in time but their entry reads 30 ms after they went, past the
+    speculative timeout. Slowness used to count as failures: b1 and b2 gathered more than
+    frozen b0, which then took batches again (12 instead of its first 4) and led entry reads,
+    one speculative read per entry. Now their late answers take their marks back; b0 never
+    answers and stays behind."""
+    health = ReplicaHealth()
+    read = plan(0, 6 * BATCH_REGION_ENTRIES - 1, batched=True, speculative_ms=20, health=health)
+    now = 0
+    sends = read.start(now)
+    batches_out: list[SendBatch] = []
+    entries_out: list[tuple[int, ReadAttempt]] = []  # (when answered, the read)
+    frozen_batches = 0
+    for _step in range(1000):
+        for send in sends:
+            if isinstance(send, SendBatch):
+                if send.bookie == "b0":
+                    frozen_batches += 1
+                else:
+                    batches_out.append(send)
+            elif isinstance(send, ReadAttempt) and send.bookie != "b0":
+                entries_out.append((now + 30, send))
+        now += 10
+        sends = []
+        answering, batches_out = batches_out, []
+        for batch in answering:
+            served = batch.end - batch.start + 1
+            sends += read.on_batch_answer(batch.start, StatusCode.EOK, served, now)
+        for attempt in [a for w, a in entries_out if w <= now]:
+            sends += read.on_entry_answer(attempt, StatusCode.EOK, "", now)
+        entries_out = [(w, a) for w, a in entries_out if w > now]
+        if read.done:
+            break
+        sends += read.tick(now)
+    assert read.done
+    assert frozen_batches == BATCHES_IN_FLIGHT  # its first ones only
+    # the give-ups of those, and one speculative read per entry of theirs
+    assert read.speculative_reads == BATCHES_IN_FLIGHT * (1 + BATCH_ENTRIES)
+    assert health.slow_since("b0", now) is not None
+    assert health.healthy("b1", now) and health.healthy("b2", now)
 
 
 def test_a_striped_range_reads_each_entry_from_its_first_replica_in_a_bounded_window() -> None:
@@ -417,8 +489,9 @@ def test_a_slow_stripe_is_given_up_at_its_deadline_and_its_late_answers_ignored(
     # the slow ones' entries from the replica that is neither (b1 for 5, failed less lately)
     assert sorted((s.entry_id, s.bookie) for s in sends) == [(0, "b1"), (3, "b1"), (5, "b1")]
     assert read.speculative_reads == 2
-    assert health.recent_failures("b0", 20) == 1 and health.recent_failures("b2", 20) == 1
+    assert health.slow_since("b0", 20) == 20 and health.slow_since("b2", 20) == 20
     assert read.on_stripe_answers("b0", by_bookie["b0"].entry_ids, [], now=25) == []
+    assert health.slow_since("b0", 25) is None and health.slow_since("b2", 25) == 20
     assert not read.done
     for attempt in sends:
         read.on_entry_answer(attempt, StatusCode.EOK, "", now=26)

@@ -49,6 +49,7 @@ from bookkeeper_py.core.reader import (
     SendStripe,
     Tail,
     TailEnded,
+    answered_at_all,
 )
 from bookkeeper_py.core.writer import (
     ChangeEnsemble,
@@ -706,6 +707,8 @@ class _RangeRead:
         self, batch: SendBatch, status: StatusCode | None, body: bytes | errors.BKError
     ) -> None:
         if self.finished.done():
+            if status is not None:  # a late answer: its bookie is not frozen
+                self.client.replica_health.heard(batch.bookie)
             return
         served = 0
         if status == StatusCode.EOK and isinstance(body, bytes):
@@ -805,7 +808,8 @@ class _RangeRead:
         sends: list[ReadSend] = []
         if delivered or failed:
             if self.finished.done():
-                self.client.replica_health.answered(bookie, len(delivered) + len(failed))
+                heard = answered_at_all(delivered, failed)
+                self.client.replica_health.answered(bookie, len(delivered) + len(failed), heard)
             else:
                 now = self.client.now_ms()
                 sends = self.plan.on_stripe_answers(bookie, delivered, failed, now)
@@ -823,7 +827,7 @@ class _RangeRead:
     ) -> list[ReadSend]:
         """Verifies and keeps an answered entry; what the plan sends next."""
         if self.finished.done():
-            self.client.replica_health.answered(attempt.bookie)
+            self.client.replica_health.answered(attempt.bookie, heard=status is not None)
             return []
         problem = ""
         if status == StatusCode.EOK:

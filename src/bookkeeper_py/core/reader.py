@@ -1,12 +1,18 @@
 """Reading entries as sans-IO state machines (reference sections 1.1 and 1.5).
 
-* ``ReplicaHealth`` remembers, per bookie, recent read failures and replicas given up on as
-  slow by a speculative read (forgotten after
-  ``failure_expiry_ms``, BookKeeper's bookieFailureHistoryExpirationMSec) and the reads pending on
-  it; ``order`` puts the replicas of a write set healthy first (BookKeeper's
-  reorderReadSequence): no recent failure before some, fewer failures before more, and with a
-  ``pending_threshold`` above 0 a replica with that many more reads pending than the least busy
-  one after the others (readReorderThresholdPendingRequests; 0 leaves pending counts out).
+* ``ReplicaHealth`` remembers, per bookie, recent read failures (forgotten after
+  ``failure_expiry_ms``, BookKeeper's bookieFailureHistoryExpirationMSec), whether it was given
+  up on as slow by a speculative read and has not answered anything since, and the reads
+  pending on it; ``order`` puts the replicas of a write set healthy first (BookKeeper's
+  reorderReadSequence): no recent failure before some, fewer failures before more, a replica
+  not marked slow before one that is (and of two marked slow, the one that answered more
+  lately first), and with a ``pending_threshold`` above 0 a replica with that many more reads
+  pending than the least busy one after the others (readReorderThresholdPendingRequests; 0
+  leaves pending counts out). A slow mark is not a failure: any answer from the bookie takes it
+  back, so a replica that is only slow (a busy machine) soon leads again, and only one that
+  does not answer at all (frozen, partitioned) stays behind the others until the mark expires.
+  Counting slowness as failures made busy healthy replicas look worse than a frozen one, whose
+  single mark then put it first again: one speculative read per entry.
 * ``EntryRead`` reads one entry from one replica at a time: the next replica on an error or
   timeout, and a *speculative* read to the next replica when the current one has not answered
   within ``speculative_ms`` (doubling up to ``max_speculative_ms``, as BookKeeper's
@@ -47,8 +53,15 @@ def _name(replicas: Sequence[tuple[int, str]], bookie_index: int) -> str:
     return next((b for i, b in replicas if i == bookie_index), f"#{bookie_index}")
 
 
+def answered_at_all(delivered: list[int], failed: list[tuple[int, StatusCode | None]]) -> bool:
+    """Whether a bookie's answers to stripe reads hold one of its own (not only failures of the
+    connection or of a digest, status None): whether it was heard from."""
+    return bool(delivered) or any(status is not None for _, status in failed)
+
+
 class ReplicaHealth:
-    """Recent failures and pending reads per bookie; orders the replicas of a write set."""
+    """Recent failures, slow marks and pending reads per bookie; orders the replicas of a write
+    set."""
 
     def __init__(self, failure_expiry_ms: int = 60_000, pending_threshold: int = 0) -> None:
         self.failure_expiry_ms = failure_expiry_ms
@@ -56,6 +69,8 @@ class ReplicaHealth:
         # Failure times per bookie, oldest first (``now_ms`` never goes back): expired ones
         # leave from the left, so counting the recent ones costs nothing per read.
         self._failures: dict[str, deque[int]] = {}
+        # Bookies given up on as slow, and since when they have not answered anything.
+        self._slow_since: dict[str, int] = {}
         self._pending: dict[str, int] = {}
         self.reordered = 0  # reads whose replica order differed from the write set's
 
@@ -75,32 +90,70 @@ class ReplicaHealth:
             del self._failures[bookie]
         return len(times)
 
+    def slow(self, bookie: str, now_ms: int) -> None:
+        """A read to ``bookie`` was given up on as slow: it goes after the others until it
+        answers anything (``heard``) or the mark expires. Marked again, it keeps its first
+        time: it is as long as that that it has not answered."""
+        self._slow_since.setdefault(bookie, now_ms)
+
+    def slow_since(self, bookie: str, now_ms: int) -> int | None:
+        """Since when ``bookie``, given up on as slow, has not answered; None if it is not."""
+        since = self._slow_since.get(bookie)
+        if since is not None and now_ms - since >= self.failure_expiry_ms:
+            del self._slow_since[bookie]
+            return None
+        return since
+
+    def heard(self, bookie: str) -> None:
+        """``bookie`` answered (whatever the answer): it is not frozen, whatever its speed."""
+        if self._slow_since:
+            self._slow_since.pop(bookie, None)
+
+    def healthy(self, bookie: str, now_ms: int) -> bool:
+        """No recent failure and no slow mark."""
+        return self.recent_failures(bookie, now_ms) == 0 and self.slow_since(bookie, now_ms) is None
+
     def sent(self, bookie: str, count: int = 1) -> None:
         self._pending[bookie] = self._pending.get(bookie, 0) + count
 
-    def answered(self, bookie: str, count: int = 1) -> None:
+    def answered(self, bookie: str, count: int = 1, heard: bool = True) -> None:
+        """``count`` reads pending on ``bookie`` ended; ``heard`` unless none of them was an
+        answer of the bookie's (a connection's failure, a timeout)."""
         left = self._pending.get(bookie, 0) - count
         if left > 0:
             self._pending[bookie] = left
         else:
             self._pending.pop(bookie, None)
+        if heard and self._slow_since:
+            self._slow_since.pop(bookie, None)
 
     def pending(self, bookie: str) -> int:
         return self._pending.get(bookie, 0)
 
     def order(self, replicas: Sequence[tuple[int, str]], now_ms: int) -> list[tuple[int, str]]:
         """``replicas`` (index, bookie) in the order to try them; stable for equally healthy ones."""
-        if not self._failures and (self.pending_threshold <= 0 or not self._pending):
+        if (
+            not self._failures
+            and not self._slow_since
+            and (self.pending_threshold <= 0 or not self._pending)
+        ):
             return list(replicas)  # the common case: nothing known against any of them
         least = min(self.pending(bookie) for _, bookie in replicas)
 
-        def key(position: int) -> tuple[int, int, int]:
+        def key(position: int) -> tuple[int, int, int, int, int]:
             bookie = replicas[position][1]
-            slow = (
+            busy = (
                 self.pending_threshold > 0
                 and self.pending(bookie) - least >= self.pending_threshold
             )
-            return (self.recent_failures(bookie, now_ms), int(slow), position)
+            since = self.slow_since(bookie, now_ms)
+            return (
+                self.recent_failures(bookie, now_ms),
+                since is not None,
+                0 if since is None else -since,  # silent for longer: later
+                int(busy),
+                position,
+            )
 
         positions = sorted(range(len(replicas)), key=key)
         if positions != list(range(len(replicas))):
@@ -526,6 +579,7 @@ class RangeRead:
         self.left = last - first + 1
         self.reads: dict[int, EntryRead] = {}
         self._open_batches: dict[int, tuple[int, int, str]] = {}  # start -> (end, due, bookie)
+        self._slow_batches: dict[int, str] = {}  # given up as slow: start -> bookie
         self._stripe_of: dict[int, _Stripe] = {}  # entry -> its stripe, until it is answered
         self._stripes: deque[_Stripe] = deque()  # in the order sent (so, of their deadlines)
         self._striped_in_flight = 0
@@ -562,8 +616,8 @@ class RangeRead:
         # Every bookie of the fragment holds all of it: one per region of the ledger, in turn by
         # ensemble index, those that failed or were slow lately left out while others remain.
         replicas = sorted(self._replicas(start))
-        healthy = [r for r in replicas if self._health.recent_failures(r[1], now) == 0]
-        candidates = healthy or replicas
+        healthy = [r for r in replicas if self._health.healthy(r[1], now)]
+        candidates = healthy or self._health.order(replicas, now)[:1]
         region = start // BATCH_REGION_ENTRIES + self.ledger_id
         _, bookie = candidates[region % len(candidates)]
         self._open_batches[start] = (end, self._due(now), bookie)
@@ -575,9 +629,18 @@ class RangeRead:
         """The answer to the batch from ``start``: its ``status`` (None: a transport error or a
         bad entry) and how many entries from ``start`` on were good (verified, delivered)."""
         opened = self._open_batches.pop(start, None)
-        if opened is None or self.done:
-            return []  # given up as slow: its entries are being read one by one
+        if opened is None:
+            # Given up as slow: its entries are being read one by one. A late answer still
+            # shows that its bookie is not frozen.
+            bookie = self._slow_batches.pop(start, None)
+            if bookie is not None and status is not None:
+                self._health.heard(bookie)
+            return []
         end, _, bookie = opened
+        if status is not None:
+            self._health.heard(bookie)
+        if self.done:
+            return []
         self.left -= served
         if status is None or (status not in NEGATIVE_ANSWERS and status != StatusCode.EOK):
             self._health.failed(bookie, now)
@@ -646,7 +709,8 @@ class RangeRead:
         by the runtime) and those ``failed`` with a status (None: a transport error or a bad
         digest), which go the careful way. Answers to a stripe given up as slow change nothing
         (its entries are being read one by one)."""
-        self._health.answered(bookie, len(delivered) + len(failed))
+        heard = answered_at_all(delivered, failed)
+        self._health.answered(bookie, len(delivered) + len(failed), heard)
         stripe_of = self._stripe_of
         taken = 0
         for entry_id in delivered:
@@ -673,8 +737,9 @@ class RangeRead:
         return sends + self._more_stripes(now)
 
     def _give_up_stripe(self, stripe: _Stripe, now: int) -> list[ReadSend]:
-        """A slow stripe: its unanswered entries go the careful way; its bookie is avoided."""
-        self._health.failed(stripe.bookie, now)
+        """A slow stripe: its unanswered entries go the careful way; its bookie is avoided
+        until it answers."""
+        self._health.slow(stripe.bookie, now)
         self.speculative_reads += 1
         sends: list[ReadSend] = []
         stripe_of = self._stripe_of
@@ -725,7 +790,7 @@ class RangeRead:
     ) -> list[ReadSend]:
         """An answer to ``attempt``: ``EOK`` once the runtime verified (and kept) the entry, a
         status, or None with ``problem``. Raises the entry's error when no replica has it."""
-        self._health.answered(attempt.bookie)
+        self._health.answered(attempt.bookie, heard=status is not None)
         read = self.reads.get(attempt.entry_id)
         if read is None or self.done:
             return []  # settled already (a slower replica's answer)
@@ -757,14 +822,16 @@ class RangeRead:
 
     def tick(self, now: int) -> list[ReadSend]:
         """Speculative reads for whatever is slow: a slow batch's entries go the careful way
-        (its late answer is ignored, its bookie avoided by the next reads) and the next batch
-        takes its place; so do a slow stripe's unanswered entries, and more stripes fill the
-        window; a slow entry read asks the next replica."""
+        (its late answer delivers nothing) and the next batch takes its place; so do a slow
+        stripe's unanswered entries, and more stripes fill the window; a slow entry read asks
+        the next replica. Each slow replica is marked slow (``ReplicaHealth.slow``): later reads
+        start elsewhere until it answers again."""
         sends: list[ReadSend] = []
         for start, (end, due, bookie) in list(self._open_batches.items()):
             if due <= now:
                 del self._open_batches[start]
-                self._health.failed(bookie, now)
+                self._slow_batches[start] = bookie
+                self._health.slow(bookie, now)
                 self.speculative_reads += 1
                 for entry_id in range(start, end + 1):
                     sends += self._start_entry(entry_id, now)
@@ -780,7 +847,7 @@ class RangeRead:
             attempts = read.tick(now)
             if attempts:
                 if slow is not None:
-                    self._health.failed(slow, now)  # later entries start on another replica
+                    self._health.slow(slow, now)  # later entries start on another replica
                 self.speculative_reads += len(attempts)
                 sends += self._sent(attempts)
         return sends
