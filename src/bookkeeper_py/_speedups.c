@@ -152,25 +152,23 @@ static PyObject *new_entry(PyTypeObject *entry_type, PyObject *ledger, PyObject 
     return entry;
 }
 
-/* v2_register_reads(pending, operation, ledger_id, entry_ids, request, header)
- *     -> (frames, taken)
+/* v2_register_reads(row, ledger_id, entry_ids, request, header) -> (frames, taken)
  * A client connection's batch of plain v2 reads of one ledger (client/connection.py
- * read_batch): ``request`` goes into ``pending`` under (operation, ledger_id, entry_id) for each
- * entry id whose key is free, and ``frames`` holds a framed READ_ENTRY request (header, ledger,
- * entry) for every entry id; the ids whose key was taken already are returned in ``taken``, in
- * order, for the caller to queue behind the pending ones. */
+ * read_batch): ``request`` goes into ``row`` (the connection's pending reads of that ledger,
+ * keyed by entry id) under each entry id not taken yet, and ``frames`` holds a framed
+ * READ_ENTRY request (header, ledger, entry) for every entry id; the ids taken already are
+ * returned in ``taken``, in order, for the caller to queue behind the pending ones. */
 static PyObject *v2_register_reads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyDict_Check(args[0]) || !PyList_Check(args[3])) {
+    if (nargs != 5 || !PyDict_Check(args[0]) || !PyList_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError,
-                        "v2_register_reads(pending: dict, operation, ledger_id, entry_ids: list, "
-                        "request, header)");
+                        "v2_register_reads(row: dict, ledger_id, entry_ids: list, request, "
+                        "header)");
         return NULL;
     }
-    PyObject *pending = args[0], *operation = args[1], *ledger = args[2], *ids = args[3];
-    PyObject *request = args[4];
-    long long ledger_id = PyLong_AsLongLong(ledger);
+    PyObject *row = args[0], *ids = args[2], *request = args[3];
+    long long ledger_id = PyLong_AsLongLong(args[1]);
     if (ledger_id == -1 && PyErr_Occurred()) return NULL;
-    long header = PyLong_AsLong(args[5]);
+    long header = PyLong_AsLong(args[4]);
     if (header == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(ids);
     PyObject *frames = PyBytes_FromStringAndSize(NULL, count * 24);
@@ -183,11 +181,8 @@ static PyObject *v2_register_reads(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *entry = PyList_GET_ITEM(ids, i);
         long long entry_id = PyLong_AsLongLong(entry);
         if (entry_id == -1 && PyErr_Occurred()) goto failed;
-        PyObject *key = PyTuple_Pack(3, operation, ledger, entry);
-        if (key == NULL) goto failed;
-        int present = PyDict_Contains(pending, key);
-        int stored = present == 0 ? PyDict_SetItem(pending, key, request) : 0;
-        Py_DECREF(key);
+        int present = PyDict_Contains(row, entry);
+        int stored = present == 0 ? PyDict_SetItem(row, entry, request) : 0;
         if (present < 0 || stored < 0) goto failed;
         if (present && PyList_Append(taken, entry) < 0) goto failed;
         uint64_t e = __builtin_bswap64((uint64_t)entry_id);
@@ -524,13 +519,14 @@ static int append_grouped(PyObject *groups, PyObject *key, PyObject *item) {
 /* v2_take_answers(frames, pending, add_sink_type, read_sink_type) -> (acks, reads, stop): a
  * client's pass over v2 answers (client/connection.py), for the common run of them: successful
  * add answers (a v2 header with a version, ADD_ENTRY, return code 0) whose request,
- * pending[(1, ledger id, entry id)], is a tuple whose first item is an ``add_sink_type``, and
- * read answers (READ_ENTRY, any return code) whose request, pending[(2, ledger id, entry id)], is
- * one whose first item is a ``read_sink_type``. Each such request is taken out of ``pending``; an
- * ack's entry id goes to acks[sink], a read answer's (entry id, return code, body) to
- * reads[sink] (dicts of lists, in the order answered). Stops at the first frame that is anything
- * else (short, a refusal, another kind of answer, nobody waiting) and says where: the caller's
- * own loop takes it from there. ``pending`` must hold one request per key. */
+ * pending[(1, ledger id)][entry id], is a tuple whose first item is an ``add_sink_type``, and
+ * read answers (READ_ENTRY, any return code) whose request, pending[(2, ledger id)][entry id],
+ * is one whose first item is a ``read_sink_type``. Each such request is taken out of its row
+ * (rows left empty stay: the caller drops them); an ack's entry id goes to acks[sink], a read
+ * answer's (entry id, return code, body) to reads[sink] (dicts of lists, in the order
+ * answered). A run of answers of one ledger looks its row up once. Stops at the first frame
+ * that is anything else (short, a refusal, another kind of answer, nobody waiting) and says
+ * where: the caller's own loop takes it from there. ``pending`` must hold one request per key. */
 static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
         !PyType_Check(args[2]) || !PyType_Check(args[3])) {
@@ -542,8 +538,10 @@ static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize
     PyObject *frames = args[0], *pending = args[1];
     PyTypeObject *add_type = (PyTypeObject *)args[2], *read_type = (PyTypeObject *)args[3];
     PyObject *acks = PyDict_New(), *reads = PyDict_New();
-    PyObject *opcodes[3] = {NULL, PyLong_FromLong(1), PyLong_FromLong(2)};
-    if (acks == NULL || reads == NULL || opcodes[1] == NULL || opcodes[2] == NULL) goto failed;
+    PyObject *row = NULL; /* a strong reference: the row of (row_opcode, row_ledger) */
+    int row_opcode = 0;
+    uint64_t row_ledger = 0;
+    if (acks == NULL || reads == NULL) goto failed;
     Py_ssize_t i, n = PyList_GET_SIZE(frames);
     for (i = 0; i < n; i++) {
         PyObject *frame = PyList_GET_ITEM(frames, i);
@@ -552,30 +550,40 @@ static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize
         int opcode = p[1];
         int32_t rc = (int32_t)load_be32(p + 4);
         if (p[0] == 0 || (opcode != 1 && opcode != 2) || (opcode == 1 && rc != 0)) break;
-        PyObject *ledger = PyLong_FromLongLong((long long)load_be64(p + 8));
-        PyObject *entry = PyLong_FromLongLong((long long)load_be64(p + 16));
-        PyObject *key = (ledger && entry) ? PyTuple_Pack(3, opcodes[opcode], ledger, entry)
-                                          : NULL;
-        Py_XDECREF(ledger);
-        if (key == NULL) {
-            Py_XDECREF(entry);
-            goto failed;
+        uint64_t ledger_id = load_be64(p + 8);
+        if (row == NULL || opcode != row_opcode || ledger_id != row_ledger) {
+            Py_CLEAR(row);
+            PyObject *key = Py_BuildValue("(iL)", opcode, (long long)ledger_id);
+            if (key == NULL) goto failed;
+            row = PyDict_GetItemWithError(pending, key); /* borrowed */
+            Py_DECREF(key);
+            if (row == NULL) {
+                if (PyErr_Occurred()) goto failed;
+                break; /* nobody waits for this ledger */
+            }
+            if (!PyDict_Check(row)) {
+                row = NULL;
+                break;
+            }
+            Py_INCREF(row);
+            row_opcode = opcode;
+            row_ledger = ledger_id;
         }
-        PyObject *request = PyDict_GetItemWithError(pending, key); /* borrowed */
+        PyObject *entry = PyLong_FromLongLong((long long)load_be64(p + 16));
+        if (entry == NULL) goto failed;
+        PyObject *request = PyDict_GetItemWithError(row, entry); /* borrowed */
         PyObject *sink = NULL;
         if (request != NULL && PyTuple_Check(request) && PyTuple_GET_SIZE(request) > 0) {
             sink = PyTuple_GET_ITEM(request, 0);
             if (!PyObject_TypeCheck(sink, opcode == 1 ? add_type : read_type)) sink = NULL;
         }
         if (sink == NULL) {
-            Py_DECREF(key);
             Py_DECREF(entry);
             if (PyErr_Occurred()) goto failed;
             break;
         }
         Py_INCREF(sink); /* the request goes with the key */
-        int done = PyDict_DelItem(pending, key);
-        Py_DECREF(key);
+        int done = PyDict_DelItem(row, entry);
         if (done == 0 && opcode == 1) {
             done = append_grouped(acks, sink, entry);
         } else if (done == 0) {
@@ -588,14 +596,12 @@ static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize
         Py_DECREF(entry);
         if (done < 0) goto failed;
     }
-    Py_DECREF(opcodes[1]);
-    Py_DECREF(opcodes[2]);
+    Py_XDECREF(row);
     return Py_BuildValue("(NNn)", acks, reads, i);
 failed:
+    Py_XDECREF(row);
     Py_XDECREF(acks);
     Py_XDECREF(reads);
-    Py_XDECREF(opcodes[1]);
-    Py_XDECREF(opcodes[2]);
     return NULL;
 }
 

@@ -35,14 +35,20 @@ def stripe_answers(
     /,
 ) -> tuple[list[int], list[tuple[int, int, bytes, Any]]]: ...
 def v2_register_reads(
-    pending: dict[Any, Any],
-    operation: int,
+    row: dict[int, Any],
     ledger_id: int,
     entry_ids: list[int],
     request: object,
     header: int,
     /,
 ) -> tuple[bytes, list[int]]: ...
+def v2_take_answers(
+    frames: list[bytes],
+    pending: dict[tuple[int, int], dict[int, Any]],
+    add_sink_type: type,
+    read_sink_type: type,
+    /,
+) -> tuple[dict[Any, list[int]], dict[Any, list[tuple[int, int, bytes]]], int]: ...
 def pending_ack(
     acked: array[int],
     failed: array[int],

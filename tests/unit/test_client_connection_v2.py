@@ -111,6 +111,7 @@ def test_overdue_requests_fail_and_the_newer_of_a_key_stay() -> None:
         clock.time += 2 * TIMEOUT_S
         conn._check_timeouts()
         assert len(answers) == 4  # nothing left to expire
+        assert conn._v2_pending == {}  # the check dropped the rows left empty
         conn.close()
 
     asyncio.run(main())
@@ -160,6 +161,31 @@ def test_a_batch_of_adds_goes_out_in_one_write_and_its_acks_come_in_one_call() -
         conn.add_batch(7, [3, 4], entries[:2], sink)
         answer(conn, (ADD, StatusCode.EOK, 7, 3, b""), (ADD, StatusCode.EFENCED, 7, 4, b""))
         assert sink.calls[2:] == [("acked", [3]), ("refused", (4, StatusCode.EFENCED))]
+        conn.close()
+
+    asyncio.run(main())
+
+
+def test_a_batch_whose_keys_are_taken_queues_them_behind_the_pending_ones() -> None:
+    """A batch registers in one pass unless one of its keys is pending already or comes twice
+    in it; then those wait behind the first of their key, and the answers of one key go to
+    their requests in the order sent."""
+
+    async def main() -> None:
+        conn, _, _ = connection()
+        first, second = RecordingSink(), RecordingSink()
+        conn.add_batch(7, [1], [b"a"], first)
+        conn.add_batch(7, [1, 2, 2], [b"b", b"c", b"d"], second)
+        assert sorted(key for key, _ in conn._v2_requests()) == [
+            (ADD, 7, 1),
+            (ADD, 7, 1),
+            (ADD, 7, 2),
+            (ADD, 7, 2),
+        ]
+        answer(conn, *[(ADD, StatusCode.EOK, 7, entry, b"") for entry in (1, 1, 2, 2)])
+        assert first.calls == [("acked", [1])]
+        assert second.calls == [("acked", [1, 2, 2])]
+        assert conn._v2_requests() == []
         conn.close()
 
     asyncio.run(main())
@@ -292,7 +318,7 @@ def test_c_and_python_take_add_acks_and_read_answers_alike(
                     patch.setattr(connection_module, "_take_answers", None)
                 conn.data_received(stream[:cut_at])
                 conn.data_received(stream[cut_at:])
-            left = sorted(conn._v2_pending)
+            left = sorted(key for key, _ in conn._v2_requests())
             conn.close()
             said = [(n, s, b if isinstance(b, bytes) else type(b).__name__) for n, s, b in answers]
             return sinks[7].calls, sinks[8].calls, reads.calls, said, left

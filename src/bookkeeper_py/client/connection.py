@@ -5,8 +5,10 @@ ledger and entry, in order per key) or over v3 (matched by txnId). Every request
 a periodic check fails the overdue ones with ``TimeoutError``. When the connection drops, every
 pending request fails with ``BookieHandleNotAvailableError``.
 
-A v2 request pending is its callback and its deadline in a dict keyed by (operation, ledger,
-entry), no object of its own; the clock is read once for the requests of one loop pass (they
+A v2 request pending is its callback and its deadline, no object of its own, in a table of
+(operation, ledger) whose rows are dicts keyed by entry id: an answer or a request costs an int's
+hash and one lookup, not a tuple made and hashed (a run of answers of one ledger looks its row up
+once). The clock is read once for the requests of one loop pass (they
 leave in one write and share a deadline), not once per request, and the answers of one
 ``data_received`` are parsed and completed in one loop over their frames.
 
@@ -99,6 +101,8 @@ class ReadSink(BatchSink):
 # A pending v2 request: its callback (or the sink of its batch) and deadline.
 _V2Request = tuple[Callback | BatchSink, float]
 _V2Key = tuple[int, int, int]  # (operation, ledger, entry)
+# The requests of one (operation, ledger) pending, by entry id.
+_V2Row = dict[int, _V2Request]
 # A long poll's: (status, body, the bookie's LAC) or (None, error, -1).
 LongPollCallback = Callable[[StatusCode | None, bytes | errors.BKError, int], None]
 ReadLacCallback = Callable[[StatusCode | None, bytes, bytes | errors.BKError], None]
@@ -180,9 +184,10 @@ class BookieConnection(asyncio.Protocol):
         self.request_timeout_s = request_timeout_s
         self._transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_SIZE)
-        # (operation, ledger, entry) -> the oldest request of that key; the others (nearly
-        # never any: the same entry read twice at once) wait in _v2_more, in the order sent
-        self._v2_pending: dict[_V2Key, _V2Request] = {}
+        # (operation, ledger) -> entry -> the oldest request of that key; the others (nearly
+        # never any: the same entry read twice at once) wait in _v2_more, in the order sent.
+        # A row left empty stays until the next timeout check (rows come and go with ledgers).
+        self._v2_pending: dict[tuple[int, int], _V2Row] = {}
         self._v2_more: dict[_V2Key, deque[_V2Request]] = {}
         self._pass_deadline: float | None = None  # of the requests written this loop pass
         self._v3_pending: dict[int, _Pending] = {}
@@ -381,9 +386,7 @@ class BookieConnection(asyncio.Protocol):
                 waiter.set_exception(error)
         if self._timers is not None:
             self._time_losses()
-        v2_pending = [(key, target) for key, (target, _) in self._v2_pending.items()]
-        for key, queue in self._v2_more.items():
-            v2_pending.extend((key, target) for target, _ in queue)
+        v2_pending = [(key, target) for key, (target, _) in self._v2_requests()]
         pending = [*self._v3_pending.values()]
         self._v2_pending.clear()
         self._v2_more.clear()
@@ -391,6 +394,24 @@ class BookieConnection(asyncio.Protocol):
         self._fail_v2(v2_pending, error)
         for request in pending:
             self._finish(request, None, error)
+
+    def _v2_requests(self) -> list[tuple[_V2Key, _V2Request]]:
+        """Every v2 request pending, each with its key (the oldest of a key first)."""
+        requests = [
+            ((operation, ledger_id, entry_id), request)
+            for (operation, ledger_id), row in self._v2_pending.items()
+            for entry_id, request in row.items()
+        ]
+        for key, queue in self._v2_more.items():
+            requests.extend((key, request) for request in queue)
+        return requests
+
+    def _v2_row(self, operation: int, ledger_id: int) -> _V2Row:
+        """The pending requests of ``operation`` on ``ledger_id`` (made empty if none)."""
+        row = self._v2_pending.get((operation, ledger_id))
+        if row is None:
+            row = self._v2_pending[operation, ledger_id] = {}
+        return row
 
     @classmethod
     def _fail_v2(
@@ -446,7 +467,8 @@ class BookieConnection(asyncio.Protocol):
             version, opcode, flags, rc, ledger_id, entry_id = unpack(frame)
             if version == 0:
                 opcode = flags & 0xFF
-            request = pending.get((opcode, ledger_id, entry_id))
+            row = pending.get((opcode, ledger_id))
+            request = row.get(entry_id) if row is not None else None
             if request is None or opcode not in timers:
                 continue  # nobody waits (timed out, recorded then), or not timed
             if rc == 0:
@@ -479,10 +501,7 @@ class BookieConnection(asyncio.Protocol):
         assert timers is not None
         now = self._clock.now()
         sent_offset = now + self.request_timeout_s
-        v2_requests: list[tuple[_V2Key, _V2Request]] = list(self._v2_pending.items())
-        for key, queue in self._v2_more.items():
-            v2_requests.extend((key, request) for request in queue)
-        for key, (_, deadline) in v2_requests:
+        for key, (_, deadline) in self._v2_requests():
             kind = timers.get(key[0])
             if kind is not None:
                 kind[0].failure(sent_offset - deadline)
@@ -517,26 +536,34 @@ class BookieConnection(asyncio.Protocol):
             self._schedule_timeout_check()
 
     def _expire_v2(self, now: float) -> list[tuple[_V2Key, Callback | BatchSink]]:
-        """Takes the v2 requests past their deadline out, older first per key."""
+        """Takes the v2 requests past their deadline out, older first per key; drops the rows
+        left empty."""
         pending = self._v2_pending
         expired: list[tuple[_V2Key, Callback | BatchSink]] = []
         timers = self._timers
-        for key in [key for key, (_, deadline) in pending.items() if deadline <= now]:
-            while (oldest := pending.get(key)) is not None and oldest[1] <= now:
-                self._take_v2(key)
-                expired.append((key, oldest[0]))
-                if timers is not None:
-                    self._time_out(timers.get(key[0]), now - (oldest[1] - self.request_timeout_s))
+        for (operation, ledger_id), row in list(pending.items()):
+            for entry_id in [entry for entry, (_, deadline) in row.items() if deadline <= now]:
+                while (oldest := row.get(entry_id)) is not None and oldest[1] <= now:
+                    key = (operation, ledger_id, entry_id)
+                    self._take_v2(row, key)
+                    expired.append((key, oldest[0]))
+                    if timers is not None:
+                        elapsed = now - (oldest[1] - self.request_timeout_s)
+                        self._time_out(timers.get(operation), elapsed)
+            if not row:
+                del pending[operation, ledger_id]
         return expired
 
-    def _take_v2(self, key: _V2Key) -> _V2Request | None:
-        """Takes the oldest pending request of ``key`` out (the next of that key, if any,
-        becomes the oldest); None if none is pending."""
-        request = self._v2_pending.pop(key, None)
+    def _take_v2(self, row: _V2Row | None, key: _V2Key) -> _V2Request | None:
+        """Takes the oldest pending request of ``key`` out of its ``row`` (the next of that
+        key, if any, becomes the oldest); None if none is pending."""
+        if row is None:
+            return None
+        request = row.pop(key[2], None)
         if request is not None and self._v2_more:
             queue = self._v2_more.get(key)
             if queue:
-                self._v2_pending[key] = queue.popleft()
+                row[key[2]] = queue.popleft()
                 if not queue:
                     del self._v2_more[key]
         return request
@@ -568,10 +595,11 @@ class BookieConnection(asyncio.Protocol):
             callback(None, self._not_connected())
             return False
         request = (callback, self._deadline())
-        if key in self._v2_pending:
+        row = self._v2_row(key[0], key[1])
+        if key[2] in row:
             self._queue_v2(key, request)
         else:
-            self._v2_pending[key] = request
+            row[key[2]] = request
         return True
 
     def _send_v3(
@@ -660,7 +688,11 @@ class BookieConnection(asyncio.Protocol):
             return
         request = (sink, self._deadline())
         frames, taken = _register_reads(
-            self._v2_pending, _READ_ENTRY, ledger_id, entry_ids, request, v2.PLAIN_READ_HEADER
+            self._v2_row(_READ_ENTRY, ledger_id),
+            ledger_id,
+            entry_ids,
+            request,
+            v2.PLAIN_READ_HEADER,
         )
         for entry_id in taken:  # the same entry read twice at once: behind the first
             self._queue_v2((_READ_ENTRY, ledger_id, entry_id), request)
@@ -679,13 +711,16 @@ class BookieConnection(asyncio.Protocol):
             sink.failed(entry_ids, self._not_connected())
             return False
         request = (sink, self._deadline())
-        pending = self._v2_pending
+        row = self._v2_row(operation, ledger_id)
+        fresh = dict.fromkeys(entry_ids, request)
+        if len(fresh) == len(entry_ids) and row.keys().isdisjoint(fresh):
+            row.update(fresh)  # nearly always: no key taken, and in C
+            return True
         for entry_id in entry_ids:
-            key = (operation, ledger_id, entry_id)
-            if key in pending:
-                self._queue_v2(key, request)
+            if entry_id in row:
+                self._queue_v2((operation, ledger_id, entry_id), request)
             else:
-                pending[key] = request
+                row[entry_id] = request
         return True
 
     def read(
@@ -893,9 +928,14 @@ class BookieConnection(asyncio.Protocol):
             version, opcode, flags, rc, ledger_id, entry_id = unpack(frame)
             if version == 0:
                 opcode = flags & 0xFF  # the legacy header: the opcode alone
-            key = (opcode, ledger_id, entry_id)
-            request = self._take_v2(key) if self._v2_more else pending.pop(key, None)
+            row = pending.get((opcode, ledger_id))
+            if self._v2_more:
+                key = (opcode, ledger_id, entry_id)
+                request = self._take_v2(row, key)
+            else:
+                request = row.pop(entry_id, None) if row is not None else None
             if request is None:
+                key = (opcode, ledger_id, entry_id)
                 log.debug(
                     "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
                 )
