@@ -199,24 +199,26 @@ failed:
     return NULL;
 }
 
-/* stripe_answers(answers, pending, results, first, ledger_id, entry_type, gone)
+/* stripe_answers(frames, pending, results, first, ledger_id, entry_type, gone)
  *     -> (delivered, rest)
  * A client's pass over one bookie's answers to a striped range read (client/ledger.py
- * _RangeRead._answers), for CRC32C ledgers: each (entry_id, rc, body) of ``answers`` takes its
- * attempt out of ``pending`` (``gone`` if none); a stripe's read (attempt None) answered EOK whose
- * body checks out becomes entry_type((ledger_id, entry_id, payload)) at results[entry_id - first]
- * and its id goes to ``delivered``; every other answer goes to ``rest`` as (entry_id, rc, body,
- * attempt), for the caller's long way (failures, digest errors, speculative attempts). */
+ * _RangeRead._answers), for CRC32C ledgers: each READ_ENTRY answer frame of ``frames`` (its
+ * 24-byte fixed part, then the body) takes its attempt out of ``pending`` (``gone`` if none); a
+ * stripe's read (attempt None) answered EOK whose body checks out becomes
+ * entry_type((ledger_id, entry_id, payload)) at results[entry_id - first] (the payload copied
+ * once, straight from the frame) and its id goes to ``delivered``; every other answer goes to
+ * ``rest`` as (entry_id, rc, body, attempt), for the caller's long way (failures, digest
+ * errors, speculative attempts). */
 static PyObject *stripe_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
         !PyList_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError,
-                        "stripe_answers(answers: list, pending: dict, results: list, first: int, "
+                        "stripe_answers(frames: list, pending: dict, results: list, first: int, "
                         "ledger_id: int, entry_type, gone)");
         return NULL;
     }
     if (!plain_tuple_type(args[5])) return NULL;
-    PyObject *answers = args[0], *pending = args[1], *results = args[2], *gone = args[6];
+    PyObject *frames = args[0], *pending = args[1], *results = args[2], *gone = args[6];
     PyTypeObject *entry_type = (PyTypeObject *)args[5];
     long long first = PyLong_AsLongLong(args[3]);
     if (first == -1 && PyErr_Occurred()) return NULL;
@@ -225,57 +227,51 @@ static PyObject *stripe_answers(PyObject *self, PyObject *const *args, Py_ssize_
     PyObject *ledger = args[4];
     PyObject *delivered = PyList_New(0), *rest = PyList_New(0);
     if (delivered == NULL || rest == NULL) goto failed;
-    Py_ssize_t count = PyList_GET_SIZE(answers), size = PyList_GET_SIZE(results);
+    Py_ssize_t count = PyList_GET_SIZE(frames), size = PyList_GET_SIZE(results);
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *answer = PyList_GET_ITEM(answers, i);
-        if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 3) {
-            PyErr_SetString(PyExc_TypeError, "an answer is (entry_id, rc, body)");
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        if (!PyBytes_Check(frame) || PyBytes_GET_SIZE(frame) < 24) {
+            PyErr_SetString(PyExc_TypeError, "an answer is a v2 response frame of 24 bytes or more");
             goto failed;
         }
-        PyObject *key = PyTuple_GET_ITEM(answer, 0), *rc = PyTuple_GET_ITEM(answer, 1);
-        PyObject *body = PyTuple_GET_ITEM(answer, 2);
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame) + 24;
+        Py_ssize_t n = PyBytes_GET_SIZE(frame) - 24;
+        int32_t rc = (int32_t)load_be32(p - 20);
+        long long entry_id = (long long)load_be64(p - 8);
+        PyObject *key = PyLong_FromLongLong(entry_id);
+        if (key == NULL) goto failed;
         PyObject *attempt = PyDict_GetItemWithError(pending, key); /* borrowed */
         if (attempt == NULL) {
-            if (PyErr_Occurred()) goto failed;
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                goto failed;
+            }
             attempt = gone;
         }
         Py_INCREF(attempt);
         if (attempt != gone && PyDict_DelItem(pending, key) < 0) {
             Py_DECREF(attempt);
-            goto failed;
-        }
-        long long entry_id = PyLong_AsLongLong(key);
-        if (entry_id == -1 && PyErr_Occurred()) {
-            Py_DECREF(attempt);
+            Py_DECREF(key);
             goto failed;
         }
         long long at = entry_id - first;
-        int overflow = 0;
-        int fast = attempt == Py_None && PyLong_CheckExact(rc) &&
-                   PyLong_AsLongAndOverflow(rc, &overflow) == 0 && !overflow &&
-                   PyBytes_CheckExact(body) && at >= 0 && at < size;
-        if (fast) {
-            const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(body);
-            Py_ssize_t n = PyBytes_GET_SIZE(body);
-            fast = entry_checks_out(p, n, ledger_id, entry_id);
-            if (fast) {
-                PyObject *payload =
-                    PyBytes_FromStringAndSize((const char *)p + CRC_END, n - CRC_END);
-                PyObject *entry =
-                    payload == NULL ? NULL : new_entry(entry_type, ledger, key, payload);
-                Py_XDECREF(payload);
-                if (entry == NULL) {
-                    Py_DECREF(attempt);
-                    goto failed;
-                }
-                PyList_SetItem(results, (Py_ssize_t)at, entry); /* steals entry */
-                Py_DECREF(attempt);
-                if (PyList_Append(delivered, key) < 0) goto failed;
-                continue;
+        if (attempt == Py_None && rc == 0 && at >= 0 && at < size &&
+            entry_checks_out(p, n, ledger_id, entry_id)) {
+            PyObject *payload = PyBytes_FromStringAndSize((const char *)p + CRC_END, n - CRC_END);
+            PyObject *entry = payload == NULL ? NULL : new_entry(entry_type, ledger, key, payload);
+            Py_XDECREF(payload);
+            Py_DECREF(attempt);
+            if (entry == NULL) {
+                Py_DECREF(key);
+                goto failed;
             }
+            PyList_SetItem(results, (Py_ssize_t)at, entry); /* steals entry */
+            int appended = PyList_Append(delivered, key);
+            Py_DECREF(key);
+            if (appended < 0) goto failed;
+            continue;
         }
-        PyObject *left = PyTuple_Pack(4, key, rc, body, attempt);
-        Py_DECREF(attempt);
+        PyObject *left = Py_BuildValue("(Niy#N)", key, (int)rc, (const char *)p, n, attempt);
         if (left == NULL) goto failed;
         int appended = PyList_Append(rest, left);
         Py_DECREF(left);
@@ -523,8 +519,7 @@ static int append_grouped(PyObject *groups, PyObject *key, PyObject *item) {
  * read answers (READ_ENTRY, any return code) whose request, pending[(2, ledger id)][entry id],
  * is one whose first item is a ``read_sink_type``. Each such request is taken out of its row
  * (rows left empty stay: the caller drops them); an ack's entry id goes to acks[sink], a read
- * answer's (entry id, return code, body) to reads[sink] (dicts of lists, in the order
- * answered). A run of answers of one ledger looks its row up once. Stops at the first frame
+ * answer's frame to reads[sink] (dicts of lists, in the order answered). A run of answers of one ledger looks its row up once. Stops at the first frame
  * that is anything else (short, a refusal, another kind of answer, nobody waiting) and says
  * where: the caller's own loop takes it from there. ``pending`` must hold one request per key. */
 static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -587,10 +582,7 @@ static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize
         if (done == 0 && opcode == 1) {
             done = append_grouped(acks, sink, entry);
         } else if (done == 0) {
-            Py_ssize_t size = PyBytes_GET_SIZE(frame) - 24;
-            PyObject *answer = Py_BuildValue("(Oiy#)", entry, (int)rc, (const char *)p + 24, size);
-            done = answer == NULL ? -1 : append_grouped(reads, sink, answer);
-            Py_XDECREF(answer);
+            done = append_grouped(reads, sink, frame); /* the whole frame: no body copied */
         }
         Py_DECREF(sink);
         Py_DECREF(entry);

@@ -25,7 +25,7 @@ def crc32c_batch_entries(
     body: bytes, ledger_id: int, first_entry_id: int, max_count: int, entry_type: type[_E], /
 ) -> list[_E] | None: ...
 def stripe_answers(
-    answers: list[tuple[int, int, bytes]],
+    frames: list[bytes],
     pending: dict[int, Any],
     results: list[Any],
     first: int,
@@ -48,7 +48,7 @@ def v2_take_answers(
     add_sink_type: type,
     read_sink_type: type,
     /,
-) -> tuple[dict[Any, list[int]], dict[Any, list[tuple[int, int, bytes]]], int]: ...
+) -> tuple[dict[Any, list[int]], dict[Any, list[bytes]], int]: ...
 def pending_ack(
     acked: array[int],
     failed: array[int],

@@ -216,8 +216,8 @@ class ReadRecorder(ReadSink):
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
 
-    def answered(self, answers: list[tuple[int, int, bytes]]) -> None:
-        self.calls.append(("answered", list(answers)))
+    def answered(self, frames: list[bytes]) -> None:
+        self.calls.append(("answered", [v2.read_answer(frame) for frame in frames]))
 
     def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
         self.calls.append(("failed", (sorted(entry_ids), type(error).__name__)))

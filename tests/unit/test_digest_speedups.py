@@ -18,6 +18,7 @@ from bookkeeper_py.client.ledger import LedgerEntry
 from bookkeeper_py.wire import digest, framing, v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 from bookkeeper_py.wire.errors import MalformedMessageError
+from bookkeeper_py.wire.status import StatusCode
 
 needs_speedups = pytest.mark.skipif(not speedups.SPEEDUPS, reason="C speedups not built here")
 
@@ -213,7 +214,7 @@ def test_c_and_python_split_frames_alike(
 
 
 def stripe_long_way(
-    answers: list[tuple[int, int, bytes]],
+    frames: list[bytes],
     pending: dict[int, object],
     results: list[object],
     first: int,
@@ -224,7 +225,8 @@ def stripe_long_way(
     left with their attempts."""
     delivered: list[int] = []
     rest: list[tuple[int, int, bytes, object]] = []
-    for entry_id, rc, body in answers:
+    for frame in frames:
+        entry_id, rc, body = v2.read_answer(frame)
         attempt = pending.pop(entry_id, gone)
         if attempt is None and rc == 0 and 0 <= entry_id - first < len(results):
             try:
@@ -256,7 +258,7 @@ def test_a_stripe_pass_in_c_keeps_what_the_long_way_keeps(kinds: list[str], firs
     assert native is not None
     manager = DigestManager(7, DigestType.CRC32C, b"pw")
     gone, attempt = object(), object()
-    answers: list[tuple[int, int, bytes]] = []
+    frames: list[bytes] = []
     pending: dict[int, object] = {}
     for offset, kind in enumerate(kinds):
         entry_id = first + offset + (len(kinds) if kind == "beyond" else 0)
@@ -265,14 +267,15 @@ def test_a_stripe_pass_in_c_keeps_what_the_long_way_keeps(kinds: list[str], firs
             body = body[:-1] + bytes([body[-1] ^ 1]) if len(body) > 36 else body[:20]
         elif kind == "other entry":
             body = manager.package(entry_id + 1, entry_id, 0, b"x")
-        answers.append((entry_id, 2 if kind == "refused" else 0, body))
+        status = StatusCode.ENOENTRY if kind == "refused" else StatusCode.EOK
+        frames.append(v2.encode_response(v2.OpCode.READ_ENTRY, status, 7, entry_id, body)[4:])
         if kind != "gone":
             pending[entry_id] = attempt if kind == "attempt" else None
     fast_pending, slow_pending = dict(pending), dict(pending)
     fast_results: list[object] = [None] * len(kinds)
     slow_results: list[object] = [None] * len(kinds)
-    fast = native.stripe_answers(answers, fast_pending, fast_results, first, 7, LedgerEntry, gone)
-    slow = stripe_long_way(answers, slow_pending, slow_results, first, manager, gone)
+    fast = native.stripe_answers(frames, fast_pending, fast_results, first, 7, LedgerEntry, gone)
+    slow = stripe_long_way(frames, slow_pending, slow_results, first, manager, gone)
     assert fast == slow
     assert fast_results == slow_results and fast_pending == slow_pending == {}
     assert all(type(entry) is LedgerEntry for entry in fast_results if entry is not None)

@@ -93,8 +93,10 @@ class ReadSink(BatchSink):
 
     __slots__ = ()
 
-    def answered(self, answers: list[tuple[int, int, bytes]]) -> None:
-        """(entry id, v2 return code, body) of each answer, in the order the bookie sent them."""
+    def answered(self, frames: list[bytes]) -> None:
+        """The answer frames (a v2 response: its 24-byte fixed part, then the body), in the
+        order the bookie sent them; ``v2.read_answer`` reads one. Whole frames, not bodies cut
+        out of them: a body is copied once, into the entry read, and only if it is kept."""
         raise NotImplementedError
 
 
@@ -913,7 +915,7 @@ class BookieConnection(asyncio.Protocol):
             self._time_v2_answers(frames)
         unpack, pending, complete = _RESPONSE_HEAD.unpack_from, self._v2_pending, self._complete
         acks: dict[AddSink, list[int]] | None = None
-        reads: dict[ReadSink, list[tuple[int, int, bytes]]] | None = None
+        reads: dict[ReadSink, list[bytes]] | None = None
         if _take_answers is not None and not self._v2_more:
             # The C speedups take the run of plain add acks and read answers at the start;
             # this loop the rest.
@@ -942,17 +944,18 @@ class BookieConnection(asyncio.Protocol):
                 continue
             target = request[0]
             if not isinstance(target, AddSink):
+                if isinstance(target, ReadSink):
+                    if reads is None:
+                        reads = {target: [frame]}
+                    elif (answers := reads.get(target)) is None:
+                        reads[target] = [frame]
+                    else:
+                        answers.append(frame)
+                    continue
                 body = (
                     frame[v2.RESPONSE_FIXED_SIZE :] if len(frame) > v2.RESPONSE_FIXED_SIZE else b""
                 )
-                if not isinstance(target, ReadSink):
-                    complete(cast(Callback, target), from_v2(rc), body)
-                elif reads is None:
-                    reads = {target: [(entry_id, rc, body)]}
-                elif (answers := reads.get(target)) is None:
-                    reads[target] = [(entry_id, rc, body)]
-                else:
-                    answers.append((entry_id, rc, body))
+                complete(cast(Callback, target), from_v2(rc), body)
             elif rc == 0:  # EOK
                 if acks is None:
                     acks = {target: [entry_id]}

@@ -738,8 +738,8 @@ class _RangeRead:
             self.results[at : at + served] = entries
         self._send(self.plan.on_batch_answer(batch.start, status, served, self.client.now_ms()))
 
-    def _answers(self, sink: _RangeReadSink, answers: list[tuple[int, int, bytes]]) -> None:
-        """Answers of one bookie (v2 return codes) to its stripe and entry reads, taken
+    def _answers(self, sink: _RangeReadSink, frames: list[bytes]) -> None:
+        """Answers of one bookie (v2 answer frames) to its stripe and entry reads, taken
         together: what the plan sends next goes out in one batch per bookie. A stripe's entry
         is verified and kept here, and the plan told of them all at once."""
         pending = sink.attempts
@@ -751,13 +751,13 @@ class _RangeRead:
         if _stripe_answers is not None and digest.digest_type is DigestType.CRC32C:
             # The C pass takes every stripe's entry that checks out; the rest come back here.
             delivered, rest = _stripe_answers(
-                answers, pending, results, first, ledger_id, LedgerEntry, _GONE
+                frames, pending, results, first, ledger_id, LedgerEntry, _GONE
             )
         else:
-            delivered = []
-            rest = [
-                (entry_id, rc, body, pending.pop(entry_id, _GONE)) for entry_id, rc, body in answers
-            ]
+            delivered, rest = [], []
+            for frame in frames:
+                entry_id, rc, body = v2.read_answer(frame)
+                rest.append((entry_id, rc, body, pending.pop(entry_id, _GONE)))
         payload, new = digest.payload, _new_entry
         for entry_id, rc, body, attempt in rest:
             if attempt is None:  # a stripe's
@@ -863,8 +863,8 @@ class _RangeReadSink(ReadSink):
         # None for a stripe's read.
         self.attempts: dict[int, ReadAttempt | None] = {}
 
-    def answered(self, answers: list[tuple[int, int, bytes]]) -> None:
-        self._range_read._answers(self, answers)
+    def answered(self, frames: list[bytes]) -> None:
+        self._range_read._answers(self, frames)
 
     def failed(self, entry_ids: list[int], error: errors.BKError) -> None:
         self._range_read._failures(self, entry_ids, error)

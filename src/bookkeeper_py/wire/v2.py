@@ -355,6 +355,14 @@ def decode_response(frame: bytes) -> Response:
 RESPONSE_HEAD = struct.Struct(">BBHiqq")
 
 
+def read_answer(frame: bytes) -> tuple[int, int, bytes]:
+    """(entry id, v2 return code, body) of a READ_ENTRY answer frame, whole and at least
+    ``RESPONSE_FIXED_SIZE`` long: what a client's batch of reads gets back (the frame itself,
+    so that the body is copied once, into the entry read, and only if it is wanted)."""
+    _, _, _, rc, _, entry_id = RESPONSE_HEAD.unpack_from(frame)
+    return entry_id, rc, frame[RESPONSE_FIXED_SIZE:]
+
+
 def response_fields(frame: bytes) -> tuple[int, StatusCode, int, int, bytes]:
     """(opcode, status, ledger id, entry id, body) of one v2 response frame (without its length
     prefix): ``decode_response`` without the object, for a client completing its answers."""
