@@ -914,16 +914,16 @@ class BookieConnection(asyncio.Protocol):
         if self._timers is not None:
             self._time_v2_answers(frames)
         unpack, pending, complete = _RESPONSE_HEAD.unpack_from, self._v2_pending, self._complete
-        acks: dict[AddSink, list[int]] | None = None
-        reads: dict[ReadSink, list[bytes]] | None = None
+        acks: dict[AddSink, list[int]]
+        reads: dict[ReadSink, list[bytes]]
         if _take_answers is not None and not self._v2_more:
             # The C speedups take the run of plain add acks and read answers at the start;
             # this loop the rest.
-            taken, answered, start = _take_answers(frames, pending, AddSink, ReadSink)
-            acks = taken or None
-            reads = answered or None
+            acks, reads, start = _take_answers(frames, pending, AddSink, ReadSink)
             if start:
                 frames = frames[start:]
+        else:
+            acks, reads = {}, {}
         for frame in frames:
             if len(frame) < v2.RESPONSE_FIXED_SIZE:
                 raise MalformedMessageError(f"v2 response of {len(frame)} bytes is shorter than 24")
@@ -945,40 +945,28 @@ class BookieConnection(asyncio.Protocol):
             target = request[0]
             if not isinstance(target, AddSink):
                 if isinstance(target, ReadSink):
-                    if reads is None:
-                        reads = {target: [frame]}
-                    elif (answers := reads.get(target)) is None:
-                        reads[target] = [frame]
-                    else:
-                        answers.append(frame)
+                    reads.setdefault(target, []).append(frame)
                     continue
                 body = (
                     frame[v2.RESPONSE_FIXED_SIZE :] if len(frame) > v2.RESPONSE_FIXED_SIZE else b""
                 )
                 complete(cast(Callback, target), from_v2(rc), body)
             elif rc == 0:  # EOK
-                if acks is None:
-                    acks = {target: [entry_id]}
-                elif (entry_ids := acks.get(target)) is None:
-                    acks[target] = [entry_id]
-                else:
-                    entry_ids.append(entry_id)
+                acks.setdefault(target, []).append(entry_id)
             else:  # the acks it gave before come first, then the refusal
-                if acks is not None and target in acks:
+                if target in acks:
                     self._acked(target, acks.pop(target))
                 try:
                     target.refused(entry_id, from_v2(rc))
                 except Exception:  # a sink bug must not take the connection down
                     log.exception("answering a refused add failed")
-        if acks is not None:
-            for sink, entry_ids in acks.items():
-                self._acked(sink, entry_ids)
-        if reads is not None:
-            for read_sink, answers in reads.items():
-                try:
-                    read_sink.answered(answers)
-                except Exception:  # a sink bug must not take the connection down
-                    log.exception("answering a batch of reads failed")
+        for sink, entry_ids in acks.items():
+            self._acked(sink, entry_ids)
+        for read_sink, answers in reads.items():
+            try:
+                read_sink.answered(answers)
+            except Exception:  # a sink bug must not take the connection down
+                log.exception("answering a batch of reads failed")
 
     @staticmethod
     def _acked(sink: AddSink, entry_ids: list[int]) -> None:
