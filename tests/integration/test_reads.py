@@ -308,7 +308,9 @@ def flip_payload_bytes(ledger_directory: str, ledger_id: int) -> int:
 def test_reads_stop_waiting_on_a_frozen_replica(use_v3: bool) -> None:
     """Issue 15, item 7: with one bookie frozen, every entry whose read started on it used to
     wait out the speculative timeout (8,000 entries over v3: 42 s instead of 0.3 s). A replica
-    given up on as slow now counts as failed for later reads, which start elsewhere: a handful
+    given up on as slow is now marked slow for later reads until it answers, so they start
+    elsewhere (a busy healthy replica's late answer takes its mark back: under CPU contention
+    busy replicas used to gather more marks than the frozen one, which then led again): a handful
     of speculative reads (the first window's), not one per entry. Batch reads (v2, E = Qw)
     take one replica per region of the ledger: three regions, so that one is the frozen one's
     whichever the ensemble's order."""
