@@ -519,9 +519,10 @@ static int append_grouped(PyObject *groups, PyObject *key, PyObject *item) {
  * read answers (READ_ENTRY, any return code) whose request, pending[(2, ledger id)][entry id],
  * is one whose first item is a ``read_sink_type``. Each such request is taken out of its row
  * (rows left empty stay: the caller drops them); an ack's entry id goes to acks[sink], a read
- * answer's frame to reads[sink] (dicts of lists, in the order answered). A run of answers of one ledger looks its row up once. Stops at the first frame
- * that is anything else (short, a refusal, another kind of answer, nobody waiting) and says
- * where: the caller's own loop takes it from there. ``pending`` must hold one request per key. */
+ * answer's frame to reads[sink] (dicts of lists, in the order answered). A run of answers of
+ * one ledger looks its row up once. Stops at the first frame that is anything else (short, a
+ * refusal, another kind of answer, nobody waiting) and says where: the caller's own loop takes
+ * it from there. ``pending`` must hold one request per key. */
 static PyObject *v2_take_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) ||
         !PyType_Check(args[2]) || !PyType_Check(args[3])) {

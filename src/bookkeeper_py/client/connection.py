@@ -8,9 +8,9 @@ pending request fails with ``BookieHandleNotAvailableError``.
 A v2 request pending is its callback and its deadline, no object of its own, in a table of
 (operation, ledger) whose rows are dicts keyed by entry id: an answer or a request costs an int's
 hash and one lookup, not a tuple made and hashed (a run of answers of one ledger looks its row up
-once). The clock is read once for the requests of one loop pass (they
-leave in one write and share a deadline), not once per request, and the answers of one
-``data_received`` are parsed and completed in one loop over their frames.
+once). The clock is read once for the requests of one loop pass (they leave in one write and
+share a deadline), not once per request, and the answers of one ``data_received`` are parsed
+and completed in one loop over their frames.
 
 A ledger writer sends the adds of one loop pass to a bookie as one batch (``add_batch``): one
 ``AddSink`` stands for all of them, and the acks of one ``data_received`` reach it in one call.
@@ -596,13 +596,15 @@ class BookieConnection(asyncio.Protocol):
         if self._transport is None:
             callback(None, self._not_connected())
             return False
-        request = (callback, self._deadline())
-        row = self._v2_row(key[0], key[1])
+        self._put_v2(self._v2_row(key[0], key[1]), key, (callback, self._deadline()))
+        return True
+
+    def _put_v2(self, row: _V2Row, key: _V2Key, request: _V2Request) -> None:
+        """``request`` into ``row`` under the entry of ``key``, or behind the pending one."""
         if key[2] in row:
             self._queue_v2(key, request)
         else:
             row[key[2]] = request
-        return True
 
     def _send_v3(
         self, request: pb.Request, callback: Callback, extra_wait_s: float = 0.0
@@ -719,10 +721,7 @@ class BookieConnection(asyncio.Protocol):
             row.update(fresh)  # nearly always: no key taken, and in C
             return True
         for entry_id in entry_ids:
-            if entry_id in row:
-                self._queue_v2((operation, ledger_id, entry_id), request)
-            else:
-                row[entry_id] = request
+            self._put_v2(row, (operation, ledger_id, entry_id), request)
         return True
 
     def read(
@@ -932,14 +931,14 @@ class BookieConnection(asyncio.Protocol):
                 opcode = flags & 0xFF  # the legacy header: the opcode alone
             row = pending.get((opcode, ledger_id))
             if self._v2_more:
-                key = (opcode, ledger_id, entry_id)
-                request = self._take_v2(row, key)
+                request = self._take_v2(row, (opcode, ledger_id, entry_id))
             else:
                 request = row.pop(entry_id, None) if row is not None else None
             if request is None:
-                key = (opcode, ledger_id, entry_id)
                 log.debug(
-                    "bookie %s: response for %s nobody waits for (timed out?)", self.bookie_id, key
+                    "bookie %s: response for %s nobody waits for (timed out?)",
+                    self.bookie_id,
+                    (opcode, ledger_id, entry_id),
                 )
                 continue
             target = request[0]

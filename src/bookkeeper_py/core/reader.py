@@ -92,8 +92,8 @@ class ReplicaHealth:
 
     def slow(self, bookie: str, now_ms: int) -> None:
         """A read to ``bookie`` was given up on as slow: it goes after the others until it
-        answers anything (``heard``) or the mark expires. Marked again, it keeps its first
-        time: it is as long as that that it has not answered."""
+        answers anything (``heard``) or the mark expires. Marked again, it keeps the time of
+        its first mark: that is how long it has not answered."""
         self._slow_since.setdefault(bookie, now_ms)
 
     def slow_since(self, bookie: str, now_ms: int) -> int | None:
@@ -124,8 +124,8 @@ class ReplicaHealth:
             self._pending[bookie] = left
         else:
             self._pending.pop(bookie, None)
-        if heard and self._slow_since:
-            self._slow_since.pop(bookie, None)
+        if heard:
+            self.heard(bookie)
 
     def pending(self, bookie: str) -> int:
         return self._pending.get(bookie, 0)
