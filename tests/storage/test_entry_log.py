@@ -260,6 +260,36 @@ def test_picked_entries_come_from_a_walk_over_the_ledgers_records(
     logger.close()
 
 
+def test_a_walk_told_where_the_last_wanted_record_is_reads_no_further(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 3/2/2 bookie's share of a run of a striped read: told where the last wanted entry's
+    record is, the walk's spans end about there, not where they would end if every id up to it
+    had a record in this log (a third further). A ``last`` in another log, or before the first
+    record, changes nothing but the spans."""
+    logger = EntryLogger(str(tmp_path))
+    held = [i for i in range(1500) if i % 3 != 1]
+    stored = {i: entry(7, i, 1024) for i in held}
+    locations = dict(zip(held, logger.add_many(7, [stored[i] for i in held]), strict=True))
+    logger.flush()
+    reads = count_preads(monkeypatch)
+    wanted = list(range(0, 600, 3))
+    expected = [stored[i] for i in wanted]
+    walked = split_location(locations[597])[1] - split_location(locations[0])[1]
+    assert logger.read_picked(locations[0], 7, wanted, 0) == expected
+    assert sum(reads) > walked * 1.3  # sized by ids: the share's records are 2/3 of them
+    for last, bound in (
+        (locations[597], walked + 2 * (1024 + 8)),
+        (locations[0] - 1, None),  # before the first record: not a bound
+        (entry_log.location_of(split_location(locations[0])[0] + 1, 0), None),  # another log
+    ):
+        reads.clear()
+        assert logger.read_picked(locations[0], 7, wanted, 0, last=last) == expected
+        if bound is not None:
+            assert sum(reads) <= bound
+    logger.close()
+
+
 def test_synced_pages_of_the_active_log_are_dropped_from_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

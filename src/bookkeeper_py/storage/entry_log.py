@@ -438,6 +438,7 @@ class EntryLogger:
         start: int,
         nowait: bool = False,
         max_bytes: int = 2**62,
+        last: int | None = None,
     ) -> list[bytes]:
         """The ledger's entries ``wanted[start]``, ``wanted[start + 1]``, ... (increasing ids:
         a batch read's, or every E-th entry, as an E > Qw reader asks a bookie) whose records
@@ -447,16 +448,27 @@ class EntryLogger:
         before the first wanted entry not met there (another ledger's record, past what is
         stable, damaged: ``read`` of that entry says what is wrong), so maybe at once: at once
         if the record at ``location`` is not the first one wanted. With ``nowait``, only from
-        what the page cache holds."""
+        what the page cache holds. ``last``, where known, is the location of ``wanted[-1]``:
+        no span reaches much past its record. (Without it a span is sized as if every id up to
+        ``wanted[-1]`` had a record here, but a bookie holds only Qw of every E entries of a
+        ledger: a 3/2/2 bookie's spans were a third longer than the walk, and that third read
+        again for the next run.)"""
         pick = _c_pick or _pick_records
         budget = max_bytes
         first = (ledger_id, wanted[start]) if start < len(wanted) else None
+        last_log, last_offset = split_location(last) if last is not None else (-1, 0)
+        if last_log != split_location(location)[0]:
+            last_offset = -1
 
-        def span_size(taken: int) -> int:
+        def span_size(taken: int, offset: int) -> int:
             at = start + taken
             if at >= len(wanted):
                 return 0
-            return min(READ_RUN_BYTES, (wanted[-1] - wanted[at] + 1) * self._record_guess)
+            guess = self._record_guess
+            size = min(READ_RUN_BYTES, (wanted[-1] - wanted[at] + 1) * guess)
+            if last_offset >= offset:
+                size = min(size, last_offset - offset + guess)
+            return size
 
         def step(span: bytes | memoryview, taken: int) -> tuple[list[bytes], int]:
             nonlocal budget, first
@@ -476,12 +488,12 @@ class EntryLogger:
     def _read_spans(
         self,
         location: int,
-        span_size: Callable[[int], int],
+        span_size: Callable[[int, int], int],
         step: Callable[[bytes | memoryview, int], tuple[list[bytes], int]],
         nowait: bool,
     ) -> list[bytes]:
         """The walk of ``read_picked``: spans of the log from ``location`` of
-        ``span_size(entries taken so far)`` bytes (0: done), each handed to ``step``, which
+        ``span_size(entries taken so far, offset)`` bytes (0: done), each handed to ``step``, which
         returns the entries it took and where in the span it stopped; on while a record was
         cut by the span's end. Nothing past the active log's synced end."""
         log_id, offset = split_location(location)
@@ -493,7 +505,7 @@ class EntryLogger:
         need = 0
         try:
             fd = self._fd(log_id)
-            while (size := span_size(len(entries))) > 0:
+            while (size := span_size(len(entries), offset)) > 0:
                 want = max(need, size)
                 if end is not None:
                     want = min(want, end - offset)

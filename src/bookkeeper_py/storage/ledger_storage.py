@@ -443,6 +443,8 @@ class LedgerStorage:
         if self.ledger(ledger_id) is None:
             return entries
         at, count = start, len(entry_ids)
+        last: int | None = None
+        looked = False  # for where the walks may end
         with self.index.read_run():
             while at < count:
                 entry_id = entry_ids[at]
@@ -454,7 +456,11 @@ class LedgerStorage:
                 location = self.index.location(ledger_id, entry_id)
                 if location is None:
                     break
-                got = self.entry_logger.read_picked(location, ledger_id, entry_ids, at, nowait)
+                if not looked and at + 1 < count:
+                    looked, last = True, self.index.location(ledger_id, entry_ids[-1])
+                got = self.entry_logger.read_picked(
+                    location, ledger_id, entry_ids, at, nowait, last=last
+                )
                 if not got:
                     break
                 entries += got
