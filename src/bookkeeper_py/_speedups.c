@@ -461,6 +461,141 @@ fail:
     return NULL;
 }
 
+/* take_plain_reads(backlog, first, room, head, size) -> (groups, count): a bookie's run of plain
+ * v2 reads (server/connection.py): ``first`` (one, taken off the backlog already) and those
+ * right behind it in the deque ``backlog`` (frames of ``size`` bytes that start with the 4
+ * bytes ``head``: header, ledger id, entry id), taken off it up to ``room`` frames in all;
+ * ``groups`` holds (ledger id, [entry ids]) for each stretch of one ledger, in order, and
+ * ``count`` how many frames were taken. */
+static PyObject *take_plain_reads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[1]) || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "take_plain_reads(backlog, first: bytes, room, head: bytes, size)");
+        return NULL;
+    }
+    Py_ssize_t room = PyLong_AsSsize_t(args[2]), size = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    const char *head = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t head_size = PyBytes_GET_SIZE(args[3]);
+    if (size < head_size + 16 || head_size > 8) {
+        PyErr_SetString(PyExc_ValueError, "take_plain_reads: size too small for the ids");
+        return NULL;
+    }
+    PyObject *popleft = PyObject_GetAttrString(args[0], "popleft");
+    if (popleft == NULL) return NULL;
+    PyObject *groups = PyList_New(0), *ids = NULL, *frame = args[1];
+    Py_INCREF(frame);
+    long long ledger_id = 0;
+    Py_ssize_t count = 0;
+    if (groups == NULL) goto failed;
+    for (;;) {
+        if (PyBytes_GET_SIZE(frame) != size) {  /* ``first`` is checked by the caller */
+            PyErr_SetString(PyExc_ValueError, "take_plain_reads: not a plain read");
+            goto failed;
+        }
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame) + head_size;
+        long long lid = (long long)load_be64(p), eid = (long long)load_be64(p + 8);
+        Py_DECREF(frame);
+        frame = NULL;
+        if (ids == NULL || lid != ledger_id) {
+            ids = PyList_New(0);
+            PyObject *group = ids != NULL ? Py_BuildValue("(LN)", lid, ids) : NULL;
+            if (group == NULL || PyList_Append(groups, group) < 0) {
+                Py_XDECREF(group);
+                goto failed;
+            }
+            Py_DECREF(group);  /* ``ids`` lives on in it */
+            ledger_id = lid;
+        }
+        PyObject *entry = PyLong_FromLongLong(eid);
+        if (entry == NULL || PyList_Append(ids, entry) < 0) {
+            Py_XDECREF(entry);
+            goto failed;
+        }
+        Py_DECREF(entry);
+        if (++count >= room || PyObject_Length(args[0]) <= 0) break;
+        PyObject *next = PySequence_GetItem(args[0], 0);
+        if (next == NULL) goto failed;
+        int plain = PyBytes_Check(next) && PyBytes_GET_SIZE(next) == size &&
+                    memcmp(PyBytes_AS_STRING(next), head, head_size) == 0;
+        Py_DECREF(next);
+        if (!plain) break;
+        frame = PyObject_CallNoArgs(popleft);
+        if (frame == NULL) goto failed;
+        if (!PyBytes_Check(frame)) {
+            PyErr_SetString(PyExc_TypeError, "take_plain_reads: the backlog changed");
+            goto failed;
+        }
+    }
+    Py_DECREF(popleft);
+    return Py_BuildValue("(Nn)", groups, count);
+failed:
+    Py_XDECREF(frame);
+    Py_XDECREF(groups);
+    Py_DECREF(popleft);
+    return NULL;
+}
+
+/* v2_read_answers(ledger_id, entry_ids, entries, statuses, header) -> bytes: the framed answers
+ * (length, header, rc, ledger id, entry id, entry) to plain reads of one ledger, one per item of
+ * ``entries`` (bytes; empty where the read failed), answering ``entry_ids[i]``; ``statuses``
+ * maps the index of each failed one to its v2 return code (the rest are 0, EOK). */
+static PyObject *v2_read_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "v2_read_answers(ledger_id, entry_ids: list, entries: list, "
+                        "statuses: dict, header)");
+        return NULL;
+    }
+    long long ledger_id = PyLong_AsLongLong(args[0]);
+    long header = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *ids = args[1], *entries = args[2], *statuses = args[3];
+    Py_ssize_t count = PyList_GET_SIZE(entries), total = 0;
+    if (PyList_GET_SIZE(ids) < count) {
+        PyErr_SetString(PyExc_ValueError, "v2_read_answers: more entries than entry ids");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyBytes_Check(entry)) {
+            PyErr_SetString(PyExc_TypeError, "v2_read_answers: entries must be bytes");
+            return NULL;
+        }
+        total += 28 + PyBytes_GET_SIZE(entry);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    const int any_failed = PyDict_GET_SIZE(statuses) > 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        long long entry_id = PyLong_AsLongLong(PyList_GET_ITEM(ids, i));
+        if (entry_id == -1 && PyErr_Occurred()) goto failed;
+        long rc = 0;
+        if (any_failed) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL) goto failed;
+            PyObject *code = PyDict_GetItemWithError(statuses, index);
+            Py_DECREF(index);
+            if (code != NULL) rc = PyLong_AsLong(code);
+            if (PyErr_Occurred()) goto failed;
+        }
+        Py_ssize_t n = PyBytes_GET_SIZE(entry);
+        store_be32(p, (uint32_t)(24 + n));
+        store_be32(p + 4, (uint32_t)header);
+        store_be32(p + 8, (uint32_t)rc);
+        store_be64(p + 12, (uint64_t)ledger_id);
+        store_be64(p + 20, (uint64_t)entry_id);
+        memcpy(p + 28, PyBytes_AS_STRING(entry), n);
+        p += 28 + n;
+    }
+    return out;
+failed:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* split_frames(data, start, max_frame) -> (frames, position): the whole length-prefixed frames
  * (wire/framing.py: a 4-byte big-endian length, then the frame) of the bytes object ``data``
  * from ``start``, each as bytes, and where the first that is not whole (or declares more than
@@ -965,6 +1100,10 @@ static PyMethodDef methods[] = {
      "How many pending adds at the head are sent and acked by a quorum."},
     {"v2_take_answers", (PyCFunction)(void (*)(void))v2_take_answers, METH_FASTCALL,
      "A client's run of v2 add acks and read answers: their requests taken, grouped by sink."},
+    {"take_plain_reads", (PyCFunction)(void (*)(void))take_plain_reads, METH_FASTCALL,
+     "A bookie's run of plain v2 reads taken off its backlog, grouped by ledger."},
+    {"v2_read_answers", (PyCFunction)(void (*)(void))v2_read_answers, METH_FASTCALL,
+     "The framed answers to plain v2 reads of one ledger, in one bytes."},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,

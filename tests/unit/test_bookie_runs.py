@@ -179,5 +179,32 @@ def test_a_run_of_reads_is_answered_at_once_and_from_a_disk_read_on_when_it_ends
     run_with_held_sync(tmp_path, monkeypatch, scenario)
 
 
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_a_run_of_reads_is_served_within_the_connections_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """Reads behind a pending add: a run takes what the connection's bound of unanswered
+    requests leaves room for (answered at once, they leave the room to the next run), and with
+    no room left each read is answered ETOOMANYREQUESTS, as it would be alone."""
+
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        connection, transport = serve(bookie)
+        connection.data_received(v2.encode_add_request(KEY, entry(4, 0)))  # held: one pending
+        await asyncio.sleep(0.05)
+        assert connection.pending == 1
+        connection.data_received(b"".join(v2.encode_read_request(4, e) for e in range(5)))
+        await asyncio.sleep(0.05)
+        # the add is not synced yet, but readable from the write cache
+        served = [(4, 0, StatusCode.EOK)] + [(4, e, StatusCode.ENOENTRY) for e in range(1, 5)]
+        refused = [(4, e, StatusCode.ETOOMANYREQUESTS) for e in range(5)]
+        assert answers(transport) == (refused if limit == 1 else served)
+        assert connection.pending == 1
+        gate.set()
+        await settle(lambda: connection.pending == 0)
+        assert answers(transport)[-1] == (4, 0, StatusCode.EOK)  # the add's own answer
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=limit)
+
+
 def decoded(transport: FakeTransport) -> list[v2.Response]:
     return [v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))]

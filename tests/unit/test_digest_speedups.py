@@ -5,6 +5,7 @@ by the install, so that the suite runs on them."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import platform
 import shutil
@@ -18,7 +19,7 @@ from bookkeeper_py.client.ledger import LedgerEntry
 from bookkeeper_py.wire import digest, framing, v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 from bookkeeper_py.wire.errors import MalformedMessageError
-from bookkeeper_py.wire.status import StatusCode
+from bookkeeper_py.wire.status import StatusCode, to_v2
 
 needs_speedups = pytest.mark.skipif(not speedups.SPEEDUPS, reason="C speedups not built here")
 
@@ -288,3 +289,77 @@ def test_the_stripe_pass_refuses_a_type_it_cannot_fill() -> None:
     assert native is not None
     with pytest.raises(TypeError, match="entry_type"):
         native.stripe_answers([], {}, [], 0, 1, object, None)
+
+
+@needs_speedups
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.integers(0, 2), st.integers(-1, 2**40)).map(
+                lambda ids: v2.encode_read_request(ids[0], ids[1])[4:]
+            ),
+            st.sampled_from(
+                [b"", b"\x00" * 20, v2.encode_read_request(1, 2, v2.FLAG_DO_FENCING, b"k" * 20)[4:]]
+            ),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 50),
+)
+def test_c_and_python_take_the_same_run_of_plain_reads(frames: list[bytes], room: int) -> None:
+    """A bookie's run of plain reads: the frames taken off the backlog, and their ids grouped
+    by ledger, are the same either way; the run stops at the first frame that is not a plain
+    read, and at ``room``."""
+    native = speedups.native
+    assert native is not None
+    first = v2.encode_read_request(5, 9)[4:]
+    python_backlog, c_backlog = collections.deque(frames), collections.deque(frames)
+    expected = v2._take_plain_reads(
+        python_backlog, first, room, v2.PLAIN_READ_HEAD, v2.PLAIN_READ_SIZE
+    )
+    got = native.take_plain_reads(c_backlog, first, room, v2.PLAIN_READ_HEAD, v2.PLAIN_READ_SIZE)
+    assert got == expected
+    assert c_backlog == python_backlog
+    groups, count = got
+    plain = list(
+        itertools.takewhile(lambda f: len(f) == 20 and f.startswith(v2.PLAIN_READ_HEAD), frames)
+    )
+    assert count == min(room, 1 + len(plain))
+    taken = [v2.plain_read_fields(f) for f in [first, *plain][:count]]
+    assert [(lid, eid) for lid, ids in groups for eid in ids] == taken
+    assert all(a[0] != b[0] for a, b in itertools.pairwise(groups))  # one group per stretch
+
+
+@needs_speedups
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**62), st.binary(max_size=64), st.sampled_from(list(StatusCode))),
+        max_size=20,
+    )
+)
+def test_c_and_python_frame_read_answers_alike(
+    answers: list[tuple[int, bytes, StatusCode]],
+) -> None:
+    """The answers to a ledger's plain reads framed in one C call are the Python path's bytes,
+    and each decodes to its entry id, status and entry."""
+    native = speedups.native
+    assert native is not None
+    entry_ids = [entry_id for entry_id, _, _ in answers]
+    entries = [body if status is StatusCode.EOK else b"" for _, body, status in answers]
+    statuses = {i: s for i, (_, _, s) in enumerate(answers) if s is not StatusCode.EOK}
+    codes = {i: to_v2(s) for i, s in statuses.items()}
+    header = v2.pack_header(v2.OpCode.READ_ENTRY, 0)
+    framed = native.v2_read_answers(77, entry_ids, entries, codes, header)
+    assert framed == v2._read_answers(77, entry_ids, entries, codes, header)
+    assert framed == v2.encode_read_responses(77, entry_ids, entries, statuses)
+    decoded = [v2.decode_response(frame) for frame in framing.FrameDecoder().feed(framed)]
+    assert [(r.entry_id, r.status, r.body) for r in decoded] == [
+        (entry_id, status, entry)
+        for entry_id, entry, status in zip(
+            entry_ids,
+            entries,
+            [statuses.get(i, StatusCode.EOK) for i in range(len(entries))],
+            strict=True,
+        )
+    ]

@@ -21,7 +21,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import repeat
 from typing import Any
 
 from bookkeeper_py.loop import call_on
@@ -51,6 +50,8 @@ log = logging.getLogger(__name__)
 
 
 ReadDone = Callable[[StatusCode, bytes], None]
+# Answers to plain reads of one ledger: entry ids, entries, statuses (see Bookie.read_entries)
+ReadsDone = Callable[[list[int], list[bytes], dict[int, StatusCode]], None]
 StatusDone = Callable[[StatusCode], None]
 DISK_CHECK_BYTES = 1024 * 1024
 THROTTLE_POLL_S = 0.005  # how often adds held back by a full write cache look for room
@@ -130,6 +131,17 @@ def _observe(stats: OpStats, status: StatusCode, elapsed: float) -> None:
     if status == StatusCode.EOK:
         stats.success(elapsed)
     else:
+        stats.failure(elapsed)
+
+
+def _observe_run(
+    stats: OpStats, answered: int, statuses: dict[int, StatusCode], elapsed: float
+) -> None:
+    """Records the latency of ``answered`` requests served together, ``statuses`` holding the
+    failed ones: one histogram update for the successes."""
+    if answered > len(statuses):
+        stats.successes(elapsed, answered - len(statuses))
+    for _ in statuses:
         stats.failure(elapsed)
 
 
@@ -640,7 +652,9 @@ class Bookie:
                 answer = self._read(ledger_id, entry_id, nowait=True)
             except ReadWouldBlockError:
                 self._read_rest_from_disk(
-                    ledger_id, [entry_id], lambda _, status, body: done(status, body)
+                    ledger_id,
+                    [entry_id],
+                    lambda _, entries, statuses: done(statuses.get(0, StatusCode.EOK), entries[0]),
                 )
             else:
                 done(*answer)
@@ -830,38 +844,37 @@ class Bookie:
         return StatusCode.EOK, entries
 
     def read_entries(
-        self, ledger_id: int, entry_ids: list[int], done: Callable[[int, StatusCode, bytes], None]
-    ) -> list[tuple[int, StatusCode, bytes]]:
-        """Plain reads (no fencing) of one ledger that arrived together: returns the answers
-        (entry id, status, entry) it can give at once, from the write cache or the page cache;
-        from the first entry that must come from a disk on, the rest are read on a reader thread
-        and answered through ``done(entry_id, status, entry)``. Each read's latency is recorded
-        as for ``read_entry`` (all of them took the time the whole run took)."""
+        self, ledger_id: int, entry_ids: list[int], done: ReadsDone
+    ) -> tuple[list[bytes], dict[int, StatusCode]]:
+        """Plain reads (no fencing) of one ledger that arrived together: the answers it can give
+        at once, from the write cache or the page cache, as ``(entries, statuses)``:
+        ``entries[i]`` answers ``entry_ids[i]``, EOK unless ``statuses`` holds another status
+        under ``i`` (then the entry is empty). From the first entry that must come from a disk
+        on, the rest are read on a reader thread and answered the same way, through
+        ``done(entry_ids, entries, statuses)``. Each read's latency is recorded as for
+        ``read_entry`` (all of them took the time the whole run took)."""
         started = self._read_at = time.perf_counter()
         stats = self._read_stats
-        answers: list[tuple[int, StatusCode, bytes]] = []
-        taken = self._serve_reads(ledger_id, entry_ids, answers, nowait=True)
+        entries: list[bytes] = []
+        statuses: dict[int, StatusCode] = {}
+        taken = self._serve_reads(ledger_id, entry_ids, entries, statuses, nowait=True)
         if taken < len(entry_ids):
             self._read_rest_from_disk(ledger_id, entry_ids[taken:], done, (started, stats))
-        elapsed = time.perf_counter() - started
-        eok = StatusCode.EOK
-        failed = [status for _, status, _ in answers if status is not eok]
-        if len(answers) > len(failed):  # one histogram update for the run's successes
-            stats.successes(elapsed, len(answers) - len(failed))
-        for _ in failed:
-            stats.failure(elapsed)
-        return answers
+        _observe_run(stats, len(entries), statuses, time.perf_counter() - started)
+        return entries, statuses
 
     def _serve_reads(
         self,
         ledger_id: int,
         entry_ids: list[int],
-        answers: list[tuple[int, StatusCode, bytes]],
+        entries: list[bytes],
+        statuses: dict[int, StatusCode],
         nowait: bool,
     ) -> int:
-        """Answers ``entry_ids`` in order into ``answers``: runs of them as the storage serves
-        them together (``read_many``), each other one on its own. With ``nowait``, stops at the
-        first that must come from a disk; how many were answered."""
+        """Answers ``entry_ids`` in order into ``entries`` and ``statuses`` (see
+        ``read_entries``): runs of them as the storage serves them together (``read_many``),
+        each other one on its own. With ``nowait``, stops at the first that must come from a
+        disk; how many were answered."""
         at, count = 0, len(entry_ids)
         read_many, read = self.engine.read_many, self._read
         with self.engine.read_run(ledger_id):
@@ -869,19 +882,21 @@ class Bookie:
                 run = read_many(ledger_id, entry_ids, at, nowait)
                 if run:
                     self._read_bytes.inc(sum(map(len, run)))
-                    answers.extend(zip(entry_ids[at : at + len(run)], repeat(StatusCode.EOK), run))
+                    entries += run
                     at += len(run)
                     if at == count:
                         break
                 entry_id = entry_ids[at]
                 if _bad_read_ids(ledger_id, entry_id):
-                    answers.append((entry_id, StatusCode.EBADREQ, b""))
+                    status, body = StatusCode.EBADREQ, b""
                 else:
                     try:
                         status, body = read(ledger_id, entry_id, nowait=nowait)
                     except ReadWouldBlockError:
                         return at
-                    answers.append((entry_id, status, body))
+                if status is not StatusCode.EOK:
+                    statuses[at] = status
+                entries.append(body)
                 at += 1
         return at
 
@@ -889,32 +904,33 @@ class Bookie:
         self,
         ledger_id: int,
         entry_ids: list[int],
-        done: Callable[[int, StatusCode, bytes], None],
+        done: ReadsDone,
         timed: tuple[float, OpStats] | None = None,
     ) -> None:
         """Reads entries that must come from a disk (a read, or the rest of a run) on a reader
         thread (the loop's executor), so that the loop serves other requests (a writer's adds)
-        meanwhile; they are answered on the loop, in order, each latency recorded in ``timed``
-        (since when, where) if given."""
+        meanwhile; they are answered together on the loop (``done``, as ``read_entries``
+        answers), their latencies recorded in ``timed`` (since when, where) if given."""
         self._disk_reads.inc(len(entry_ids))
         self._reads_off_loop += len(entry_ids)
 
-        def serve() -> list[tuple[int, StatusCode, bytes]]:
-            answers: list[tuple[int, StatusCode, bytes]] = []
-            self._serve_reads(ledger_id, entry_ids, answers, nowait=False)
-            return answers
+        def serve() -> tuple[list[bytes], dict[int, StatusCode]]:
+            entries: list[bytes] = []
+            statuses: dict[int, StatusCode] = {}
+            self._serve_reads(ledger_id, entry_ids, entries, statuses, nowait=False)
+            return entries, statuses
 
-        def answer(future: asyncio.Future[list[tuple[int, StatusCode, bytes]]]) -> None:
+        def answer(future: asyncio.Future[tuple[list[bytes], dict[int, StatusCode]]]) -> None:
             try:
-                answers = future.result()
+                entries, statuses = future.result()
             except Exception:
                 log.exception("ledger %d: reading %d entries failed", ledger_id, len(entry_ids))
-                answers = [(entry_id, StatusCode.EIO, b"") for entry_id in entry_ids]
+                entries = [b""] * len(entry_ids)
+                statuses = dict.fromkeys(range(len(entry_ids)), StatusCode.EIO)
             self._reads_off_loop -= len(entry_ids)
-            for entry_id, status, body in answers:
-                if timed is not None:
-                    _observe(timed[1], status, time.perf_counter() - timed[0])
-                done(entry_id, status, body)
+            if timed is not None:
+                _observe_run(timed[1], len(entries), statuses, time.perf_counter() - timed[0])
+            done(entry_ids, entries, statuses)
 
         self._loop.run_in_executor(None, serve).add_done_callback(answer)
 

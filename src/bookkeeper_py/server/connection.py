@@ -404,30 +404,32 @@ class BookieConnection(asyncio.Protocol):
     def _plain_reads(self, first: bytes) -> None:
         """A run of plain v2 reads (not fencing), served in bulk: per ledger, one call to the
         bookie and one write of the answers it has at once (those waiting for a disk are
-        answered when their reader thread is done)."""
-        run = self._take_run(first, _is_plain_read)
-        if run is None:
+        answered when their reader thread is done). Within the connection's bound of pending
+        requests; past it, each is answered on its own (ETOOMANYREQUESTS)."""
+        room = min(_MAX_RUN, self._bookie.config.max_pending_per_connection - self.pending)
+        if room < 1:
+            self.pending += 1
+            self._handle_v2(first)
             return
-        fields, read = v2.plain_read_fields, self._bookie.read_entries
-        ledger_id, entry_id = fields(first)
-        entry_ids = [entry_id]
-        for frame in run[1:]:
-            lid, eid = fields(frame)
-            if lid != ledger_id:
-                self._send_reads(
-                    ledger_id, read(ledger_id, entry_ids, partial(self._read, ledger_id))
-                )
-                ledger_id, entry_ids = lid, []
-            entry_ids.append(eid)
-        self._send_reads(ledger_id, read(ledger_id, entry_ids, partial(self._read, ledger_id)))
+        groups, count = v2.take_plain_reads(self._backlog, first, room)
+        self.pending += count
+        read = self._bookie.read_entries
+        for ledger_id, entry_ids in groups:
+            entries, statuses = read(ledger_id, entry_ids, partial(self._send_reads, ledger_id))
+            self._send_reads(ledger_id, entry_ids, entries, statuses)
 
-    def _send_reads(self, ledger_id: int, answers: list[tuple[int, StatusCode, bytes]]) -> None:
-        if answers:
-            self.pending -= len(answers)
-            self._write(v2.encode_read_responses(ledger_id, answers))
-
-    def _read(self, ledger_id: int, entry_id: int, status: StatusCode, body: bytes) -> None:
-        self._send_reads(ledger_id, [(entry_id, status, body)])
+    def _send_reads(
+        self,
+        ledger_id: int,
+        entry_ids: list[int],
+        entries: list[bytes],
+        statuses: dict[int, StatusCode],
+    ) -> None:
+        """The answers to the first ``len(entries)`` of ``entry_ids`` (see
+        ``Bookie.read_entries``)."""
+        if entries:
+            self.pending -= len(entries)
+            self._write(v2.encode_read_responses(ledger_id, entry_ids, entries, statuses))
 
     def _refuse_v2(
         self, request: v2.AddRequest | v2.ReadRequest | v2.BatchReadRequest | v2.UnsupportedRequest

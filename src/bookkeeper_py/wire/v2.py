@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections import deque
 from dataclasses import dataclass
 
+from bookkeeper_py.speedups import native
 from bookkeeper_py.wire import v3
 from bookkeeper_py.wire.errors import MalformedMessageError
 from bookkeeper_py.wire.proto import bookkeeper_protocol_pb2 as pb
@@ -305,18 +307,76 @@ def plain_read_fields(frame: bytes) -> tuple[int, int]:
     return _ADD_IDS.unpack_from(frame, 4)
 
 
-def encode_read_responses(ledger_id: int, answers: list[tuple[int, StatusCode, bytes]]) -> bytes:
-    """The framed answers to reads of one ledger: (entry id, status, entry) each."""
-    pack, header = _FRAMED_RESPONSE.pack, pack_header(OpCode.READ_ENTRY, 0)
-    eok, rc_ok = StatusCode.EOK, to_v2(StatusCode.EOK)
+def _take_plain_reads(
+    backlog: deque[bytes], first: bytes, room: int, head: bytes, size: int
+) -> tuple[list[tuple[int, list[int]]], int]:
+    """The pure-Python ``take_plain_reads`` of the C speedups (see ``take_plain_reads``)."""
+    groups: list[tuple[int, list[int]]] = []
+    frame, count, ledger_id = first, 0, 0
+    entry_ids: list[int] | None = None
+    while True:
+        lid, eid = _ADD_IDS.unpack_from(frame, len(head))
+        if entry_ids is None or lid != ledger_id:
+            ledger_id, entry_ids = lid, []
+            groups.append((lid, entry_ids))
+        entry_ids.append(eid)
+        count += 1
+        if count >= room or not backlog:
+            break
+        frame = backlog[0]
+        if len(frame) != size or not frame.startswith(head):
+            break
+        backlog.popleft()
+    return groups, count
+
+
+def take_plain_reads(
+    backlog: deque[bytes], first: bytes, room: int
+) -> tuple[list[tuple[int, list[int]]], int]:
+    """A bookie's run of plain reads: ``first`` (a plain read frame, taken off the backlog
+    already) and the plain reads right behind it in ``backlog``, taken off it up to ``room``
+    frames in all; (``[(ledger id, [entry ids])]`` for each stretch of one ledger, in order, how
+    many frames were taken)."""
+    return _take(backlog, first, room, PLAIN_READ_HEAD, PLAIN_READ_SIZE)
+
+
+def _read_answers(
+    ledger_id: int,
+    entry_ids: list[int],
+    entries: list[bytes],
+    statuses: dict[int, int],
+    header: int,
+) -> bytes:
+    """The pure-Python ``v2_read_answers`` of the C speedups (see ``encode_read_responses``)."""
+    pack = _FRAMED_RESPONSE.pack
     pieces: list[bytes] = []
     append = pieces.append
-    for entry_id, status, body in answers:
-        rc = rc_ok if status is eok else to_v2(status)
+    for index, body in enumerate(entries):
+        entry_id = entry_ids[index]
+        rc = statuses.get(index, 0) if statuses else 0
         append(pack(RESPONSE_FIXED_SIZE + len(body), header, rc, ledger_id, entry_id))
         if body:
             append(body)
     return b"".join(pieces)
+
+
+_READ_ANSWER_HEADER = pack_header(OpCode.READ_ENTRY, 0)
+
+
+def encode_read_responses(
+    ledger_id: int,
+    entry_ids: list[int],
+    entries: list[bytes],
+    statuses: dict[int, StatusCode] | None = None,
+) -> bytes:
+    """The framed answers to reads of one ledger: ``entries[i]`` answers ``entry_ids[i]``, EOK
+    unless ``statuses`` holds another status under ``i`` (then its entry is empty)."""
+    codes = {index: to_v2(status) for index, status in statuses.items()} if statuses else {}
+    return _answers(ledger_id, entry_ids, entries, codes, _READ_ANSWER_HEADER)
+
+
+_take = native.take_plain_reads if native is not None else _take_plain_reads
+_answers = native.v2_read_answers if native is not None else _read_answers
 
 
 def encode_add_responses(status: StatusCode, ledger_id: int, entry_ids: list[int]) -> bytes:
