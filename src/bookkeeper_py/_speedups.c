@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -461,6 +462,29 @@ fail:
     return NULL;
 }
 
+/* The next frame of a bookie's run of plain requests (take_plain_reads, take_plain_adds): the
+ * frame at the head of the deque ``backlog``, taken off it (``popleft``: its bound method) if it
+ * is bytes that start with ``head`` and are ``size`` bytes long (``exact``) or at least that;
+ * NULL when it is not (or the backlog is empty), with an error set only on a failure. */
+static PyObject *next_plain(PyObject *backlog, PyObject *popleft, const char *head,
+                            Py_ssize_t head_size, Py_ssize_t size, int exact) {
+    if (PyObject_Length(backlog) <= 0) return NULL;
+    PyObject *next = PySequence_GetItem(backlog, 0);
+    if (next == NULL) return NULL;
+    Py_ssize_t n = PyBytes_Check(next) ? PyBytes_GET_SIZE(next) : -1;
+    int plain = (exact ? n == size : n >= size) && memcmp(PyBytes_AS_STRING(next), head,
+                                                          head_size) == 0;
+    Py_DECREF(next);
+    if (!plain) return NULL;
+    PyObject *frame = PyObject_CallNoArgs(popleft);
+    if (frame != NULL && !PyBytes_Check(frame)) {
+        Py_DECREF(frame);
+        PyErr_SetString(PyExc_TypeError, "a bookie's backlog changed while a run was taken");
+        return NULL;
+    }
+    return frame;
+}
+
 /* take_plain_reads(backlog, first, room, head, size) -> (groups, count): a bookie's run of plain
  * v2 reads (server/connection.py): ``first`` (one, taken off the backlog already) and those
  * right behind it in the deque ``backlog`` (frames of ``size`` bytes that start with the 4
@@ -513,18 +537,11 @@ static PyObject *take_plain_reads(PyObject *self, PyObject *const *args, Py_ssiz
             goto failed;
         }
         Py_DECREF(entry);
-        if (++count >= room || PyObject_Length(args[0]) <= 0) break;
-        PyObject *next = PySequence_GetItem(args[0], 0);
-        if (next == NULL) goto failed;
-        int plain = PyBytes_Check(next) && PyBytes_GET_SIZE(next) == size &&
-                    memcmp(PyBytes_AS_STRING(next), head, head_size) == 0;
-        Py_DECREF(next);
-        if (!plain) break;
-        frame = PyObject_CallNoArgs(popleft);
-        if (frame == NULL) goto failed;
-        if (!PyBytes_Check(frame)) {
-            PyErr_SetString(PyExc_TypeError, "take_plain_reads: the backlog changed");
-            goto failed;
+        if (++count >= room) break;
+        frame = next_plain(args[0], popleft, head, head_size, size, 1);
+        if (frame == NULL) {
+            if (PyErr_Occurred()) goto failed;
+            break;
         }
     }
     Py_DECREF(popleft);
@@ -536,43 +553,50 @@ failed:
     return NULL;
 }
 
-/* v2_read_answers(ledger_id, entry_ids, entries, statuses, header) -> bytes: the framed answers
- * (length, header, rc, ledger id, entry id, entry) to plain reads of one ledger, one per item of
- * ``entries`` (bytes; empty where the read failed), answering ``entry_ids[i]``; ``statuses``
- * maps the index of each failed one to its v2 return code (the rest are 0, EOK). */
-static PyObject *v2_read_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyDict_Check(args[3])) {
+/* v2_answers(ledger_id, entry_ids, entries, statuses, header) -> bytes: the framed v2 answers
+ * (length, header, rc, ledger id, entry id, then for a read its entry) to requests of one
+ * ledger, in order. For reads ``entries`` is a list of bytes (empty where the read failed), one
+ * answer each, to ``entry_ids[i]``, and ``statuses`` a dict of the failed ones' index -> v2
+ * return code (the rest are 0, EOK); for adds ``entries`` is None, one answer per entry id, and
+ * ``statuses`` the return code of them all. */
+static PyObject *v2_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[1]) ||
+        !(PyList_Check(args[2]) ? PyDict_Check(args[3])
+                                : args[2] == Py_None && PyLong_Check(args[3]))) {
         PyErr_SetString(PyExc_TypeError,
-                        "v2_read_answers(ledger_id, entry_ids: list, entries: list, "
-                        "statuses: dict, header)");
+                        "v2_answers(ledger_id, entry_ids: list, entries: list, statuses: dict, "
+                        "header) or (ledger_id, entry_ids: list, None, rc: int, header)");
         return NULL;
     }
     long long ledger_id = PyLong_AsLongLong(args[0]);
     long header = PyLong_AsLong(args[4]);
     if (PyErr_Occurred()) return NULL;
-    PyObject *ids = args[1], *entries = args[2], *statuses = args[3];
-    Py_ssize_t count = PyList_GET_SIZE(entries), total = 0;
+    PyObject *ids = args[1], *entries = args[2] == Py_None ? NULL : args[2];
+    PyObject *statuses = entries != NULL ? args[3] : NULL;
+    long all_rc = entries == NULL ? PyLong_AsLong(args[3]) : 0;
+    if (all_rc == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = entries != NULL ? PyList_GET_SIZE(entries) : PyList_GET_SIZE(ids);
+    Py_ssize_t total = 28 * count;
     if (PyList_GET_SIZE(ids) < count) {
-        PyErr_SetString(PyExc_ValueError, "v2_read_answers: more entries than entry ids");
+        PyErr_SetString(PyExc_ValueError, "v2_answers: more entries than entry ids");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
+    for (Py_ssize_t i = 0; entries != NULL && i < count; i++) {
         PyObject *entry = PyList_GET_ITEM(entries, i);
         if (!PyBytes_Check(entry)) {
-            PyErr_SetString(PyExc_TypeError, "v2_read_answers: entries must be bytes");
+            PyErr_SetString(PyExc_TypeError, "v2_answers: entries must be bytes");
             return NULL;
         }
-        total += 28 + PyBytes_GET_SIZE(entry);
+        total += PyBytes_GET_SIZE(entry);
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL) return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
-    const int any_failed = PyDict_GET_SIZE(statuses) > 0;
+    const int any_failed = statuses != NULL && PyDict_GET_SIZE(statuses) > 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
         long long entry_id = PyLong_AsLongLong(PyList_GET_ITEM(ids, i));
         if (entry_id == -1 && PyErr_Occurred()) goto failed;
-        long rc = 0;
+        long rc = all_rc;
         if (any_failed) {
             PyObject *index = PyLong_FromSsize_t(i);
             if (index == NULL) goto failed;
@@ -581,18 +605,210 @@ static PyObject *v2_read_answers(PyObject *self, PyObject *const *args, Py_ssize
             if (code != NULL) rc = PyLong_AsLong(code);
             if (PyErr_Occurred()) goto failed;
         }
-        Py_ssize_t n = PyBytes_GET_SIZE(entry);
+        PyObject *entry = entries != NULL ? PyList_GET_ITEM(entries, i) : NULL;
+        Py_ssize_t n = entry != NULL ? PyBytes_GET_SIZE(entry) : 0;
         store_be32(p, (uint32_t)(24 + n));
         store_be32(p + 4, (uint32_t)header);
         store_be32(p + 8, (uint32_t)rc);
         store_be64(p + 12, (uint64_t)ledger_id);
         store_be64(p + 20, (uint64_t)entry_id);
-        memcpy(p + 28, PyBytes_AS_STRING(entry), n);
+        if (n > 0) memcpy(p + 28, PyBytes_AS_STRING(entry), n);
         p += 28 + n;
     }
     return out;
 failed:
     Py_DECREF(out);
+    return NULL;
+}
+
+/* take_plain_adds(backlog, first, room, head, min_size) -> (groups, count): a bookie's run of
+ * plain v2 adds (server/connection.py): ``first`` (taken off the backlog already) and those right
+ * behind it in the deque ``backlog`` (frames of at least ``min_size`` bytes that start with the
+ * 4 bytes ``head``: header, master key (20), entry starting with ledger id, entry id, LAC), taken
+ * off it up to ``room`` frames in all. ``groups`` holds, for each stretch of one ledger and one
+ * master key, (ledger id, master key, [entry ids], [entries], LAC): the entries cut out of their
+ * frames, and the highest LAC among them, or None when an entry is too short to hold one or an
+ * entry id is negative (then the caller checks them one by one); ``count`` how many frames were
+ * taken. */
+static PyObject *take_plain_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[1]) || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "take_plain_adds(backlog, first: bytes, room, head: bytes, min_size)");
+        return NULL;
+    }
+    Py_ssize_t room = PyLong_AsSsize_t(args[2]), min_size = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    const char *head = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t head_size = PyBytes_GET_SIZE(args[3]);
+    const Py_ssize_t key_size = 20, at = head_size + key_size; /* where the entry begins */
+    if (head_size > 8 || min_size < at + 16) {
+        PyErr_SetString(PyExc_ValueError, "take_plain_adds: min_size too small for the ids");
+        return NULL;
+    }
+    PyObject *popleft = PyObject_GetAttrString(args[0], "popleft");
+    if (popleft == NULL) return NULL;
+    PyObject *groups = PyList_New(0), *ids = NULL, *entries = NULL, *key = NULL;
+    PyObject *frame = args[1];
+    Py_INCREF(frame);
+    long long ledger_id = 0, lac = 0;
+    int lac_known = 0;
+    Py_ssize_t count = 0;
+    if (groups == NULL) goto failed;
+    for (;;) {
+        Py_ssize_t size = PyBytes_GET_SIZE(frame);
+        if (size < min_size) {  /* ``first`` is checked by the caller */
+            PyErr_SetString(PyExc_ValueError, "take_plain_adds: not a plain add");
+            goto failed;
+        }
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame);
+        long long lid = (long long)load_be64(p + at), eid = (long long)load_be64(p + at + 8);
+        if (ids == NULL || lid != ledger_id || memcmp(PyBytes_AS_STRING(key), p + head_size,
+                                                      key_size) != 0) {
+            if (ids != NULL) { /* the group before: its LAC */
+                PyObject *value = lac_known ? PyLong_FromLongLong(lac) : Py_NewRef(Py_None);
+                if (value == NULL) goto failed;
+                int stored = PyList_Append(PyList_GET_ITEM(groups, PyList_GET_SIZE(groups) - 1),
+                                           value);
+                Py_DECREF(value);
+                if (stored < 0) goto failed;
+            }
+            key = PyBytes_FromStringAndSize((const char *)p + head_size, key_size);
+            ids = PyList_New(0);
+            entries = PyList_New(0);
+            PyObject *group = key != NULL && ids != NULL && entries != NULL
+                                  ? Py_BuildValue("[LNNN]", lid, key, ids, entries)
+                                  : NULL;
+            if (group == NULL) {
+                if (key == NULL || ids == NULL || entries == NULL) {
+                    Py_XDECREF(key);
+                    Py_XDECREF(ids);
+                    Py_XDECREF(entries);
+                }
+                key = ids = entries = NULL;
+                goto failed;
+            }
+            int stored = PyList_Append(groups, group);
+            Py_DECREF(group); /* key, ids and entries live on in it */
+            if (stored < 0) {
+                key = ids = entries = NULL;
+                goto failed;
+            }
+            ledger_id = lid;
+            lac_known = 1;
+            lac = LLONG_MIN;
+        }
+        if (size < at + 24 || eid < 0) {
+            lac_known = 0;
+        } else {
+            long long entry_lac = (long long)load_be64(p + at + 16);
+            if (entry_lac > lac) lac = entry_lac;
+        }
+        PyObject *entry_id = PyLong_FromLongLong(eid);
+        if (entry_id == NULL || PyList_Append(ids, entry_id) < 0) {
+            Py_XDECREF(entry_id);
+            goto failed;
+        }
+        Py_DECREF(entry_id);
+        PyObject *entry = PyBytes_FromStringAndSize((const char *)p + at, size - at);
+        if (entry == NULL || PyList_Append(entries, entry) < 0) {
+            Py_XDECREF(entry);
+            goto failed;
+        }
+        Py_DECREF(entry);
+        Py_DECREF(frame);
+        frame = NULL;
+        if (++count >= room) break;
+        frame = next_plain(args[0], popleft, head, head_size, min_size, 0);
+        if (frame == NULL) {
+            if (PyErr_Occurred()) goto failed;
+            break;
+        }
+    }
+    {
+        PyObject *value = lac_known ? PyLong_FromLongLong(lac) : Py_NewRef(Py_None);
+        if (value == NULL) goto failed;
+        int stored = PyList_Append(PyList_GET_ITEM(groups, PyList_GET_SIZE(groups) - 1), value);
+        Py_DECREF(value);
+        if (stored < 0) goto failed;
+    }
+    /* each group as a tuple */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(groups); i++) {
+        PyObject *tuple = PyList_AsTuple(PyList_GET_ITEM(groups, i));
+        if (tuple == NULL) goto failed;
+        PyList_SetItem(groups, i, tuple);
+    }
+    Py_DECREF(popleft);
+    return Py_BuildValue("(Nn)", groups, count);
+failed:
+    Py_XDECREF(frame);
+    Py_XDECREF(groups);
+    Py_DECREF(popleft);
+    return NULL;
+}
+
+/* journal_group(batch, gather_min) -> (pieces, tokens): one journal group (storage/journal.py)
+ * of the records in ``batch`` ((type, body, token, background) tuples), as the pieces to write
+ * in order: the group's header, count, types and lengths, then the bodies joined in the same
+ * bytes when they average under ``gather_min`` bytes, else each body a piece of its own (the CRC
+ * computed over them where they are); and the records' tokens that are not None, in order. */
+static PyObject *journal_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "journal_group(batch: list, gather_min)");
+        return NULL;
+    }
+    Py_ssize_t gather_min = PyLong_AsSsize_t(args[1]);
+    if (gather_min == -1 && PyErr_Occurred()) return NULL;
+    PyObject *batch = args[0];
+    Py_ssize_t count = PyList_GET_SIZE(batch), size = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *record = PyList_GET_ITEM(batch, i);
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 3 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(record, 1)) ||
+            !PyLong_Check(PyTuple_GET_ITEM(record, 0))) {
+            PyErr_SetString(PyExc_TypeError, "journal_group: records are (type, body, token, ...)");
+            return NULL;
+        }
+        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(record, 1));
+    }
+    const int gather = size < gather_min * count;
+    const Py_ssize_t prefix = 8 + 4 + 5 * count;
+    PyObject *tokens = PyList_New(0);
+    PyObject *pieces = PyList_New(0);
+    PyObject *first = PyBytes_FromStringAndSize(NULL, prefix + (gather ? size : 0));
+    if (tokens == NULL || pieces == NULL || first == NULL) goto failed;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(first);
+    store_be32(out + 8, (uint32_t)count);
+    uint8_t *types = out + 12, *lengths = out + 12 + count, *bodies = out + prefix;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *record = PyList_GET_ITEM(batch, i);
+        PyObject *body = PyTuple_GET_ITEM(record, 1), *token = PyTuple_GET_ITEM(record, 2);
+        long type = PyLong_AsLong(PyTuple_GET_ITEM(record, 0));
+        if (type == -1 && PyErr_Occurred()) goto failed;
+        Py_ssize_t n = PyBytes_GET_SIZE(body);
+        types[i] = (uint8_t)type;
+        store_be32(lengths + 4 * i, (uint32_t)n);
+        if (gather) {
+            memcpy(bodies, PyBytes_AS_STRING(body), n);
+            bodies += n;
+        }
+        if (token != Py_None && PyList_Append(tokens, token) < 0) goto failed;
+    }
+    uint32_t crc = crc32c_update(0, out + 8, prefix - 8 + (gather ? size : 0));
+    if (PyList_Append(pieces, first) < 0) goto failed;
+    for (Py_ssize_t i = 0; !gather && i < count; i++) {
+        PyObject *body = PyTuple_GET_ITEM(PyList_GET_ITEM(batch, i), 1);
+        crc = crc32c_update(crc, (const uint8_t *)PyBytes_AS_STRING(body),
+                            PyBytes_GET_SIZE(body));
+        if (PyList_Append(pieces, body) < 0) goto failed;
+    }
+    store_be32(out, (uint32_t)(prefix - 8 + size));
+    store_be32(out + 4, crc);
+    Py_DECREF(first);
+    return Py_BuildValue("(NN)", pieces, tokens);
+failed:
+    Py_XDECREF(tokens);
+    Py_XDECREF(pieces);
+    Py_XDECREF(first);
     return NULL;
 }
 
@@ -1102,8 +1318,12 @@ static PyMethodDef methods[] = {
      "A client's run of v2 add acks and read answers: their requests taken, grouped by sink."},
     {"take_plain_reads", (PyCFunction)(void (*)(void))take_plain_reads, METH_FASTCALL,
      "A bookie's run of plain v2 reads taken off its backlog, grouped by ledger."},
-    {"v2_read_answers", (PyCFunction)(void (*)(void))v2_read_answers, METH_FASTCALL,
-     "The framed answers to plain v2 reads of one ledger, in one bytes."},
+    {"v2_answers", (PyCFunction)(void (*)(void))v2_answers, METH_FASTCALL,
+     "The framed answers to plain v2 reads or adds of one ledger, in one bytes."},
+    {"take_plain_adds", (PyCFunction)(void (*)(void))take_plain_adds, METH_FASTCALL,
+     "A bookie's run of plain v2 adds taken off its backlog, grouped by ledger and key."},
+    {"journal_group", (PyCFunction)(void (*)(void))journal_group, METH_FASTCALL,
+     "A journal group's pieces to write, and its records' tokens."},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,

@@ -548,6 +548,35 @@ def test_a_checkpoint_writes_each_ledger_in_entry_order_whatever_order_the_adds_
     engine.close()
 
 
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [[0, 1, 2], [3, 4]],  # each new, increasing: the cache's one-call path
+        [[0, 1, 2], [2, 3]],  # one already cached (a copy): replaced
+        [[0, 1, 1, 2]],  # the same id twice in one batch
+        [[4, 2], [3, 2]],  # not increasing
+    ],
+)
+def test_the_write_cache_counts_each_entry_it_holds_once(
+    tmp_path: Path, batches: list[list[int]]
+) -> None:
+    """Batches of adds to the write cache: its entry count and bytes are those of the entries
+    it holds, a replaced entry (or one twice in a batch) counted once, at its last size."""
+    engine, durable = open_engine(tmp_path)
+    engine.create_ledger(1, KEY)
+    held: dict[int, bytes] = {}
+    for number, ids in enumerate(batches):
+        entries = [entry(1, i) + b"." * (number + position) for position, i in enumerate(ids)]
+        engine.add_entries(1, ids, entries, number)
+        held.update(zip(ids, entries, strict=True))
+    durable.wait_for(len(batches))
+    current = engine.storage._current
+    assert current.count == len(held)
+    assert current.size_bytes == sum(map(len, held.values()))
+    assert [engine.read(1, i) for i in sorted(held)] == [held[i] for i in sorted(held)]
+    engine.close()
+
+
 def test_a_half_full_write_cache_asks_for_a_paced_checkpoint_hurried_at_three_quarters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ import collections
 import itertools
 import platform
 import shutil
+import struct
 
 import pytest
 from hypothesis import given
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from bookkeeper_py import errors, speedups
 from bookkeeper_py.client.ledger import LedgerEntry
+from bookkeeper_py.storage import journal
 from bookkeeper_py.wire import digest, framing, v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
 from bookkeeper_py.wire.errors import MalformedMessageError
@@ -350,8 +352,8 @@ def test_c_and_python_frame_read_answers_alike(
     statuses = {i: s for i, (_, _, s) in enumerate(answers) if s is not StatusCode.EOK}
     codes = {i: to_v2(s) for i, s in statuses.items()}
     header = v2.pack_header(v2.OpCode.READ_ENTRY, 0)
-    framed = native.v2_read_answers(77, entry_ids, entries, codes, header)
-    assert framed == v2._read_answers(77, entry_ids, entries, codes, header)
+    framed = native.v2_answers(77, entry_ids, entries, codes, header)
+    assert framed == v2._v2_answers(77, entry_ids, entries, codes, header)
     assert framed == v2.encode_read_responses(77, entry_ids, entries, statuses)
     decoded = [v2.decode_response(frame) for frame in framing.FrameDecoder().feed(framed)]
     assert [(r.entry_id, r.status, r.body) for r in decoded] == [
@@ -363,3 +365,103 @@ def test_c_and_python_frame_read_answers_alike(
             strict=True,
         )
     ]
+
+
+def _add_frame(ledger_id: int, entry_id: int, key: bytes, tail: bytes) -> bytes:
+    """A plain add frame (no length prefix) whose entry is its ids then ``tail``."""
+    entry = struct.pack(">qq", ledger_id, entry_id) + tail
+    return v2.encode_add_request(key, entry)[4:]
+
+
+@needs_speedups
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.integers(0, 2),
+                st.integers(-2, 2**40),
+                st.sampled_from([b"a" * 20, b"b" * 20]),
+                st.one_of(
+                    st.binary(max_size=8),
+                    st.integers(-1, 2**40).map(lambda lac: struct.pack(">q", lac) + b"x" * 24),
+                ),
+            ).map(lambda f: _add_frame(*f)),
+            st.sampled_from([b"", b"\x00" * 40, v2.encode_read_request(1, 2)[4:]]),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 50),
+)
+def test_c_and_python_take_the_same_run_of_plain_adds(frames: list[bytes], room: int) -> None:
+    """A bookie's run of plain adds: the frames taken off the backlog, their entries cut out
+    and grouped by ledger and master key, and each group's LAC (None where an entry is too short
+    to carry one or an id is negative) are the same either way."""
+    native = speedups.native
+    assert native is not None
+    first = _add_frame(5, 9, b"a" * 20, struct.pack(">q", 3) + b"y" * 30)
+    python_backlog, c_backlog = collections.deque(frames), collections.deque(frames)
+    args = (first, room, v2.PLAIN_ADD_HEAD, v2.PLAIN_ADD_MIN_SIZE)
+    expected = v2._take_plain_adds(python_backlog, *args)
+    got = native.take_plain_adds(c_backlog, *args)
+    assert got == expected
+    assert c_backlog == python_backlog
+    groups, count = got
+    plain = list(
+        itertools.takewhile(
+            lambda f: len(f) >= v2.PLAIN_ADD_MIN_SIZE and f.startswith(v2.PLAIN_ADD_HEAD), frames
+        )
+    )
+    taken = [first, *plain][:count]
+    assert count == min(room, 1 + len(plain))
+    assert [e for group in groups for e in group[3]] == [f[24:] for f in taken]
+    for ledger_id, _, entry_ids, entries, lac in groups:
+        assert entry_ids == [struct.unpack_from(">q", e, 8)[0] for e in entries]
+        assert {struct.unpack_from(">q", e)[0] for e in entries} == {ledger_id}
+        whole = all(len(e) >= 24 for e in entries) and min(entry_ids) >= 0
+        assert lac == (max(struct.unpack_from(">q", e, 16)[0] for e in entries) if whole else None)
+
+
+@needs_speedups
+@given(st.lists(st.integers(0, 2**62), max_size=30), st.sampled_from(list(StatusCode)))
+def test_c_and_python_frame_add_answers_alike(entry_ids: list[int], status: StatusCode) -> None:
+    native = speedups.native
+    assert native is not None
+    header = v2.pack_header(v2.OpCode.ADD_ENTRY, 0)
+    framed = native.v2_answers(3, entry_ids, None, to_v2(status), header)
+    assert framed == v2._v2_answers(3, entry_ids, None, to_v2(status), header)
+    assert framed == v2.encode_add_responses(status, 3, entry_ids)
+    decoded = [v2.decode_response(frame) for frame in framing.FrameDecoder().feed(framed)]
+    assert [(r.opcode, r.status, r.ledger_id, r.entry_id) for r in decoded] == [
+        (v2.OpCode.ADD_ENTRY, status, 3, e) for e in entry_ids
+    ]
+
+
+@needs_speedups
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(list(journal.RecordType)),
+            st.binary(max_size=300),
+            st.one_of(st.none(), st.integers()),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from([1, 64, 4096]),
+)
+def test_c_and_python_make_the_same_journal_group(
+    batch: list[tuple[journal.RecordType, bytes, int | None, bool]], gather_min: int
+) -> None:
+    """A journal group made in one C call is the Python path's bytes (header, count, types,
+    lengths, bodies; joined or not), reads back as its records, and names the same tokens."""
+    native = speedups.native
+    assert native is not None
+    pieces, tokens = native.journal_group(list(batch), gather_min)
+    python_pieces, python_tokens = journal._group_pieces(list(batch), gather_min)
+    assert b"".join(pieces) == b"".join(python_pieces)
+    assert tokens == python_tokens == [t for _, _, t, _ in batch if t is not None]
+    records, problem, _ = journal._parse_group(b"".join(pieces), 0)
+    assert problem is None
+    assert records == [(kind, body) for kind, body, _, _ in batch]

@@ -566,14 +566,18 @@ class Bookie:
         entry_ids: list[int],
         entries: list[bytes],
         done: Callable[[StatusCode, list[int]], None],
+        last_add_confirmed: int | None = None,
     ) -> None:
         """Stores plain adds (not recovery, not DEFERRED_SYNC) of one ledger that arrived
         together, with one master key, each entry starting with its ids; ``done(status,
         entry_ids)`` answers them together once their journal records are durable (one callback
         on the last record: the journal makes a ledger's records durable in order). When any
         check would not pass for them all alike (read-only, a disk failed, limits, a full
-        write cache, a bad id), each goes through ``add_entry`` on its own instead."""
+        write cache, a bad id), each goes through ``add_entry`` on its own instead.
+        ``last_add_confirmed``, where the caller knows it (``v2.take_plain_adds``), is the
+        highest LAC the entries carry, every entry holding one and every id at least 0."""
         count = len(entries)
+        checked = last_add_confirmed is not None
         if (
             self.read_only
             or self._refuses_writes()
@@ -581,8 +585,8 @@ class Bookie:
             or self._throttled
             or self.engine.write_cache_full
             or ledger_id < 0
-            or min(entry_ids) < 0
-            or min(map(len, entries)) < 24  # no LAC to read (add_entry's rule for those)
+            or (not checked and min(entry_ids) < 0)
+            or (not checked and min(map(len, entries)) < 24)  # no LAC to read (see add_entry)
         ):
             for entry_id, entry in zip(entry_ids, entries, strict=True):
                 self.add_entry(
@@ -603,16 +607,17 @@ class Bookie:
                 stats.failure(elapsed)
             done(status if info is None else StatusCode.EFENCED, entry_ids)
             return
-        lac_at = _LAC_AT.unpack_from
-        self._advance_lac(ledger_id, max(lac_at(entry, 16)[0] for entry in entries))
+        if last_add_confirmed is None:
+            lac_at = _LAC_AT.unpack_from
+            last_add_confirmed = max(lac_at(entry, 16)[0] for entry in entries)
+        self._advance_lac(ledger_id, last_add_confirmed)
 
         def durable(error: Exception | None) -> None:
             self.pending_adds -= count
             elapsed = time.perf_counter() - started
             if error is None:
                 self._write_bytes.inc(size)
-                for _ in entry_ids:
-                    stats.success(elapsed)
+                stats.successes(elapsed, count)
                 done(StatusCode.EOK, entry_ids)
             else:
                 for _ in entry_ids:

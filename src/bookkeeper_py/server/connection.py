@@ -19,7 +19,6 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -362,40 +361,28 @@ class BookieConnection(asyncio.Protocol):
             )
             self._send(v2.encode_response(request.opcode, StatusCode.EBADREQ, -1, -1))
 
-    def _take_run(self, first: bytes, plain: Callable[[bytes], bool]) -> list[bytes] | None:
-        """``first`` and the ``plain`` frames right behind it in the backlog, counted as
-        pending; None when they would pass the connection's bound (then each was handled on
-        its own, answered ETOOMANYREQUESTS past the bound)."""
-        backlog = self._backlog
-        run = [first]
-        while backlog and len(run) < _MAX_RUN and plain(backlog[0]):
-            run.append(backlog.popleft())
-        if self.pending + len(run) > self._bookie.config.max_pending_per_connection:
-            for frame in run:
-                self.pending += 1
-                self._handle_v2(frame)
-            return None
-        self.pending += len(run)
-        return run
+    def _room(self, first: bytes) -> int:
+        """How many requests a run from ``first`` on may take: what the connection's bound of
+        unanswered requests leaves room for. With none left, ``first`` is answered on its own
+        (ETOOMANYREQUESTS) and 0 returned."""
+        room = min(_MAX_RUN, self._bookie.config.max_pending_per_connection - self.pending)
+        if room < 1:
+            self.pending += 1
+            self._handle_v2(first)
+        return room
 
     def _plain_adds(self, first: bytes) -> None:
         """A run of plain v2 adds (``first`` and those right behind it in the backlog), stored
-        in bulk: per ledger, one call to the bookie and one write of the answers."""
-        run = self._take_run(first, _is_plain_add)
-        if run is None:
+        in bulk: per ledger and master key, one call to the bookie and one write of the
+        answers."""
+        room = self._room(first)
+        if room < 1:
             return
-        fields, add = v2.plain_add_fields, self._bookie.add_entries
-        ledger_id, entry_id = fields(first)
-        key = first[4:24]
-        entry_ids, entries = [entry_id], [first[24:]]
-        for frame in run[1:]:
-            lid, eid = fields(frame)
-            if lid != ledger_id or frame[4:24] != key:
-                add(ledger_id, key, entry_ids, entries, partial(self._added, ledger_id))
-                ledger_id, key, entry_ids, entries = lid, frame[4:24], [], []
-            entry_ids.append(eid)
-            entries.append(frame[24:])
-        add(ledger_id, key, entry_ids, entries, partial(self._added, ledger_id))
+        groups, count = v2.take_plain_adds(self._backlog, first, room)
+        self.pending += count
+        add = self._bookie.add_entries
+        for ledger_id, key, entry_ids, entries, lac in groups:
+            add(ledger_id, key, entry_ids, entries, partial(self._added, ledger_id), lac)
 
     def _added(self, ledger_id: int, status: StatusCode, entry_ids: list[int]) -> None:
         self.pending -= len(entry_ids)
@@ -406,10 +393,8 @@ class BookieConnection(asyncio.Protocol):
         bookie and one write of the answers it has at once (those waiting for a disk are
         answered when their reader thread is done). Within the connection's bound of pending
         requests; past it, each is answered on its own (ETOOMANYREQUESTS)."""
-        room = min(_MAX_RUN, self._bookie.config.max_pending_per_connection - self.pending)
+        room = self._room(first)
         if room < 1:
-            self.pending += 1
-            self._handle_v2(first)
             return
         groups, count = v2.take_plain_reads(self._backlog, first, room)
         self.pending += count

@@ -321,12 +321,16 @@ class LedgerStorage:
                 cached = current.ledgers[ledger_id] = {}
                 current.last_entry[ledger_id] = entry_ids[0] - 1
             last = max(entry_ids)
-            if entry_ids[0] <= current.last_entry[ledger_id] or not all(
-                map(lt, entry_ids, islice(entry_ids, 1, None))
-            ):
+            increasing = all(map(lt, entry_ids, islice(entry_ids, 1, None)))
+            if entry_ids[0] <= current.last_entry[ledger_id] or not increasing:
                 current.unordered.add(ledger_id)
             if last > current.last_entry[ledger_id]:
                 current.last_entry[ledger_id] = last
+            if increasing and cached.keys().isdisjoint(entry_ids):  # each new: in C
+                cached.update(zip(entry_ids, entries, strict=True))
+                current.size_bytes += sum(map(len, entries))
+                current.count += len(entries)
+                return
             get = cached.get
             grown = added = 0
             for entry_id, entry in zip(entry_ids, entries, strict=True):

@@ -288,6 +288,7 @@ def encode_response(
 PLAIN_ADD_HEAD = _HEADER.pack(pack_header(OpCode.ADD_ENTRY, FLAG_NONE))
 PLAIN_ADD_MIN_SIZE = 4 + MASTER_KEY_SIZE + 16
 _ADD_IDS = struct.Struct(">qq")
+_LAC = struct.Struct(">q")  # an entry's LAC, after its ledger and entry ids
 
 
 def plain_add_fields(frame: bytes) -> tuple[int, int]:
@@ -340,27 +341,33 @@ def take_plain_reads(
     return _take(backlog, first, room, PLAIN_READ_HEAD, PLAIN_READ_SIZE)
 
 
-def _read_answers(
+def _v2_answers(
     ledger_id: int,
     entry_ids: list[int],
-    entries: list[bytes],
-    statuses: dict[int, int],
+    entries: list[bytes] | None,
+    statuses: dict[int, int] | int,
     header: int,
 ) -> bytes:
-    """The pure-Python ``v2_read_answers`` of the C speedups (see ``encode_read_responses``)."""
+    """The pure-Python ``v2_answers`` of the C speedups (see ``encode_read_responses`` and
+    ``encode_add_responses``)."""
     pack = _FRAMED_RESPONSE.pack
+    if entries is None:
+        assert isinstance(statuses, int)
+        rc = statuses
+        return b"".join([pack(RESPONSE_FIXED_SIZE, header, rc, ledger_id, e) for e in entry_ids])
+    assert isinstance(statuses, dict)
     pieces: list[bytes] = []
     append = pieces.append
     for index, body in enumerate(entries):
-        entry_id = entry_ids[index]
         rc = statuses.get(index, 0) if statuses else 0
-        append(pack(RESPONSE_FIXED_SIZE + len(body), header, rc, ledger_id, entry_id))
+        append(pack(RESPONSE_FIXED_SIZE + len(body), header, rc, ledger_id, entry_ids[index]))
         if body:
             append(body)
     return b"".join(pieces)
 
 
 _READ_ANSWER_HEADER = pack_header(OpCode.READ_ENTRY, 0)
+_ADD_ANSWER_HEADER = pack_header(OpCode.ADD_ENTRY, 0)
 
 
 def encode_read_responses(
@@ -375,14 +382,57 @@ def encode_read_responses(
     return _answers(ledger_id, entry_ids, entries, codes, _READ_ANSWER_HEADER)
 
 
-_take = native.take_plain_reads if native is not None else _take_plain_reads
-_answers = native.v2_read_answers if native is not None else _read_answers
-
-
 def encode_add_responses(status: StatusCode, ledger_id: int, entry_ids: list[int]) -> bytes:
     """The framed answers, all with ``status``, to adds of ``entry_ids`` of one ledger."""
-    pack, header, rc = _FRAMED_RESPONSE.pack, pack_header(OpCode.ADD_ENTRY, 0), to_v2(status)
-    return b"".join([pack(RESPONSE_FIXED_SIZE, header, rc, ledger_id, e) for e in entry_ids])
+    return _answers(ledger_id, entry_ids, None, to_v2(status), _ADD_ANSWER_HEADER)
+
+
+# A run of plain adds of one ledger and master key: (ledger id, master key, entry ids, entries,
+# the highest LAC they carry or None; see take_plain_adds)
+AddGroup = tuple[int, bytes, list[int], list[bytes], int | None]
+
+
+def _take_plain_adds(
+    backlog: deque[bytes], first: bytes, room: int, head: bytes, min_size: int
+) -> tuple[list[AddGroup], int]:
+    """The pure-Python ``take_plain_adds`` of the C speedups (see ``take_plain_adds``)."""
+    groups: list[AddGroup] = []
+    at = len(head) + MASTER_KEY_SIZE
+    frame, count = first, 0
+    while True:
+        ledger_id, entry_id = _ADD_IDS.unpack_from(frame, at)
+        key = frame[len(head) : at]
+        if not groups or groups[-1][0] != ledger_id or groups[-1][1] != key:
+            groups.append((ledger_id, key, [], [], -(2**63)))  # below any LAC
+        _, _, entry_ids, entries, lac = groups[-1]
+        if lac is not None:
+            short = len(frame) < at + 24 or entry_id < 0
+            lac = None if short else max(lac, _LAC.unpack_from(frame, at + 16)[0])
+            groups[-1] = (ledger_id, key, entry_ids, entries, lac)
+        entry_ids.append(entry_id)
+        entries.append(frame[at:])
+        count += 1
+        if count >= room or not backlog:
+            break
+        frame = backlog[0]
+        if len(frame) < min_size or not frame.startswith(head):
+            break
+        backlog.popleft()
+    return groups, count
+
+
+def take_plain_adds(backlog: deque[bytes], first: bytes, room: int) -> tuple[list[AddGroup], int]:
+    """A bookie's run of plain adds: ``first`` (a plain add frame, taken off the backlog
+    already) and the plain adds right behind it in ``backlog``, taken off it up to ``room``
+    frames in all; (one ``AddGroup`` for each stretch of one ledger and master key, in order,
+    how many frames were taken). A group's LAC is the highest its entries carry, or None when
+    an entry is too short to carry one or an id is negative (each is then checked alone)."""
+    return _take_adds(backlog, first, room, PLAIN_ADD_HEAD, PLAIN_ADD_MIN_SIZE)
+
+
+_take = native.take_plain_reads if native is not None else _take_plain_reads
+_take_adds = native.take_plain_adds if native is not None else _take_plain_adds
+_answers = native.v2_answers if native is not None else _v2_answers
 
 
 def encode_batch_read_response(
