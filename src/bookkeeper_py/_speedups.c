@@ -812,6 +812,139 @@ failed:
     return NULL;
 }
 
+/* group_adds(entry_ids, targets, entries, head, batches, start) -> int: a v2 writer's sends of
+ * one pass grouped by bookie (client/ledger.py WriteHandle._send_batches): from ``start`` on,
+ * each entry id's packaged entry (``entries[entry_id]``; skipped when gone: failed before it
+ * went out) goes to every (index, bookie) of its ``targets[i]``, whose batch in ``batches`` (made
+ * when missing: ([entry ids], [chunks])) gets the id and the chunks ``head``, entry. ``head`` is
+ * the request head for entries of its length (``add_request_head``); the index of the first
+ * entry of another length is returned, for the caller to go on with its head (or the count once
+ * done). */
+static PyObject *group_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+        !PyDict_Check(args[2]) || !PyBytes_Check(args[3]) || !PyDict_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "group_adds(entry_ids: list, targets: list, entries: dict, head: bytes, "
+                        "batches: dict, start)");
+        return NULL;
+    }
+    PyObject *ids = args[0], *targets = args[1], *entries = args[2], *head = args[3];
+    PyObject *batches = args[4];
+    Py_ssize_t start = PyLong_AsSsize_t(args[5]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(ids);
+    if (PyList_GET_SIZE(targets) != count || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "group_adds: one target tuple per entry id");
+        return NULL;
+    }
+    /* the head's frame length says the entry length it is for */
+    if (PyBytes_GET_SIZE(head) < 8) {
+        PyErr_SetString(PyExc_ValueError, "group_adds: not a request head");
+        return NULL;
+    }
+    const Py_ssize_t length =
+        (Py_ssize_t)load_be32((const uint8_t *)PyBytes_AS_STRING(head)) -
+        (PyBytes_GET_SIZE(head) - 4);
+    PyObject *last_target = NULL, *last_batch_ids = NULL, *last_chunks = NULL;
+    Py_ssize_t i = start;
+    for (; i < count; i++) {
+        PyObject *entry_id = PyList_GET_ITEM(ids, i);
+        PyObject *entry = PyDict_GetItemWithError(entries, entry_id);
+        if (entry == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            continue;
+        }
+        if (!PyBytes_Check(entry) || PyBytes_GET_SIZE(entry) != length) break;
+        PyObject *to = PyList_GET_ITEM(targets, i);
+        if (!PyTuple_Check(to)) {
+            PyErr_SetString(PyExc_TypeError, "group_adds: targets must be tuples");
+            return NULL;
+        }
+        for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(to); t++) {
+            PyObject *target = PyTuple_GET_ITEM(to, t), *batch_ids, *chunks;
+            if (target == last_target) { /* the same write set as the entry before: common */
+                batch_ids = last_batch_ids;
+                chunks = last_chunks;
+            } else {
+                PyObject *batch = PyDict_GetItemWithError(batches, target);
+                if (batch == NULL) {
+                    if (PyErr_Occurred()) return NULL;
+                    batch = Py_BuildValue("(NN)", PyList_New(0), PyList_New(0));
+                    if (batch == NULL) return NULL;
+                    int stored = PyDict_SetItem(batches, target, batch);
+                    Py_DECREF(batch); /* held by the dict */
+                    if (stored < 0) return NULL;
+                }
+                batch_ids = PyTuple_GET_ITEM(batch, 0);
+                chunks = PyTuple_GET_ITEM(batch, 1);
+                if (t == 0) {
+                    last_target = target;
+                    last_batch_ids = batch_ids;
+                    last_chunks = chunks;
+                }
+            }
+            if (PyList_Append(batch_ids, entry_id) < 0 || PyList_Append(chunks, head) < 0 ||
+                PyList_Append(chunks, entry) < 0)
+                return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+/* complete_adds(entries, futures, first, last) -> None: a writer's adds ``first``..``last``
+ * acknowledged (client/ledger.py WriteHandle._execute): each one's packaged entry dropped from
+ * ``entries`` and its future taken from ``futures`` and given its entry id, unless done already
+ * (cancelled by its caller). */
+static PyObject *complete_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long ints[2];
+    if (int_args(args, nargs, 4, "complete_adds(entries: dict, futures: dict, first, last)", 2,
+                 2, ints) < 0)
+        return NULL;
+    if (!PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "complete_adds: entries and futures must be dicts");
+        return NULL;
+    }
+    static PyObject *done_name = NULL, *set_result_name = NULL;
+    if (done_name == NULL) {
+        done_name = PyUnicode_InternFromString("done");
+        set_result_name = PyUnicode_InternFromString("set_result");
+        if (done_name == NULL || set_result_name == NULL) return NULL;
+    }
+    for (long long id = ints[0]; id <= ints[1]; id++) {
+        PyObject *key = PyLong_FromLongLong(id);
+        if (key == NULL) return NULL;
+        if (PyDict_DelItem(args[0], key) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto failed;
+            PyErr_Clear();
+        }
+        PyObject *future = PyDict_GetItemWithError(args[1], key);
+        if (future == NULL) {
+            if (PyErr_Occurred()) goto failed;
+            Py_DECREF(key);
+            continue;
+        }
+        Py_INCREF(future);
+        if (PyDict_DelItem(args[1], key) < 0) {
+            Py_DECREF(future);
+            goto failed;
+        }
+        PyObject *done = PyObject_CallMethodNoArgs(future, done_name);
+        int finished = done != NULL ? PyObject_IsTrue(done) : -1;
+        Py_XDECREF(done);
+        PyObject *result = finished == 0 ? PyObject_CallMethodOneArg(future, set_result_name, key)
+                                         : NULL;
+        Py_DECREF(future);
+        if (finished < 0 || (finished == 0 && result == NULL)) goto failed;
+        Py_XDECREF(result);
+        Py_DECREF(key);
+        continue;
+    failed:
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* split_frames(data, start, max_frame) -> (frames, position): the whole length-prefixed frames
  * (wire/framing.py: a 4-byte big-endian length, then the frame) of the bytes object ``data``
  * from ``start``, each as bytes, and where the first that is not whole (or declares more than
@@ -1324,6 +1457,10 @@ static PyMethodDef methods[] = {
      "A bookie's run of plain v2 adds taken off its backlog, grouped by ledger and key."},
     {"journal_group", (PyCFunction)(void (*)(void))journal_group, METH_FASTCALL,
      "A journal group's pieces to write, and its records' tokens."},
+    {"group_adds", (PyCFunction)(void (*)(void))group_adds, METH_FASTCALL,
+     "A v2 writer's sends of one pass grouped by bookie: ids and request chunks."},
+    {"complete_adds", (PyCFunction)(void (*)(void))complete_adds, METH_FASTCALL,
+     "A writer's acknowledged adds: entries dropped, futures given their entry ids."},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,

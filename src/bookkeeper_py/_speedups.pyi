@@ -39,6 +39,18 @@ def take_plain_adds(
 def journal_group(
     batch: list[tuple[int, bytes, Any, bool]], gather_min: int, /
 ) -> tuple[list[bytes], list[Any]]: ...
+def group_adds(
+    entry_ids: list[int],
+    targets: list[tuple[tuple[int, str], ...]],
+    entries: dict[int, bytes],
+    head: bytes,
+    batches: dict[tuple[int, str], tuple[list[int], list[bytes]]],
+    start: int,
+    /,
+) -> int: ...
+def complete_adds(
+    entries: dict[int, bytes], futures: dict[int, Any], first: int, last: int, /
+) -> None: ...
 def split_frames(data: bytes, start: int, max_frame: int, /) -> tuple[list[bytes], int]: ...
 def crc32c_batch_entries(
     body: bytes, ledger_id: int, first_entry_id: int, max_count: int, entry_type: type[_E], /

@@ -5,6 +5,7 @@ by the install, so that the suite runs on them."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import platform
@@ -465,3 +466,68 @@ def test_c_and_python_make_the_same_journal_group(
     records, problem, _ = journal._parse_group(b"".join(pieces), 0)
     assert problem is None
     assert records == [(kind, body) for kind, body, _, _ in batch]
+
+
+@needs_speedups
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, 3, 3, 3, 5]), st.integers(0, 5), st.integers(1, 3)),
+        max_size=30,
+    )
+)
+def test_a_writers_adds_grouped_in_c_are_grouped_as_the_long_way_groups_them(
+    adds: list[tuple[int | None, int, int]],
+) -> None:
+    """A writer's sends of one pass, grouped by bookie in C up to an entry of another length:
+    each bookie's batch has the entry ids and the request chunks (head, entry) the Python loop
+    gives, entries gone (failed) are left out, and the C pass stops where the length changes."""
+    native = speedups.native
+    assert native is not None
+    bookies = [(i, f"b{i}:3181") for i in range(4)]
+    entry_ids = list(range(len(adds)))
+    targets = [tuple(bookies[(first + k) % 4] for k in range(width)) for _, first, width in adds]
+    entries = {i: bytes([i % 251]) * size for i, (size, _, _) in enumerate(adds) if size}
+    key = b"k" * 20
+    expected: dict[tuple[int, str], tuple[list[int], list[bytes]]] = {}
+    for entry_id, to in zip(entry_ids, targets, strict=True):
+        if entry_id in entries:
+            for target in to:
+                batch = expected.setdefault(target, ([], []))
+                batch[0].append(entry_id)
+                batch[1].extend(
+                    (v2.add_request_head(key, len(entries[entry_id])), entries[entry_id])
+                )
+    got: dict[tuple[int, str], tuple[list[int], list[bytes]]] = {}
+    at = 0
+    while at < len(entry_ids):  # as WriteHandle._send_batches goes on after a length change
+        entry = entries.get(entry_ids[at])
+        if entry is None:
+            at += 1
+            continue
+        head = v2.add_request_head(key, len(entry))
+        stop = native.group_adds(entry_ids, targets, entries, head, got, at)
+        assert stop > at
+        assert stop == len(entry_ids) or len(entries[entry_ids[stop]]) != len(entry)
+        at = stop
+    assert got == expected
+
+
+@needs_speedups
+def test_completed_adds_in_c_get_their_ids_and_leave_cancelled_ones_alone() -> None:
+    native = speedups.native
+    assert native is not None
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        futures = {i: loop.create_future() for i in range(10)}
+        taken = dict(futures)
+        entries = {i: b"e" for i in range(12)}
+        futures[4].cancel()
+        del futures[6]  # its caller is gone
+        native.complete_adds(entries, futures, 2, 7)
+        assert sorted(entries) == [0, 1, 8, 9, 10, 11]
+        assert sorted(futures) == [0, 1, 8, 9]
+        assert [taken[i].result() for i in (2, 3, 5, 7)] == [2, 3, 5, 7]
+        assert taken[4].cancelled() and not taken[6].done()
+
+    asyncio.run(main())

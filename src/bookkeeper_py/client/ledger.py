@@ -123,6 +123,8 @@ class LedgerEntry(NamedTuple):
 # read's answer checked and made entries in one.
 _stripe_answers = native.stripe_answers if native is not None else None
 _batch_entries = native.crc32c_batch_entries if native is not None else None
+_group_adds = native.group_adds if native is not None else None
+_complete_adds = native.complete_adds if native is not None else None
 # LedgerEntry(ledger_id, entry_id, data) without the named tuple's Python-level __new__.
 _NewEntry = Callable[[type[LedgerEntry], tuple[int, int, bytes]], LedgerEntry]
 _new_entry: _NewEntry = tuple.__new__
@@ -1115,12 +1117,17 @@ class WriteHandle(ReadHandle):
             elif isinstance(instruction, Completed):
                 self.last_add_confirmed = self._writer.last_add_confirmed
                 self.length = instruction.length
-                forget, take = self._entries.pop, self._futures.pop
-                for entry_id in range(instruction.first, instruction.last + 1):
-                    forget(entry_id, None)
-                    future = take(entry_id, None)
-                    if future is not None and not future.done():  # not cancelled by its caller
-                        future.set_result(entry_id)
+                if _complete_adds is not None:  # the same, in one C call
+                    _complete_adds(
+                        self._entries, self._futures, instruction.first, instruction.last
+                    )
+                else:
+                    forget, take = self._entries.pop, self._futures.pop
+                    for entry_id in range(instruction.first, instruction.last + 1):
+                        forget(entry_id, None)
+                        future = take(entry_id, None)
+                        if future is not None and not future.done():  # not cancelled by its caller
+                            future.set_result(entry_id)
                 if self._added_at is not None:
                     self._record_adds(range(instruction.first, instruction.last + 1), True)
             elif isinstance(instruction, Failed):
@@ -1195,15 +1202,22 @@ class WriteHandle(ReadHandle):
         entries = self._entries
         batches: dict[tuple[int, str], tuple[list[int], list[bytes]]] = {}
         for send in sends:
-            for entry_id, targets in send:
+            at, count = 0, len(send.entry_ids)
+            while at < count:
+                if _group_adds is not None and self._head_length >= 0:  # up to another length
+                    at = _group_adds(send.entry_ids, send.targets, entries, self._head, batches, at)
+                    if at == count:
+                        break
+                entry_id = send.entry_ids[at]
                 entry = entries.get(entry_id)
+                at += 1
                 if entry is None:
                     continue  # failed (the ledger closed, the writer fenced) before it went out
                 if len(entry) != self._head_length:
                     self._head = v2.add_request_head(self._master_key, len(entry))
                     self._head_length = len(entry)
                 head = self._head
-                for target in targets:
+                for target in send.targets[at - 1]:
                     batch = batches.get(target)
                     if batch is None:
                         batch = batches[target] = ([], [])
