@@ -746,11 +746,13 @@ failed:
     return NULL;
 }
 
-/* journal_group(batch, gather_min) -> (pieces, tokens): one journal group (storage/journal.py)
+/* journal_group(batch, gather_min) -> (pieces, tokens) | None: one journal group
+ * (storage/journal.py)
  * of the records in ``batch`` ((type, body, token, background) tuples), as the pieces to write
  * in order: the group's header, count, types and lengths, then the bodies joined in the same
  * bytes when they average under ``gather_min`` bytes, else each body a piece of its own (the CRC
- * computed over them where they are); and the records' tokens that are not None, in order. */
+ * computed over them where they are); and the records' tokens that are not None, in order.
+ * None when a body is not bytes (a buffer of another type: the Python path takes those). */
 static PyObject *journal_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "journal_group(batch: list, gather_min)");
@@ -763,11 +765,11 @@ static PyObject *journal_group(PyObject *self, PyObject *const *args, Py_ssize_t
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *record = PyList_GET_ITEM(batch, i);
         if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 3 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(record, 1)) ||
             !PyLong_Check(PyTuple_GET_ITEM(record, 0))) {
             PyErr_SetString(PyExc_TypeError, "journal_group: records are (type, body, token, ...)");
             return NULL;
         }
+        if (!PyBytes_Check(PyTuple_GET_ITEM(record, 1))) Py_RETURN_NONE; /* the Python path's */
         size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(record, 1));
     }
     const int gather = size < gather_min * count;

@@ -466,6 +466,10 @@ def test_c_and_python_make_the_same_journal_group(
     records, problem, _ = journal._parse_group(b"".join(pieces), 0)
     assert problem is None
     assert records == [(kind, body) for kind, body, _, _ in batch]
+    # a body of another buffer type: left to the Python path, which gives the same bytes
+    other = [(kind, bytearray(body), token, background) for kind, body, token, background in batch]
+    assert native.journal_group(list(other), gather_min) is None
+    assert b"".join(journal._group(list(other), gather_min)[0]) == b"".join(pieces)
 
 
 @needs_speedups

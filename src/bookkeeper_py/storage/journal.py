@@ -322,8 +322,13 @@ def _group_pieces(batch: list[_Record], gather_min: int) -> tuple[list[bytes], l
     return [GROUP_HEADER.pack(len(prefix) + size, crc), prefix, *bodies], tokens
 
 
-# One group's pieces and tokens: one C call where the speedups are built.
-_group = native.journal_group if native is not None else _group_pieces
+def _group(batch: list[_Record], gather_min: int) -> tuple[list[bytes], list[Any]]:
+    """``_group_pieces`` in one C call where the speedups are built (and every body is bytes)."""
+    if native is not None:
+        made: tuple[list[bytes], list[Any]] | None = native.journal_group(batch, gather_min)
+        if made is not None:
+            return made
+    return _group_pieces(batch, gather_min)
 
 
 def _write_all(fd: int, pieces: list[bytes]) -> None:
