@@ -558,7 +558,8 @@ failed:
  * ledger, in order. For reads ``entries`` is a list of bytes (empty where the read failed), one
  * answer each, to ``entry_ids[i]``, and ``statuses`` a dict of the failed ones' index -> v2
  * return code (the rest are 0, EOK); for adds ``entries`` is None, one answer per entry id, and
- * ``statuses`` the return code of them all. */
+ * ``statuses`` the return code of them all. None when an entry is not bytes (another buffer
+ * type: the Python path takes those). */
 static PyObject *v2_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyList_Check(args[1]) ||
         !(PyList_Check(args[2]) ? PyDict_Check(args[3])
@@ -583,10 +584,7 @@ static PyObject *v2_answers(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     for (Py_ssize_t i = 0; entries != NULL && i < count; i++) {
         PyObject *entry = PyList_GET_ITEM(entries, i);
-        if (!PyBytes_Check(entry)) {
-            PyErr_SetString(PyExc_TypeError, "v2_answers: entries must be bytes");
-            return NULL;
-        }
+        if (!PyBytes_Check(entry)) Py_RETURN_NONE; /* another buffer type: the Python path's */
         total += PyBytes_GET_SIZE(entry);
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);

@@ -356,6 +356,10 @@ def test_c_and_python_frame_read_answers_alike(
     framed = native.v2_answers(77, entry_ids, entries, codes, header)
     assert framed == v2._v2_answers(77, entry_ids, entries, codes, header)
     assert framed == v2.encode_read_responses(77, entry_ids, entries, statuses)
+    views = [memoryview(entry) for entry in entries]  # not bytes: the Python path's, alike
+    if views:
+        assert native.v2_answers(77, entry_ids, views, codes, header) is None
+    assert v2._answers(77, entry_ids, views, codes, header) == framed  # type: ignore[arg-type]
     decoded = [v2.decode_response(frame) for frame in framing.FrameDecoder().feed(framed)]
     assert [(r.entry_id, r.status, r.body) for r in decoded] == [
         (entry_id, status, entry)

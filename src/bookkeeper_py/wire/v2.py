@@ -432,7 +432,21 @@ def take_plain_adds(backlog: deque[bytes], first: bytes, room: int) -> tuple[lis
 
 _take = native.take_plain_reads if native is not None else _take_plain_reads
 _take_adds = native.take_plain_adds if native is not None else _take_plain_adds
-_answers = native.v2_answers if native is not None else _v2_answers
+
+
+def _answers(
+    ledger_id: int,
+    entry_ids: list[int],
+    entries: list[bytes] | None,
+    statuses: dict[int, int] | int,
+    header: int,
+) -> bytes:
+    """``_v2_answers`` in one C call where the speedups are built (and every entry is bytes)."""
+    if native is not None:
+        framed: bytes | None = native.v2_answers(ledger_id, entry_ids, entries, statuses, header)
+        if framed is not None:
+            return framed
+    return _v2_answers(ledger_id, entry_ids, entries, statuses, header)
 
 
 def encode_batch_read_response(
