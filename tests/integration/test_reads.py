@@ -10,10 +10,13 @@ import gc
 import os
 import struct
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 
 import crc32c
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bookkeeper_py import BookKeeper, DigestType, LedgerEntry, LedgerHandle, LedgerState, aio
 from bookkeeper_py import loop as event_loop
@@ -186,6 +189,7 @@ def test_batch_reads_take_entries_that_fail_their_digest_on_one_replica_from_the
     with LocalCluster(3) as cluster:
         writer = write_closed_ledger(cluster, (3, 3, 2), b"flip", count)
         victim = 0
+        wait_until_stored(cluster, victim, count)  # Qw 3 > Qa 2: its last copies may lag
         cluster.stop_bookie(victim)
         flipped = flip_payload_bytes(
             os.path.join(cluster.bookies[victim].directory, "ledgers"), writer.ledger_id
@@ -332,6 +336,28 @@ def test_reads_stop_waiting_on_a_frozen_replica(use_v3: bool) -> None:
                 assert 0 < speculative <= 2 * READ_WINDOW, speculative
         finally:
             cluster.resume_bookie(0)
+
+
+def wait_until_stored(cluster: LocalCluster, index: int, count: int) -> None:
+    """Until bookie ``index`` answered ``count`` adds with success (its metrics): the writer
+    closes its ledger once Qa bookies have each add, and a wider write quorum's last copies
+    may still be on their way."""
+    url = f"http://127.0.0.1:{cluster.bookies[index].http_port}/metrics"
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        stored = sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "bookkeeper_server_ADD_ENTRY_REQUEST_count"
+            and sample.labels.get("success") == "true"
+        )
+        if stored >= count:
+            return
+        assert time.monotonic() < deadline, f"bookie {index} stored {stored} of {count} adds"
+        time.sleep(0.05)
 
 
 def write_closed_ledger(
