@@ -745,12 +745,12 @@ failed:
 }
 
 /* journal_group(batch, gather_min) -> (pieces, tokens) | None: one journal group
- * (storage/journal.py)
- * of the records in ``batch`` ((type, body, token, background) tuples), as the pieces to write
- * in order: the group's header, count, types and lengths, then the bodies joined in the same
- * bytes when they average under ``gather_min`` bytes, else each body a piece of its own (the CRC
- * computed over them where they are); and the records' tokens that are not None, in order.
- * None when a body is not bytes (a buffer of another type: the Python path takes those). */
+ * (storage/journal.py) of the records in ``batch`` ((type, body, token, background) tuples), as
+ * the pieces to write in order: the group's header, count, types and lengths, then the bodies
+ * joined in the same bytes when they average under ``gather_min`` bytes, else each body a piece
+ * of its own (the CRC computed over them where they are); and the records' tokens that are not
+ * None, in order. None when a body is not bytes (a buffer of another type: the Python path
+ * takes those). */
 static PyObject *journal_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "journal_group(batch: list, gather_min)");
