@@ -1,9 +1,11 @@
 /* The per-entry CRC32C work in C (issue 21): checking an entry read from a bookie and cutting
  * out its payload, packaging an entry to send (wire/digest.py), and a bookie's check of an
  * entry-log record read ahead (storage/entry_log.py); splitting a received chunk into its
- * frames (wire/framing.py); and a ledger writer's acks and completions of pending adds
- * (core/writer.py); and a journal's syncer thread, which syncs what the bookie's loop wrote
- * without ever taking the GIL (storage/journal.py). Those modules' pure-Python paths do the
+ * frames (wire/framing.py); a ledger writer's acks and completions of pending adds
+ * (core/writer.py) and its sends grouped by bookie (client/ledger.py); a bookie's runs of plain
+ * adds and reads taken off its backlog, their answers framed, and a journal group built
+ * (server/connection.py, wire/v2.py, storage/journal.py); and a journal's syncer thread, which
+ * syncs what the bookie's loop wrote without ever taking the GIL (storage/journal.py). Those modules' pure-Python paths do the
  * same and are used where this module does not build or load (no C compiler, a CPU without
  * SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are tested.
  *
