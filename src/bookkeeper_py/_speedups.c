@@ -5,9 +5,10 @@
  * (core/writer.py) and its sends grouped by bookie (client/ledger.py); a bookie's runs of plain
  * adds and reads taken off its backlog, their answers framed, and a journal group built
  * (server/connection.py, wire/v2.py, storage/journal.py); and a journal's syncer thread, which
- * syncs what the bookie's loop wrote without ever taking the GIL (storage/journal.py). Those modules' pure-Python paths do the
- * same and are used where this module does not build or load (no C compiler, a CPU without
- * SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are tested.
+ * syncs what the bookie's loop wrote without ever taking the GIL (storage/journal.py). Those
+ * modules' pure-Python paths do the same and are used where this module does not build or load
+ * (no C compiler, a CPU without SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are
+ * tested.
  *
  * An entry: ledgerId(8) entryId(8) lastAddConfirmed(8) length(8) crc(4) payload, big-endian; the
  * CRC32C (Castagnoli) covers the 32-byte header and then the payload.
@@ -234,7 +235,8 @@ static PyObject *stripe_answers(PyObject *self, PyObject *const *args, Py_ssize_
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *frame = PyList_GET_ITEM(frames, i);
         if (!PyBytes_Check(frame) || PyBytes_GET_SIZE(frame) < 24) {
-            PyErr_SetString(PyExc_TypeError, "an answer is a v2 response frame of 24 bytes or more");
+            PyErr_SetString(PyExc_TypeError,
+                            "an answer is a v2 response frame of 24 bytes or more");
             goto failed;
         }
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame) + 24;
@@ -621,6 +623,26 @@ failed:
     return NULL;
 }
 
+/* Appends (ledger id, key, ids, entries, LAC or None when ``lac`` is NULL) to ``groups``,
+ * taking the references of ``*key``, ``*ids`` and ``*entries`` (set to NULL); 0, or -1 with the
+ * error set. */
+static int close_add_group(PyObject *groups, long long ledger_id, PyObject **key, PyObject **ids,
+                           PyObject **entries, const long long *lac) {
+    PyObject *id = PyLong_FromLongLong(ledger_id);
+    PyObject *value = lac != NULL ? PyLong_FromLongLong(*lac) : Py_NewRef(Py_None);
+    PyObject *group =
+        id != NULL && value != NULL ? PyTuple_Pack(5, id, *key, *ids, *entries, value) : NULL;
+    Py_XDECREF(id);
+    Py_XDECREF(value);
+    if (group == NULL) return -1;
+    Py_CLEAR(*key);
+    Py_CLEAR(*ids);
+    Py_CLEAR(*entries);
+    int stored = PyList_Append(groups, group);
+    Py_DECREF(group);
+    return stored;
+}
+
 /* take_plain_adds(backlog, first, room, head, min_size) -> (groups, count): a bookie's run of
  * plain v2 adds (server/connection.py): ``first`` (taken off the backlog already) and those right
  * behind it in the deque ``backlog`` (frames of at least ``min_size`` bytes that start with the
@@ -647,76 +669,48 @@ static PyObject *take_plain_adds(PyObject *self, PyObject *const *args, Py_ssize
     }
     PyObject *popleft = PyObject_GetAttrString(args[0], "popleft");
     if (popleft == NULL) return NULL;
-    PyObject *groups = PyList_New(0), *ids = NULL, *entries = NULL, *key = NULL;
-    PyObject *frame = args[1];
-    Py_INCREF(frame);
-    long long ledger_id = 0, lac = 0;
-    int lac_known = 0;
+    /* the group being taken: its key, ids and entries (owned here until it is closed) */
+    PyObject *groups = PyList_New(0), *key = NULL, *ids = NULL, *entries = NULL;
+    PyObject *frame = Py_NewRef(args[1]);
+    long long ledger_id = 0, lac = LLONG_MIN;
+    int lac_known = 1;
     Py_ssize_t count = 0;
     if (groups == NULL) goto failed;
     for (;;) {
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame);
         Py_ssize_t size = PyBytes_GET_SIZE(frame);
-        if (size < min_size) {  /* ``first`` is checked by the caller */
+        if (size < min_size) { /* ``first`` is checked by the caller */
             PyErr_SetString(PyExc_ValueError, "take_plain_adds: not a plain add");
             goto failed;
         }
-        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame);
         long long lid = (long long)load_be64(p + at), eid = (long long)load_be64(p + at + 8);
-        if (ids == NULL || lid != ledger_id || memcmp(PyBytes_AS_STRING(key), p + head_size,
-                                                      key_size) != 0) {
-            if (ids != NULL) { /* the group before: its LAC */
-                PyObject *value = lac_known ? PyLong_FromLongLong(lac) : Py_NewRef(Py_None);
-                if (value == NULL) goto failed;
-                int stored = PyList_Append(PyList_GET_ITEM(groups, PyList_GET_SIZE(groups) - 1),
-                                           value);
-                Py_DECREF(value);
-                if (stored < 0) goto failed;
-            }
+        if (key == NULL || lid != ledger_id ||
+            memcmp(PyBytes_AS_STRING(key), p + head_size, key_size) != 0) {
+            if (key != NULL && close_add_group(groups, ledger_id, &key, &ids, &entries,
+                                               lac_known ? &lac : NULL) < 0)
+                goto failed;
             key = PyBytes_FromStringAndSize((const char *)p + head_size, key_size);
             ids = PyList_New(0);
             entries = PyList_New(0);
-            PyObject *group = key != NULL && ids != NULL && entries != NULL
-                                  ? Py_BuildValue("[LNNN]", lid, key, ids, entries)
-                                  : NULL;
-            if (group == NULL) {
-                if (key == NULL || ids == NULL || entries == NULL) {
-                    Py_XDECREF(key);
-                    Py_XDECREF(ids);
-                    Py_XDECREF(entries);
-                }
-                key = ids = entries = NULL;
-                goto failed;
-            }
-            int stored = PyList_Append(groups, group);
-            Py_DECREF(group); /* key, ids and entries live on in it */
-            if (stored < 0) {
-                key = ids = entries = NULL;
-                goto failed;
-            }
+            if (key == NULL || ids == NULL || entries == NULL) goto failed;
             ledger_id = lid;
             lac_known = 1;
             lac = LLONG_MIN;
         }
         if (size < at + 24 || eid < 0) {
             lac_known = 0;
-        } else {
-            long long entry_lac = (long long)load_be64(p + at + 16);
-            if (entry_lac > lac) lac = entry_lac;
+        } else if ((long long)load_be64(p + at + 16) > lac) {
+            lac = (long long)load_be64(p + at + 16);
         }
         PyObject *entry_id = PyLong_FromLongLong(eid);
-        if (entry_id == NULL || PyList_Append(ids, entry_id) < 0) {
-            Py_XDECREF(entry_id);
-            goto failed;
-        }
-        Py_DECREF(entry_id);
-        PyObject *entry = PyBytes_FromStringAndSize((const char *)p + at, size - at);
-        if (entry == NULL || PyList_Append(entries, entry) < 0) {
-            Py_XDECREF(entry);
-            goto failed;
-        }
-        Py_DECREF(entry);
-        Py_DECREF(frame);
-        frame = NULL;
+        int stored = entry_id != NULL ? PyList_Append(ids, entry_id) : -1;
+        Py_XDECREF(entry_id);
+        PyObject *entry = stored == 0 ? PyBytes_FromStringAndSize((const char *)p + at, size - at)
+                                      : NULL;
+        stored = entry != NULL ? PyList_Append(entries, entry) : -1;
+        Py_XDECREF(entry);
+        if (stored < 0) goto failed;
+        Py_CLEAR(frame);
         if (++count >= room) break;
         frame = next_plain(args[0], popleft, head, head_size, min_size, 0);
         if (frame == NULL) {
@@ -724,23 +718,15 @@ static PyObject *take_plain_adds(PyObject *self, PyObject *const *args, Py_ssize
             break;
         }
     }
-    {
-        PyObject *value = lac_known ? PyLong_FromLongLong(lac) : Py_NewRef(Py_None);
-        if (value == NULL) goto failed;
-        int stored = PyList_Append(PyList_GET_ITEM(groups, PyList_GET_SIZE(groups) - 1), value);
-        Py_DECREF(value);
-        if (stored < 0) goto failed;
-    }
-    /* each group as a tuple */
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(groups); i++) {
-        PyObject *tuple = PyList_AsTuple(PyList_GET_ITEM(groups, i));
-        if (tuple == NULL) goto failed;
-        PyList_SetItem(groups, i, tuple);
-    }
+    if (close_add_group(groups, ledger_id, &key, &ids, &entries, lac_known ? &lac : NULL) < 0)
+        goto failed;
     Py_DECREF(popleft);
     return Py_BuildValue("(Nn)", groups, count);
 failed:
     Py_XDECREF(frame);
+    Py_XDECREF(key);
+    Py_XDECREF(ids);
+    Py_XDECREF(entries);
     Py_XDECREF(groups);
     Py_DECREF(popleft);
     return NULL;

@@ -291,21 +291,20 @@ _ADD_IDS = struct.Struct(">qq")
 _LAC = struct.Struct(">q")  # an entry's LAC, after its ledger and entry ids
 
 
-def plain_add_fields(frame: bytes) -> tuple[int, int]:
-    """(ledger id, entry id) of a plain add frame (one starting with ``PLAIN_ADD_HEAD``, at
-    least ``PLAIN_ADD_MIN_SIZE`` long); its master key is ``frame[4:24]``, its entry
-    ``frame[24:]``."""
-    return _ADD_IDS.unpack_from(frame, 4 + MASTER_KEY_SIZE)
-
-
 PLAIN_READ_HEAD = _HEADER.pack(PLAIN_READ_HEADER)
 PLAIN_READ_SIZE = _READ_REQUEST.size  # a plain read is its header and ids, nothing more
 
 
-def plain_read_fields(frame: bytes) -> tuple[int, int]:
-    """(ledger id, entry id) of a plain read frame (``PLAIN_READ_HEAD``, ``PLAIN_READ_SIZE``
-    bytes)."""
-    return _ADD_IDS.unpack_from(frame, 4)
+def _next_plain(backlog: deque[bytes], head: bytes, size: int, exact: bool) -> bytes | None:
+    """The pure-Python ``next_plain`` of the C speedups: the frame at the head of ``backlog``,
+    taken off it if it starts with ``head`` and is ``size`` bytes long (``exact``) or at least
+    that; None otherwise."""
+    if not backlog:
+        return None
+    frame = backlog[0]
+    if (len(frame) != size if exact else len(frame) < size) or not frame.startswith(head):
+        return None
+    return backlog.popleft()
 
 
 def _take_plain_reads(
@@ -313,21 +312,15 @@ def _take_plain_reads(
 ) -> tuple[list[tuple[int, list[int]]], int]:
     """The pure-Python ``take_plain_reads`` of the C speedups (see ``take_plain_reads``)."""
     groups: list[tuple[int, list[int]]] = []
-    frame, count, ledger_id = first, 0, 0
-    entry_ids: list[int] | None = None
-    while True:
-        lid, eid = _ADD_IDS.unpack_from(frame, len(head))
-        if entry_ids is None or lid != ledger_id:
-            ledger_id, entry_ids = lid, []
-            groups.append((lid, entry_ids))
-        entry_ids.append(eid)
+    frame: bytes | None = first
+    count = 0
+    while frame is not None:
+        ledger_id, entry_id = _ADD_IDS.unpack_from(frame, len(head))
+        if not groups or groups[-1][0] != ledger_id:
+            groups.append((ledger_id, []))
+        groups[-1][1].append(entry_id)
         count += 1
-        if count >= room or not backlog:
-            break
-        frame = backlog[0]
-        if len(frame) != size or not frame.startswith(head):
-            break
-        backlog.popleft()
+        frame = _next_plain(backlog, head, size, True) if count < room else None
     return groups, count
 
 
@@ -398,26 +391,22 @@ def _take_plain_adds(
     """The pure-Python ``take_plain_adds`` of the C speedups (see ``take_plain_adds``)."""
     groups: list[AddGroup] = []
     at = len(head) + MASTER_KEY_SIZE
-    frame, count = first, 0
-    while True:
+    frame: bytes | None = first
+    count = 0
+    while frame is not None:
         ledger_id, entry_id = _ADD_IDS.unpack_from(frame, at)
         key = frame[len(head) : at]
         if not groups or groups[-1][0] != ledger_id or groups[-1][1] != key:
             groups.append((ledger_id, key, [], [], -(2**63)))  # below any LAC
         _, _, entry_ids, entries, lac = groups[-1]
-        if lac is not None:
-            short = len(frame) < at + 24 or entry_id < 0
-            lac = None if short else max(lac, _LAC.unpack_from(frame, at + 16)[0])
-            groups[-1] = (ledger_id, key, entry_ids, entries, lac)
         entry_ids.append(entry_id)
         entries.append(frame[at:])
+        if lac is not None:  # None once an entry cannot carry one
+            whole = len(frame) >= at + 24 and entry_id >= 0
+            lac = max(lac, _LAC.unpack_from(frame, at + 16)[0]) if whole else None
+            groups[-1] = (ledger_id, key, entry_ids, entries, lac)
         count += 1
-        if count >= room or not backlog:
-            break
-        frame = backlog[0]
-        if len(frame) < min_size or not frame.startswith(head):
-            break
-        backlog.popleft()
+        frame = _next_plain(backlog, head, min_size, False) if count < room else None
     return groups, count
 
 
