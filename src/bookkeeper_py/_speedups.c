@@ -623,6 +623,44 @@ failed:
     return NULL;
 }
 
+/* v2_batch_answer(head, entries) -> bytes | None: a framed BATCH_READ_ENTRY answer, ``head``
+ * (its fixed part and request id, packed with any frame length: the right one is written here)
+ * followed by each entry of the list ``entries`` as [4-byte length][entry]. None when an entry
+ * is not bytes (another buffer type: the Python path takes those). */
+static PyObject *v2_batch_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyList_Check(args[1]) ||
+        PyBytes_GET_SIZE(args[0]) < 4) {
+        PyErr_SetString(PyExc_TypeError, "v2_batch_answer(head: bytes, entries: list)");
+        return NULL;
+    }
+    PyObject *entries = args[1];
+    Py_ssize_t head = PyBytes_GET_SIZE(args[0]), count = PyList_GET_SIZE(entries);
+    Py_ssize_t total = head + 4 * count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyBytes_Check(entry)) Py_RETURN_NONE;
+        total += PyBytes_GET_SIZE(entry);
+    }
+    if (total - 4 > (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "v2_batch_answer: longer than a frame can say");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    memcpy(p, PyBytes_AS_STRING(args[0]), head);
+    store_be32(p, (uint32_t)(total - 4));
+    p += head;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        Py_ssize_t n = PyBytes_GET_SIZE(entry);
+        store_be32(p, (uint32_t)n);
+        memcpy(p + 4, PyBytes_AS_STRING(entry), n);
+        p += 4 + n;
+    }
+    return out;
+}
+
 /* Appends (ledger id, key, ids, entries, LAC or None when ``lac`` is NULL) to ``groups``,
  * taking the references of ``*key``, ``*ids`` and ``*entries`` (set to NULL); 0, or -1 with the
  * error set. */
@@ -1441,6 +1479,8 @@ static PyMethodDef methods[] = {
      "A bookie's run of plain v2 reads taken off its backlog, grouped by ledger."},
     {"v2_answers", (PyCFunction)(void (*)(void))v2_answers, METH_FASTCALL,
      "The framed answers to plain v2 reads or adds of one ledger, in one bytes."},
+    {"v2_batch_answer", (PyCFunction)(void (*)(void))v2_batch_answer, METH_FASTCALL,
+     "A framed BATCH_READ_ENTRY answer: the fixed part, then each entry with its length."},
     {"take_plain_adds", (PyCFunction)(void (*)(void))take_plain_adds, METH_FASTCALL,
      "A bookie's run of plain v2 adds taken off its backlog, grouped by ledger and key."},
     {"journal_group", (PyCFunction)(void (*)(void))journal_group, METH_FASTCALL,

@@ -372,6 +372,40 @@ def test_c_and_python_frame_read_answers_alike(
     ]
 
 
+@needs_speedups
+@given(
+    st.lists(st.binary(max_size=64), max_size=20),
+    st.sampled_from(list(StatusCode)),
+    st.integers(0, 2**62),
+    st.integers(-(2**63), 2**63 - 1),
+)
+def test_c_and_python_frame_batch_read_answers_alike(
+    entries: list[bytes], status: StatusCode, start: int, request_id: int
+) -> None:
+    """A batch read's answer framed in one C call is the Python path's bytes (which also takes
+    other buffer types, where the C call leaves them to it), and decodes to its fields and
+    entries."""
+    framed = v2.encode_batch_read_response(status, 7, start, request_id, entries)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(v2, "native", None)
+        assert v2.encode_batch_read_response(status, 7, start, request_id, entries) == framed
+    views = [memoryview(entry) for entry in entries]
+    if views:
+        assert speedups.native is not None
+        assert speedups.native.v2_batch_answer(framed[:32], views) is None
+    assert v2.encode_batch_read_response(status, 7, start, request_id, views) == framed  # type: ignore[arg-type]
+    (frame,) = framing.FrameDecoder().feed(framed)
+    response = v2.decode_response(frame)
+    assert (response.opcode, response.status, response.ledger_id, response.entry_id) == (
+        v2.OpCode.BATCH_READ_ENTRY,
+        status,
+        7,
+        start,
+    )
+    assert struct.unpack_from(">q", response.body)[0] == request_id
+    assert v2.batch_entries(response.body) == entries
+
+
 def _add_frame(ledger_id: int, entry_id: int, key: bytes, tail: bytes) -> bytes:
     """A plain add frame (no length prefix) whose entry is its ids then ``tail``."""
     entry = struct.pack(">qq", ledger_id, entry_id) + tail

@@ -828,7 +828,7 @@ class Bookie:
         if status == StatusCode.EOK:
             self._batch_read_stats.success(elapsed)
             self._read_stats.success(elapsed)
-            self._read_bytes.inc(sum(len(entry) for entry in entries))
+            self._read_bytes.inc(sum(map(len, entries)))
         else:
             self._batch_read_stats.failure(elapsed)
             self._read_stats.failure(elapsed)

@@ -480,7 +480,7 @@ class EntryLogger:
                     return [], 0
                 first = None
             got, _, at = pick(span, 0, ledger_id, wanted, start + taken, budget)
-            budget -= sum(len(entry) for entry in got) + 4 * len(got)
+            budget -= sum(map(len, got)) + 4 * len(got)
             return got, at
 
         return self._read_spans(location, span_size, step, nowait)

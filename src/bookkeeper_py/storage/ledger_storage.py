@@ -177,7 +177,7 @@ def read_range_with(
         run = read_following(ledger_id, entry_id, end - entry_id, budget)
         if run:
             entries += run
-            budget -= sum(len(taken) for taken in run) + 4 * len(run)
+            budget -= sum(map(len, run)) + 4 * len(run)
             entry_id += len(run)
             continue
         try:  # in the write cache; or not where the index says (moved meanwhile?), damaged
