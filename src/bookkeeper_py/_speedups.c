@@ -33,9 +33,62 @@
 #define HEADER 32
 #define CRC_END 36
 
+/* CRC32C over three lanes at once: the crc32 instruction takes three cycles before its result
+ * can be used but can start one every cycle, so one chain of them runs at a third of what the
+ * unit can do. Each stretch of 3 * LANE bytes runs as three chains (the first from the CRC so
+ * far, the other two from 0), joined by shifting a chain's register over the LANE zero bytes of
+ * the lanes after it (a linear map of its 32 bits: four table lookups) and XORing: 1 KiB in ~66
+ * ns against ~130 in one chain. */
+#define LONG_LANE 256
+#define SHORT_LANE 64
+static uint32_t shift_long[4][256], shift_short[4][256]; /* made by make_shifts at import */
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_zeros(uint32_t reg, Py_ssize_t n) {
+    uint64_t c = reg;
+    for (; n >= 8; n -= 8) c = _mm_crc32_u64(c, 0);
+    return (uint32_t)c;
+}
+
+static void make_shifts(void) {
+    for (int k = 0; k < 4; k++)
+        for (uint32_t b = 0; b < 256; b++) {
+            shift_long[k][b] = crc32c_zeros(b << (8 * k), LONG_LANE);
+            shift_short[k][b] = crc32c_zeros(b << (8 * k), SHORT_LANE);
+        }
+}
+
+static inline uint32_t crc32c_shift(uint32_t table[4][256], uint32_t reg) {
+    return table[0][reg & 255] ^ table[1][(reg >> 8) & 255] ^ table[2][(reg >> 16) & 255] ^
+           table[3][reg >> 24];
+}
+
+/* The three-chain stretches of ``lane`` bytes each from ``*p`` while ``*n`` allows. */
+__attribute__((target("sse4.2"))) static inline uint64_t crc32c_lanes(
+    uint64_t c, const uint8_t **p, Py_ssize_t *n, Py_ssize_t lane, uint32_t table[4][256]) {
+    while (*n >= 3 * lane) {
+        const uint8_t *q = *p;
+        uint64_t c1 = 0, c2 = 0;
+        for (Py_ssize_t i = 0; i < lane; i += 8) {
+            uint64_t a, b, d;
+            memcpy(&a, q + i, 8);
+            memcpy(&b, q + lane + i, 8);
+            memcpy(&d, q + 2 * lane + i, 8);
+            c = _mm_crc32_u64(c, a);
+            c1 = _mm_crc32_u64(c1, b);
+            c2 = _mm_crc32_u64(c2, d);
+        }
+        c = crc32c_shift(table, crc32c_shift(table, (uint32_t)c) ^ (uint32_t)c1) ^ (uint32_t)c2;
+        *p += 3 * lane;
+        *n -= 3 * lane;
+    }
+    return c;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc32c_update(uint32_t crc, const uint8_t *p,
                                                                  Py_ssize_t n) {
     uint64_t c = crc ^ 0xFFFFFFFFu;
+    c = crc32c_lanes(c, &p, &n, LONG_LANE, shift_long);
+    c = crc32c_lanes(c, &p, &n, SHORT_LANE, shift_short);
     while (n >= 8) {
         uint64_t word;
         memcpy(&word, p, 8);
@@ -1519,6 +1572,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         PyErr_SetString(PyExc_ImportError, "this CPU has no SSE 4.2 (CRC32C instructions)");
         return NULL;
     }
+    make_shifts();
     if (PyType_Ready(&SyncerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -63,6 +63,26 @@ def test_c_and_python_package_and_check_entries_alike(
 
 @needs_speedups
 @pytest.mark.parametrize(
+    # around the C CRC32C's stretches of three lanes (3 x 256 and 3 x 64 bytes, after the 32-byte
+    # header), one or several of them, and a tail of single bytes
+    "size",
+    [0, 1, 7, 8, 159, 160, 161, 735, 736, 737, 928, 992, 1024, 2339, 2340, 65_536, 100_003],
+)
+def test_c_and_python_agree_on_crc32c_across_its_lanes(size: int) -> None:
+    payload = bytes((i * 131 + size) % 251 for i in range(size))
+    manager = DigestManager(11, DigestType.CRC32C, b"pw")
+    packaged = manager.package(5, 4, size, payload)
+    with pytest.MonkeyPatch.context() as patch:
+        pure(patch)
+        assert manager.package(5, 4, size, payload) == packaged
+    damaged = bytearray(packaged)
+    damaged[-1 if size else 20] ^= 0x10
+    with pytest.raises(errors.DigestMismatchError):
+        manager.payload(bytes(damaged), 5)
+
+
+@needs_speedups
+@pytest.mark.parametrize(
     "damage",
     ["payload bit", "digest bit", "header bit", "other entry", "other ledger", "too short"],
 )
