@@ -970,19 +970,28 @@ static PyObject *group_adds(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyLong_FromSsize_t(i);
 }
 
-/* complete_adds(entries, futures, first, last) -> None: a writer's adds ``first``..``last``
- * acknowledged (client/ledger.py WriteHandle._execute): each one's packaged entry dropped from
- * ``entries`` and its future taken from ``futures`` and given its entry id, unless done already
- * (cancelled by its caller). */
+/* complete_adds(entries, futures, first, last, future_type, ready) -> None: a writer's adds
+ * ``first``..``last`` acknowledged (client/ledger.py WriteHandle._execute): each one's packaged
+ * entry dropped from ``entries`` and what waits for it taken from ``futures``: a future (an
+ * instance of ``future_type``) is given its entry id unless done already (cancelled by its
+ * caller); anything else is an add's callback, appended to the list ``ready`` as (callback,
+ * entry id, None) for the caller to call once its pass is over. */
 static PyObject *complete_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     long long ints[2];
-    if (int_args(args, nargs, 4, "complete_adds(entries: dict, futures: dict, first, last)", 2,
-                 2, ints) < 0)
+    if (int_args(args, nargs, 6,
+                 "complete_adds(entries: dict, futures: dict, first, last, future_type, "
+                 "ready: list)",
+                 2, 2, ints) < 0)
         return NULL;
-    if (!PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "complete_adds: entries and futures must be dicts");
+    if (!PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyType_Check(args[4]) ||
+        !PyList_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "complete_adds: entries and futures must be dicts, future_type a type "
+                        "and ready a list");
         return NULL;
     }
+    PyTypeObject *future_type = (PyTypeObject *)args[4];
+    PyObject *ready = args[5];
     static PyObject *done_name = NULL, *set_result_name = NULL;
     if (done_name == NULL) {
         done_name = PyUnicode_InternFromString("done");
@@ -1006,6 +1015,15 @@ static PyObject *complete_adds(PyObject *self, PyObject *const *args, Py_ssize_t
         if (PyDict_DelItem(args[1], key) < 0) {
             Py_DECREF(future);
             goto failed;
+        }
+        if (!PyObject_TypeCheck(future, future_type)) { /* an add's callback */
+            PyObject *call = PyTuple_Pack(3, future, key, Py_None);
+            Py_DECREF(future);
+            int appended = call != NULL ? PyList_Append(ready, call) : -1;
+            Py_XDECREF(call);
+            if (appended < 0) goto failed;
+            Py_DECREF(key);
+            continue;
         }
         PyObject *done = PyObject_CallMethodNoArgs(future, done_name);
         int finished = done != NULL ? PyObject_IsTrue(done) : -1;
@@ -1541,7 +1559,7 @@ static PyMethodDef methods[] = {
     {"group_adds", (PyCFunction)(void (*)(void))group_adds, METH_FASTCALL,
      "A v2 writer's sends of one pass grouped by bookie: ids and request chunks."},
     {"complete_adds", (PyCFunction)(void (*)(void))complete_adds, METH_FASTCALL,
-     "A writer's acknowledged adds: entries dropped, futures given their entry ids."},
+     "A writer's acknowledged adds: entries dropped, futures given their ids, callbacks listed."},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,

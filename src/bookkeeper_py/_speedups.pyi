@@ -50,7 +50,13 @@ def group_adds(
     /,
 ) -> int: ...
 def complete_adds(
-    entries: dict[int, bytes], futures: dict[int, Any], first: int, last: int, /
+    entries: dict[int, bytes],
+    futures: dict[int, Any],
+    first: int,
+    last: int,
+    future_type: type,
+    ready: list[tuple[Any, int, None]],
+    /,
 ) -> None: ...
 def split_frames(data: bytes, start: int, max_frame: int, /) -> tuple[list[bytes], int]: ...
 def crc32c_batch_entries(

@@ -126,6 +126,51 @@ def test_closing_a_writer_fails_the_adds_still_pending(cluster: LocalCluster) ->
         assert metadata.last_entry_id == len(acked) - 1
 
 
+def test_callback_adds_are_answered_in_order_and_may_add_more(cluster: LocalCluster) -> None:
+    """``add_entry_callback`` (Java's asyncAddEntry with a callback): each callback gets its
+    entry id and None, in id order; a callback may add the next entry; one that raises is
+    reported to the loop's exception handler and the others are still called; closing the
+    writer fails the adds still pending with their error."""
+
+    async def scenario() -> tuple[list[tuple[int, object]], list[int], list[str], list[object]]:
+        loop = asyncio.get_running_loop()
+        reported: list[str] = []
+        loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
+        answered: list[tuple[int, object]] = []
+        all_done = loop.create_future()
+
+        def answer(entry_id: int, error: object) -> None:
+            answered.append((entry_id, error))
+            if entry_id < 40:  # chained: each answer adds the next
+                writer.add_entry_callback(b"chained %d" % entry_id, answer)
+            if len(answered) == 50 and not all_done.done():
+                all_done.set_result(None)
+            if entry_id == 7:
+                raise RuntimeError("the caller's bug")
+
+        async with aio.BookKeeper(cluster.metadata_uri) as bk:
+            writer = await bk.create_ledger(3, 2, 2, password="pw")
+            ids = [writer.add_entry_callback(b"first %d" % i, answer) for i in range(10)]
+            await asyncio.wait_for(all_done, 30)
+            pending: list[object] = []
+            for _ in range(200):
+                writer.add_entry_callback(b"x" * 1000, lambda _, error: pending.append(error))
+            await writer.close()
+            async with await bk.open_ledger(writer.ledger_id, password=b"pw") as reader:
+                last = reader.last_add_confirmed
+        return answered, [*ids, last], reported, pending
+
+    answered, ids, reported, pending = asyncio.run(scenario())
+    assert ids[:10] == list(range(10))
+    assert [entry_id for entry_id, _ in answered] == list(range(50))
+    assert all(error is None for _, error in answered)
+    assert len(reported) == 1 and reported[0].endswith("the callback of entry 7 raised")
+    assert ids[10] >= 49  # the ledger holds every acknowledged add
+    failed = [error for error in pending if error is not None]
+    assert len(pending) == 200 and all(isinstance(error, LedgerClosedError) for error in failed)
+    assert ids[10] == 49 + len(pending) - len(failed)
+
+
 def test_a_long_loop_pass_sends_its_adds_in_slices_as_they_come(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

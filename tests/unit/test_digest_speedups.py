@@ -575,21 +575,24 @@ def test_a_writers_adds_grouped_in_c_are_grouped_as_the_long_way_groups_them(
 
 
 @needs_speedups
-def test_completed_adds_in_c_get_their_ids_and_leave_cancelled_ones_alone() -> None:
+def test_completed_adds_in_c_get_their_ids_leave_cancelled_ones_alone_and_list_callbacks() -> None:
     native = speedups.native
     assert native is not None
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        futures = {i: loop.create_future() for i in range(10)}
+        futures: dict[int, object] = {i: loop.create_future() for i in range(10)}
         taken = dict(futures)
         entries = {i: b"e" for i in range(12)}
-        futures[4].cancel()
+        futures[4].cancel()  # type: ignore[attr-defined]
         del futures[6]  # its caller is gone
-        native.complete_adds(entries, futures, 2, 7)
+        futures[5] = callback = print  # an add's callback: listed, not called
+        ready: list[tuple[object, int, None]] = []
+        native.complete_adds(entries, futures, 2, 7, asyncio.Future, ready)
         assert sorted(entries) == [0, 1, 8, 9, 10, 11]
         assert sorted(futures) == [0, 1, 8, 9]
-        assert [taken[i].result() for i in (2, 3, 5, 7)] == [2, 3, 5, 7]
-        assert taken[4].cancelled() and not taken[6].done()
+        assert [taken[i].result() for i in (2, 3, 7)] == [2, 3, 7]  # type: ignore[attr-defined]
+        assert taken[4].cancelled() and not taken[6].done()  # type: ignore[attr-defined]
+        assert ready == [(callback, 5, None)]
 
     asyncio.run(main())

@@ -459,9 +459,9 @@ async def run_writes(
         assert stop_at is not None
         return now >= stop_at
 
-    def on_ack(future: asyncio.Future[int], due: float, now: float) -> None:
+    def on_ack(error: BKError | None, due: float, now: float) -> None:
         state.outstanding -= 1
-        if future.cancelled() or future.exception() is not None:
+        if error is not None:
             state.failed += 1
         elif due >= warm_until:
             latency_us = int((now - due) * 1e6)
@@ -473,26 +473,27 @@ async def run_writes(
         if not state.outstanding and not state.issuing and not all_done.done():
             all_done.set_result(None)
 
-    def answered(due: float, future: asyncio.Future[int]) -> None:
-        on_ack(future, due, time.monotonic())
+    def answered(due: float, entry_id: int, error: BKError | None) -> None:
+        on_ack(error, due, time.monotonic())
 
     def issue(
-        writer: int, due: float, done: Callable[[asyncio.Future[int]], None] | None = None
+        writer: int, due: float, done: Callable[[int, BKError | None], None] | None = None
     ) -> bool:
         """Sends one add, answered to ``done`` (by default its latency is recorded); False once
         the writer failed (its error is counted, and the run ends when nothing is left
-        outstanding). One callback per add: the bench's own CPU counts as the client's."""
+        outstanding). One callback per add and no future (``add_entry_callback``, as Java's
+        benchmark uses ``asyncAddEntry`` with a callback): the bench's own CPU counts as the
+        client's."""
         handles = writers[writer]
         handle = handles[state.issued % len(handles)]
         state.issued += 1
         try:
-            future = handle.add_entry_async(payload)
+            handle.add_entry_callback(payload, done or partial(answered, due))
         except BKError as error:
             state.failed += 1
             errors_seen.append(error)
             return False
         state.outstanding += 1
-        future.add_done_callback(done or partial(answered, due))
         return True
 
     if args.rate:
@@ -527,9 +528,9 @@ async def run_writes(
             ):
                 stop_issuing()  # every writer stops on the same condition
 
-        def again(writer: int, due: float, future: asyncio.Future[int]) -> None:
+        def again(writer: int, due: float, entry_id: int, error: BKError | None) -> None:
             now = time.monotonic()
-            on_ack(future, due, now)
+            on_ack(error, due, now)
             refill(writer, now)
 
         for writer in range(args.writers):

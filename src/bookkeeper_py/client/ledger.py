@@ -126,6 +126,9 @@ _batch_entries = native.crc32c_batch_entries if native is not None else None
 _group_adds = native.group_adds if native is not None else None
 _complete_adds = native.complete_adds if native is not None else None
 # LedgerEntry(ledger_id, entry_id, data) without the named tuple's Python-level __new__.
+# An add's callback (``add_entry_callback``): called with the entry id and None once the add is
+# acknowledged, or with the error that failed it.
+AddCallback = Callable[[int, "errors.BKError | None"], None]
 _NewEntry = Callable[[type[LedgerEntry], tuple[int, int, bytes]], LedgerEntry]
 _new_entry: _NewEntry = tuple.__new__
 
@@ -994,7 +997,10 @@ class WriteHandle(ReadHandle):
         )
         self._force_futures: dict[int, asyncio.Future[int]] = {}
         self._loop = asyncio.get_running_loop()
-        self._futures: dict[int, asyncio.Future[int]] = {}
+        # What waits for each pending add: its future, or its callback (add_entry_callback)
+        self._futures: dict[int, asyncio.Future[int] | AddCallback] = {}
+        # Callbacks of adds completed or failed in this writer step, called at its end
+        self._ready: list[tuple[AddCallback, int, errors.BKError | None]] = []
         self._entries: dict[int, bytes] = {}  # packaged once, sent to every bookie (and resent)
         self._ticker: asyncio.TimerHandle | None = None
         self._ticker_at = 0  # when it fires (ms, the client's clock)
@@ -1051,14 +1057,21 @@ class WriteHandle(ReadHandle):
             self._stats.add_under_replicated.inc(found)
 
     def _add(self, data: bytes, entry_id: int | None) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._push(data, entry_id, future)
+        return future
+
+    def _push(
+        self, data: bytes, entry_id: int | None, waiting: asyncio.Future[int] | AddCallback
+    ) -> int:
+        """Takes ``data`` as the next entry (or as ``entry_id``), answered to ``waiting``."""
         if self._closed:
             raise errors.LedgerClosedError(f"ledger {self.ledger_id} is closed by this writer")
         data = bytes(data)
         writer = self._writer
         # raises once the writer failed, or for an entry id taken already
         entry_id = writer.push(len(data), entry_id)
-        future: asyncio.Future[int] = self._loop.create_future()
-        self._futures[entry_id] = future
+        self._futures[entry_id] = waiting
         if self._added_at is not None:
             self._added_at[entry_id] = time.perf_counter()
         self._entries[entry_id] = self._digest.package(
@@ -1072,7 +1085,7 @@ class WriteHandle(ReadHandle):
             self._slice += 1
             if self._slice >= SEND_SLICE_ADDS:  # a long pass: this slice goes now
                 self._send_slice()
-        return future
+        return entry_id
 
     def _send_pushed(self) -> None:
         """Sends the adds pushed in this loop pass (as far as the in-flight bound allows): one
@@ -1119,14 +1132,23 @@ class WriteHandle(ReadHandle):
                 self.length = instruction.length
                 if _complete_adds is not None:  # the same, in one C call
                     _complete_adds(
-                        self._entries, self._futures, instruction.first, instruction.last
+                        self._entries,
+                        self._futures,
+                        instruction.first,
+                        instruction.last,
+                        asyncio.Future,
+                        self._ready,
                     )
                 else:
                     forget, take = self._entries.pop, self._futures.pop
                     for entry_id in range(instruction.first, instruction.last + 1):
                         forget(entry_id, None)
                         future = take(entry_id, None)
-                        if future is not None and not future.done():  # not cancelled by its caller
+                        if future is None:
+                            continue
+                        if not isinstance(future, asyncio.Future):  # an add's callback
+                            self._ready.append((future, entry_id, None))
+                        elif not future.done():  # not cancelled by its caller
                             future.set_result(entry_id)
                 if self._added_at is not None:
                     self._record_adds(range(instruction.first, instruction.last + 1), True)
@@ -1136,7 +1158,11 @@ class WriteHandle(ReadHandle):
                 for entry_id in instruction.entry_ids:
                     self._entries.pop(entry_id, None)
                     future = self._futures.pop(entry_id, None)
-                    if future is not None and not future.done():
+                    if future is None:
+                        continue
+                    if not isinstance(future, asyncio.Future):  # an add's callback
+                        self._ready.append((future, entry_id, instruction.error))
+                    elif not future.done():
                         future.set_exception(instruction.error)
                 if self._added_at is not None:
                     self._record_adds(instruction.entry_ids, False)
@@ -1156,6 +1182,26 @@ class WriteHandle(ReadHandle):
                     else:
                         done.set_result(instruction.lac)
         self._schedule_tick()
+        if self._ready:
+            self._call_back()
+
+    def _call_back(self) -> None:
+        """Calls the callbacks of the adds this step completed or failed, in order, once the
+        writer's state is whole again (a callback may add more). One that raises is reported
+        to the loop's exception handler, as a callback the loop runs would be; the rest are
+        still called."""
+        ready, self._ready = self._ready, []
+        for callback, entry_id, error in ready:
+            try:
+                callback(entry_id, error)
+            except Exception as raised:  # the caller's code: reported, not ours
+                self._loop.call_exception_handler(
+                    {
+                        "message": f"ledger {self.ledger_id}: the callback of entry {entry_id} "
+                        f"raised",
+                        "exception": raised,
+                    }
+                )
 
     def _force_on(self, force_id: int, bookie_id: str) -> None:
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
@@ -1444,6 +1490,14 @@ class LedgerHandle(WriteHandle):
         """Adds ``data`` and returns its entry id once Qa bookies made it durable."""
         return await self._add(data, None)
 
+    def add_entry_callback(self, data: bytes, callback: AddCallback) -> int:
+        """Sends ``data`` as the next entry and returns its id; ``callback(entry_id, None)`` is
+        called on the loop once it is acknowledged, or ``callback(entry_id, error)`` once it
+        failed, in entry-id order (BookKeeper's ``asyncAddEntry(data, cb, ctx)``). No future
+        per add: for writers that keep thousands in flight. A callback that raises is
+        reported to the loop's exception handler."""
+        return self._push(data, None, callback)
+
 
 class LedgerHandleAdv(WriteHandle):
     """A ledger's writer with caller-chosen entry ids (BookKeeper's LedgerHandleAdv): any order,
@@ -1455,3 +1509,8 @@ class LedgerHandleAdv(WriteHandle):
 
     async def add_entry(self, entry_id: int, data: bytes) -> int:
         return await self._add(data, entry_id)
+
+    def add_entry_callback(self, entry_id: int, data: bytes, callback: AddCallback) -> int:
+        """Sends ``data`` as entry ``entry_id``, answered to ``callback`` as
+        ``LedgerHandle.add_entry_callback``'s are."""
+        return self._push(data, entry_id, callback)
