@@ -685,25 +685,41 @@ async def run_tail(
             meter.add("reader", reader.pid)
         acked = [0.0] * count
         payload = os.urandom(args.entry_size)
-        futures = []
+        loop = asyncio.get_running_loop()
+        all_acked = loop.create_future()
+        failures: list[BKError] = []
+        answered = 0
+
+        def note_ack(entry_id: int, error: BKError | None) -> None:
+            """The add's acknowledgement time, noted as the writer completes it."""
+            nonlocal answered
+            acked[entry_id] = time.monotonic()
+            answered += 1
+            if error is not None:
+                failures.append(error)
+            finished = answered == issued and (issued == count or interrupt.requested)
+            if finished and not all_acked.done():
+                all_acked.set_result(None)
+
         start = time.monotonic()
         meter.start()
         issued = 0
         while issued < count and not interrupt.requested:
             due = min(count, int((time.monotonic() - start) * rate) + 1)
             while issued < due:
-                future = handle.add_entry_async(payload)
-                future.add_done_callback(partial(_note_time, acked, issued))
-                futures.append(future)
+                handle.add_entry_callback(payload, note_ack)
                 issued += 1
             await interrupt.pause_until(start + issued / rate)
-        await asyncio.gather(*futures)
+        if answered < issued:
+            await all_acked
+        if failures:
+            raise failures[0]
         elapsed = time.monotonic() - start
         cpu = meter.stop()
         await handle.close()
         if interrupt.requested:
             return interrupt.mark(
-                Report("tail", len(futures), elapsed, args.entry_size, {}, settings(args))
+                Report("tail", issued, elapsed, args.entry_size, {}, settings(args))
             )
         if not await asyncio.to_thread(ours.poll, 120):
             raise RuntimeError("the tailing reader did not see every entry within 120 s")
@@ -725,10 +741,6 @@ async def run_tail(
     report.settings["lag_measured_entries"] = measured_count
     report.settings["negative_lags"] = negative  # the writer's loop noted its ack late
     return report
-
-
-def _note_time(times: list[float], index: int, _future: object) -> None:
-    times[index] = time.monotonic()
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
