@@ -125,10 +125,10 @@ _stripe_answers = native.stripe_answers if native is not None else None
 _batch_entries = native.crc32c_batch_entries if native is not None else None
 _group_adds = native.group_adds if native is not None else None
 _complete_adds = native.complete_adds if native is not None else None
-# LedgerEntry(ledger_id, entry_id, data) without the named tuple's Python-level __new__.
 # An add's callback (``add_entry_callback``): called with the entry id and None once the add is
 # acknowledged, or with the error that failed it.
 AddCallback = Callable[[int, "errors.BKError | None"], None]
+# LedgerEntry(ledger_id, entry_id, data) without the named tuple's Python-level __new__.
 _NewEntry = Callable[[type[LedgerEntry], tuple[int, int, bytes]], LedgerEntry]
 _new_entry: _NewEntry = tuple.__new__
 
@@ -1197,8 +1197,8 @@ class WriteHandle(ReadHandle):
             except Exception as raised:  # the caller's code: reported, not ours
                 self._loop.call_exception_handler(
                     {
-                        "message": f"ledger {self.ledger_id}: the callback of entry {entry_id} "
-                        f"raised",
+                        "message": f"ledger {self.ledger_id}: the callback of entry "
+                        f"{entry_id} raised",
                         "exception": raised,
                     }
                 )
