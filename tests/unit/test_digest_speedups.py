@@ -409,10 +409,13 @@ def test_c_and_python_frame_batch_read_answers_alike(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(v2, "native", None)
         assert v2.encode_batch_read_response(status, 7, start, request_id, entries) == framed
+    assert speedups.native is not None
+    head = framed[: v2._FRAMED_BATCH_RESPONSE.size]  # the fixed part and the request id
+    assert speedups.native.v2_batch_answer(head, entries) == framed
+    assert v2._batch_answer(head, entries) == framed
     views = [memoryview(entry) for entry in entries]
     if views:
-        assert speedups.native is not None
-        assert speedups.native.v2_batch_answer(framed[:32], views) is None
+        assert speedups.native.v2_batch_answer(head, views) is None
     assert v2.encode_batch_read_response(status, 7, start, request_id, views) == framed  # type: ignore[arg-type]
     (frame,) = framing.FrameDecoder().feed(framed)
     response = v2.decode_response(frame)

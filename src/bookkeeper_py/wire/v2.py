@@ -38,6 +38,7 @@ _BATCH_READ_REQUEST = struct.Struct(
 )  # header, ledger, start entry, request id, count, size
 _FRAMED_BATCH_RESPONSE = struct.Struct(">Iiiqqq")
 _ENTRY_LENGTH = struct.Struct(">i")
+_FRAME_LENGTH = struct.Struct(">I")
 _RESPONSE = struct.Struct(">iiqq")
 _FRAMED_RESPONSE = struct.Struct(">Iiiqq")
 RESPONSE_FIXED_SIZE = _RESPONSE.size  # 24
@@ -443,32 +444,30 @@ def encode_batch_read_response(
 ) -> bytes:
     """A framed BATCH_READ_ENTRY response: the fixed part, the request id, then [len][entry]...
     (one C call where the speedups are built and every entry is bytes)."""
-    if native is not None:
-        head = _FRAMED_BATCH_RESPONSE.pack(
-            0,  # the frame length, written by the C call
-            pack_header(OpCode.BATCH_READ_ENTRY, 0),
-            to_v2(status),
-            ledger_id,
-            start_entry_id,
-            request_id,
-        )
-        framed: bytes | None = native.v2_batch_answer(head, entries)
-        if framed is not None:
-            return framed
-    parts = []
-    for entry in entries:
-        parts.append(_ENTRY_LENGTH.pack(len(entry)))
-        parts.append(entry)
-    tail = b"".join(parts)
     head = _FRAMED_BATCH_RESPONSE.pack(
-        RESPONSE_FIXED_SIZE + 8 + len(tail),
+        0,  # the frame length, written once the entries are counted
         pack_header(OpCode.BATCH_READ_ENTRY, 0),
         to_v2(status),
         ledger_id,
         start_entry_id,
         request_id,
     )
-    return head + tail
+    if native is not None:
+        framed: bytes | None = native.v2_batch_answer(head, entries)
+        if framed is not None:
+            return framed
+    return _batch_answer(head, entries)
+
+
+def _batch_answer(head: bytes, entries: list[bytes]) -> bytes:
+    """The pure-Python ``v2_batch_answer`` of the C speedups: ``head`` with its frame length
+    written, then each entry as [4-byte length][entry] (any buffer type)."""
+    parts = [b""]
+    for entry in entries:
+        parts.append(_ENTRY_LENGTH.pack(len(entry)))
+        parts.append(entry)
+    parts[0] = _FRAME_LENGTH.pack(len(head) - 4 + sum(map(len, parts))) + head[4:]
+    return b"".join(parts)
 
 
 def decode_response(frame: bytes) -> Response:
