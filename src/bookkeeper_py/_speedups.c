@@ -400,6 +400,15 @@ failed:
     return NULL;
 }
 
+/* One CRC32C entry as sent, written at q: the header of its four ids, the digest, the payload. */
+static void package_into(uint8_t *q, const long long ids[4], const void *payload, Py_ssize_t n) {
+    for (int i = 0; i < 4; i++) store_be64(q + 8 * i, (uint64_t)ids[i]);
+    memcpy(q + CRC_END, payload, n);
+    uint32_t crc = crc32c_update(0, q, HEADER);
+    crc = crc32c_update(crc, q + CRC_END, n);
+    store_be32(q + HEADER, crc);
+}
+
 /* crc32c_package(ledger_id, entry_id, lac, length, payload) -> bytes: the entry as sent. */
 static PyObject *crc32c_package(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     long long ids[4];
@@ -409,16 +418,46 @@ static PyObject *crc32c_package(PyObject *self, PyObject *const *args, Py_ssize_
     Py_buffer view;
     if (PyObject_GetBuffer(args[4], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, CRC_END + view.len);
-    if (out != NULL) {
-        uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
-        for (int i = 0; i < 4; i++) store_be64(q + 8 * i, (uint64_t)ids[i]);
-        memcpy(q + CRC_END, view.buf, view.len);
-        uint32_t crc = crc32c_update(0, q, HEADER);
-        crc = crc32c_update(crc, q + CRC_END, view.len);
-        store_be32(q + HEADER, crc);
-    }
+    if (out != NULL) package_into((uint8_t *)PyBytes_AS_STRING(out), ids, view.buf, view.len);
     PyBuffer_Release(&view);
     return out;
+}
+
+/* crc32c_package_run(ledger_id, first_entry_id, lac, lengths, payloads) -> list[bytes]: the
+ * entries first_entry_id, first_entry_id + 1, ... as sent, payloads[i] carrying the ledger's
+ * length lengths[i] (two lists of the same size). */
+static PyObject *crc32c_package_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char usage[] =
+        "crc32c_package_run(ledger_id, first_entry_id, lac, lengths, payloads)";
+    long long ids[4];
+    if (int_args(args, nargs, 5, usage, 0, 3, ids) < 0) return NULL;
+    PyObject *lengths = args[3], *payloads = args[4];
+    if (!PyList_Check(lengths) || !PyList_Check(payloads) ||
+        PyList_GET_SIZE(lengths) != PyList_GET_SIZE(payloads)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(payloads);
+    PyObject *out = PyList_New(count);
+    if (out == NULL) return NULL;
+    long long entry[4] = {ids[0], ids[1], ids[2], 0};
+    for (Py_ssize_t i = 0; i < count; i++, entry[1]++) {
+        entry[3] = PyLong_AsLongLong(PyList_GET_ITEM(lengths, i));
+        if (entry[3] == -1 && PyErr_Occurred()) goto failed;
+        Py_buffer view;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(payloads, i), &view, PyBUF_SIMPLE) < 0)
+            goto failed;
+        PyObject *item = PyBytes_FromStringAndSize(NULL, CRC_END + view.len);
+        if (item != NULL) package_into((uint8_t *)PyBytes_AS_STRING(item), entry, view.buf,
+                                       view.len);
+        PyBuffer_Release(&view);
+        if (item == NULL) goto failed;
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+failed:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* entry_log_record(block, at, ledger_id, entry_id) -> bytes | None: the entry of the entry-log
@@ -1576,6 +1615,8 @@ static PyMethodDef methods[] = {
      "The payload of a CRC32C entry whose digest and ids check out, else None."},
     {"crc32c_package", (PyCFunction)(void (*)(void))crc32c_package, METH_FASTCALL,
      "A CRC32C entry: header, digest, payload."},
+    {"crc32c_package_run", (PyCFunction)(void (*)(void))crc32c_package_run, METH_FASTCALL,
+     "crc32c_package_run(ledger_id, first_entry_id, lac, lengths, payloads) -> list of entries"},
     {NULL, NULL, 0, NULL},
 };
 

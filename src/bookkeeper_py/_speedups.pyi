@@ -10,6 +10,14 @@ def crc32c_payload(data: bytes, ledger_id: int, entry_id: int, /) -> bytes | Non
 def crc32c_package(
     ledger_id: int, entry_id: int, last_add_confirmed: int, length: int, payload: bytes, /
 ) -> bytes: ...
+def crc32c_package_run(
+    ledger_id: int,
+    first_entry_id: int,
+    last_add_confirmed: int,
+    lengths: list[int],
+    payloads: list[bytes],
+    /,
+) -> list[bytes]: ...
 def entry_log_record(
     block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
 ) -> bytes | None: ...

@@ -131,6 +131,37 @@ def test_pushed_adds_are_sent_together_in_order_within_the_in_flight_bound() -> 
         writer.push(1)
 
 
+@given(runs=st.lists(st.lists(st.integers(0, 100), max_size=6), max_size=6), acked=st.data())
+def test_a_run_of_pushes_is_the_same_pushes_one_by_one(
+    runs: list[list[int]], acked: st.DataObject
+) -> None:
+    """``push_run`` (a runtime's slice of next entries, taken in one step) leaves the writer as
+    the same ``push`` calls do: the ids, the lengths, the sends, the LAC carried, the acks."""
+    one, run = (LedgerWriter(metadata(3, 2, 2), max_in_flight=8) for _ in range(2))
+    for sizes in runs:
+        ids = [one.push(size) for size in sizes]
+        lengths = list(itertools.accumulate(sizes, initial=run.pushed_length))[1:]
+        first = run.push_run(lengths)
+        assert ids == list(range(first, first + len(sizes)))
+        assert (run.pushed_length, run.last_add_pushed) == (one.pushed_length, one.last_add_pushed)
+        sends = [sent(writer.send_waiting(1)) for writer in (one, run)]
+        assert sends[0] == sends[1]
+        for send in sends[0][: acked.draw(st.integers(0, len(sends[0])))]:
+            outs = [ack_all(writer, send.entry_id, 2) for writer in (one, run)]
+            assert outs[0] == outs[1]
+    assert list(one._pending.lengths) == list(run._pending.lengths)
+    assert list(one._pending.sent) == list(run._pending.sent)
+    assert one.last_add_confirmed == run.last_add_confirmed
+    if run.last_add_pushed == run.last_add_confirmed:  # nothing pending: one to fence
+        run.push_run([run.pushed_length + 1])
+        run.send_waiting(3)
+    lowest = run.last_add_confirmed + 1  # pending and sent
+    index, bookie = run._targets(lowest)[0]
+    run.on_add_answer(lowest, index, bookie, StatusCode.EFENCED, 3)
+    with pytest.raises(errors.LedgerFencedError):
+        run.push_run([run.pushed_length + 1])
+
+
 def ack_all(writer: LedgerWriter, entry_id: int, now: int = 0) -> list[Instruction]:
     out: list[Instruction] = []
     for index, bookie in writer._targets(entry_id):

@@ -30,6 +30,7 @@ needs_speedups = pytest.mark.skipif(not speedups.SPEEDUPS, reason="C speedups no
 def pure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(digest, "_c_payload", None)
     monkeypatch.setattr(digest, "_c_package", None)
+    monkeypatch.setattr(digest, "_c_package_run", None)
 
 
 @pytest.mark.skipif(
@@ -59,6 +60,29 @@ def test_c_and_python_package_and_check_entries_alike(
         assert manager.payload(packaged, entry_id) == payload
     assert manager.payload(packaged, entry_id) == payload
     assert manager.verify(packaged, entry_id).payload == payload
+
+
+@needs_speedups
+@given(
+    first=st.integers(0, 2**40),
+    lac=st.integers(-1, 2**40),
+    payloads=st.lists(st.binary(max_size=1500), max_size=20),
+)
+def test_a_run_packaged_in_one_c_call_is_the_entries_packaged_one_by_one(
+    first: int, lac: int, payloads: list[bytes]
+) -> None:
+    manager = DigestManager(7, DigestType.CRC32C, b"pw")
+    lengths = list(itertools.accumulate(map(len, payloads), initial=100))[1:]
+    run = manager.package_run(first, lac, lengths, [bytes(p) for p in payloads])
+    assert run == [
+        manager.package(first + at, lac, lengths[at], payload)
+        for at, payload in enumerate(payloads)
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        pure(patch)
+        assert manager.package_run(first, lac, lengths, payloads) == run
+    with pytest.raises(TypeError, match="package_run"):
+        speedups.native.crc32c_package_run(7, first, lac, [*lengths, 1], payloads)
 
 
 @needs_speedups

@@ -21,6 +21,7 @@ from collections.abc import (
 )
 from dataclasses import replace
 from functools import partial
+from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple, Self
 
 from bookkeeper_py import errors
@@ -1009,6 +1010,11 @@ class WriteHandle(ReadHandle):
         # write per bookie, each bookie's answers coming back through one sink
         self._batched = not (client.config.use_v3 or deferred_sync)
         self._pushed = False  # adds were pushed this pass: _send_pushed is scheduled
+        # LedgerHandle's adds of this slice, numbered (the last one _next_id - 1) and not yet
+        # taken by the writer: it takes them, and they are packaged, in one step as the slice
+        # is sent
+        self._run: list[bytes] = []
+        self._next_id = self._writer.last_add_pushed + 1
         self._slice = 0  # adds pushed since the last send of this pass
         self._sends: list[SendAdds] = []
         self._sending = False  # _send_batches is scheduled, or about to run
@@ -1029,7 +1035,7 @@ class WriteHandle(ReadHandle):
 
     @property
     def last_add_pushed(self) -> int:
-        return self._writer.last_add_pushed
+        return self._writer.last_add_pushed + len(self._run)
 
     @property
     def ensemble_changes(self) -> int:
@@ -1064,19 +1070,28 @@ class WriteHandle(ReadHandle):
     def _push(
         self, data: bytes, entry_id: int | None, waiting: asyncio.Future[int] | AddCallback
     ) -> int:
-        """Takes ``data`` as the next entry (or as ``entry_id``), answered to ``waiting``."""
+        """Takes ``data`` as the next entry (or as ``entry_id``), answered to ``waiting``: the
+        next entry joins the slice's run, which the writer takes as the slice is sent; an
+        entry of the caller's id is taken at once (its id may be refused)."""
         if self._closed:
             raise errors.LedgerClosedError(f"ledger {self.ledger_id} is closed by this writer")
-        data = bytes(data)
         writer = self._writer
-        # raises once the writer failed, or for an entry id taken already
-        entry_id = writer.push(len(data), entry_id)
+        if entry_id is None:
+            if writer.error is not None:
+                raise writer.error
+            self._run.append(bytes(data))
+            entry_id = self._next_id
+            self._next_id = entry_id + 1
+        else:
+            data = bytes(data)
+            # raises once the writer failed, or for an entry id taken already
+            entry_id = writer.push(len(data), entry_id)
+            self._entries[entry_id] = self._digest.package(
+                entry_id, writer.last_add_confirmed, writer.pushed_length, data
+            )
         self._futures[entry_id] = waiting
         if self._added_at is not None:
             self._added_at[entry_id] = time.perf_counter()
-        self._entries[entry_id] = self._digest.package(
-            entry_id, writer.last_add_confirmed, writer.pushed_length, data
-        )
         if not self._pushed:  # the pass's adds are sent together, at its end
             self._pushed = True
             self._slice = 1
@@ -1097,12 +1112,32 @@ class WriteHandle(ReadHandle):
         """Sends the adds pushed so far in this pass (see ``SEND_SLICE_ADDS``)."""
         self._slice = 0
         self._sending = True  # the sends go out below, not a pass later
+        if self._run:
+            self._take_run()
         self._execute(self._writer.send_waiting(self._now()))
         self._send_batches()
+
+    def _take_run(self) -> None:
+        """The writer takes the slice's run of next entries, packaged together; if it has
+        failed since they were called, they fail with its error."""
+        run, self._run = self._run, []
+        writer = self._writer
+        lengths = list(accumulate(map(len, run), initial=writer.pushed_length))
+        del lengths[0]
+        try:
+            first = writer.push_run(lengths)
+        except errors.BKError as error:
+            first = self._next_id - len(run)
+            self._execute([Failed(tuple(range(first, first + len(run))), error)])
+            return
+        packaged = self._digest.package_run(first, writer.last_add_confirmed, lengths, run)
+        self._entries.update(zip(range(first, first + len(run)), packaged, strict=True))
 
     async def force(self) -> int:
         """Makes every acknowledged entry durable on every bookie of the ensemble and confirmed
         (DEFERRED_SYNC); returns the LAC. Nothing to do for other ledgers."""
+        if self._run:  # the adds called before it are part of it
+            self._take_run()
         instructions = self._writer.force()
         first = instructions[0]
         assert isinstance(first, Force | Forced)
@@ -1424,6 +1459,8 @@ class WriteHandle(ReadHandle):
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
+        if self._run:  # adds not sent yet: pending, they fail with the others
+            self._take_run()
         last_entry, length, failures = self._writer.close()
         self._execute(failures)
         if self._stats is not None:

@@ -277,6 +277,21 @@ class _Pending:
             sent[at] = WAITING
         self.taken += 1
 
+    def take_run(self, first: int, lengths: list[int]) -> None:
+        """``take`` of ``first``, ``first + 1``, ... with ``lengths``: the next ids (above every
+        id taken), in one extend per array."""
+        count = len(lengths)
+        if first - self.base != len(self.sent):
+            for at, length in enumerate(lengths):
+                self.take(first + at, length)
+            return
+        zeros = array("Q", bytes(8 * count)) if isinstance(self.acked, array) else [0] * count
+        self.acked.extend(zeros)
+        self.failed.extend(zeros)
+        self.lengths.extend(lengths)
+        self.sent.extend(array("q", [WAITING]) * count)
+        self.taken += count
+
     def __contains__(self, entry_id: int) -> bool:
         at = entry_id - self.base
         return 0 <= at < len(self.sent) and self.sent[at] != HOLE
@@ -443,6 +458,24 @@ class LedgerWriter:
         if self.last_add_confirmed > self._lac_carried:
             self._lac_carried = self.last_add_confirmed
         return entry_id
+
+    def push_run(self, lengths: list[int]) -> int:
+        """``push`` of entries numbered on from the last one pushed, of these ledger
+        ``lengths`` (the ledger's length with each entry: increasing, from ``pushed_length``
+        on): a run of adds in one step. Returns the first one's id; raises the writer's error
+        if it failed."""
+        if self.error is not None:
+            raise self.error
+        first = self.last_add_pushed + 1
+        if not lengths:
+            return first
+        self.last_add_pushed = first + len(lengths) - 1
+        self._pushed_length = lengths[-1]
+        self._pending.take_run(first, lengths)
+        self._waiting.extend(range(first, self.last_add_pushed + 1))
+        if self.last_add_confirmed > self._lac_carried:
+            self._lac_carried = self.last_add_confirmed
+        return first
 
     @property
     def pushed_length(self) -> int:

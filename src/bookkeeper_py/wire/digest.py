@@ -32,8 +32,10 @@ from bookkeeper_py.speedups import native
 # The C speedups (``bookkeeper_py.speedups``), where they are in use.
 _c_payload: Callable[[bytes, int, int], bytes | None] | None = None
 _c_package: Callable[[int, int, int, int, bytes], bytes] | None = None
+_c_package_run: Callable[[int, int, int, list[int], list[bytes]], list[bytes]] | None = None
 if native is not None:
     _c_payload, _c_package = native.crc32c_payload, native.crc32c_package
+    _c_package_run = native.crc32c_package_run
 
 HEADER = struct.Struct(">qqqq")
 HEADER_SIZE = HEADER.size  # 32
@@ -134,6 +136,30 @@ class DigestManager:
             return _c_package(self.ledger_id, entry_id, last_add_confirmed, length, payload)
         header = HEADER.pack(self.ledger_id, entry_id, last_add_confirmed, length)
         return b"".join((header, self._digest(header, payload), payload))
+
+    def package_run(
+        self,
+        first_entry_id: int,
+        last_add_confirmed: int,
+        lengths: list[int],
+        payloads: list[bytes],
+    ) -> list[bytes]:
+        """``package`` of ``payloads`` as entries ``first_entry_id``, ``first_entry_id + 1``,
+        ..., each carrying ``last_add_confirmed`` and its ledger length in ``lengths``."""
+        if _c_package_run is not None and self.digest_type is DigestType.CRC32C:
+            return _c_package_run(
+                self.ledger_id, first_entry_id, last_add_confirmed, lengths, payloads
+            )
+        package = self.package
+        return [
+            package(entry_id, last_add_confirmed, length, payload)
+            for entry_id, length, payload in zip(
+                range(first_entry_id, first_entry_id + len(payloads)),
+                lengths,
+                payloads,
+                strict=True,
+            )
+        ]
 
     def verify(self, data: bytes | memoryview, expected_entry_id: int) -> Entry:
         """Checks the digest of entry bytes read from a bookie and that they are the entry asked for."""
