@@ -14,6 +14,7 @@ from bookkeeper_py.errors import (
     ClientClosedError,
     IncorrectParameterError,
     LedgerClosedError,
+    LedgerFencedError,
     UnauthorizedAccessError,
 )
 from bookkeeper_py.testing import LocalCluster
@@ -179,6 +180,41 @@ def test_callback_adds_are_answered_in_order_and_may_add_more(
     failed = [error for error in pending if error is not None]
     assert len(pending) == 200 and all(isinstance(error, LedgerClosedError) for error in failed)
     assert ids[10] == 49 + len(pending) - len(failed)
+
+
+def test_adds_of_a_slice_fail_with_the_writer_s_error_if_it_failed_before_they_went_out(
+    cluster: LocalCluster,
+) -> None:
+    """A ``LedgerHandle``'s adds are numbered when called and taken by the writer when their
+    slice is sent: if the writer failed in between (an answer in the same loop pass fenced it),
+    they fail with its error, in order, and later adds are refused with it at once."""
+
+    async def scenario() -> tuple[list[int], list[tuple[int, object]], BaseException | None]:
+        async with aio.BookKeeper(cluster.metadata_uri) as bk:
+            writer = await bk.create_ledger(3, 2, 2, password="pw")
+            await writer.add_entry(b"zero")
+            answered: list[tuple[int, object]] = []
+            ids = [
+                writer.add_entry_callback(b"a", lambda i, e: answered.append((i, e)))
+                for _ in range(5)
+            ]
+            writer._writer.error = LedgerFencedError("fenced by a recovering reader")
+            for _ in range(100):  # bounded: the slice goes out on the next loop pass
+                await asyncio.sleep(0)
+                if len(answered) == 5:
+                    break
+            refused: BaseException | None = None
+            try:
+                writer.add_entry_callback(b"b", lambda i, e: None)
+            except LedgerFencedError as error:
+                refused = error
+            return ids, answered, refused
+
+    ids, answered, refused = asyncio.run(scenario())
+    assert ids == [1, 2, 3, 4, 5]
+    assert [entry_id for entry_id, _ in answered] == ids
+    assert all(isinstance(error, LedgerFencedError) for _, error in answered)
+    assert isinstance(refused, LedgerFencedError)
 
 
 def test_a_long_loop_pass_sends_its_adds_in_slices_as_they_come(
