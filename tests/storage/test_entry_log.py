@@ -3,6 +3,7 @@ checksums, and the pages it drops from the page cache once they are synced."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import struct
 from pathlib import Path
@@ -257,6 +258,39 @@ def test_picked_entries_come_from_a_walk_over_the_ledgers_records(
 
         monkeypatch.setattr(os, "preadv", not_cached)
         assert logger.read_picked(locations[0], 7, wanted, 0, nowait=True) == []
+    logger.close()
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+@pytest.mark.parametrize("nowait", [False, True])
+def test_walks_read_their_spans_into_buffers_used_again_and_hand_out_entries_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, nowait: bool
+) -> None:
+    """The spans of a walk are read into a buffer that the next walk reads into again (on the
+    loop, where the page cache serves them): the entries a walk hands out are bytes of their
+    own, unchanged by later walks, walks at once on several threads each get a buffer, and a
+    record longer than a span is read whole."""
+    _walker(monkeypatch, path)
+    monkeypatch.setattr(entry_log, "READ_RUN_BYTES", 16 * 1024)
+    logger = EntryLogger(str(tmp_path))
+    sizes = [(i * 53) % 2000 + 10 if i != 40 else 40_000 for i in range(300)]
+    stored = [entry(7, i, size) for i, size in enumerate(sizes)]
+    locations = logger.add_many(7, stored)
+    logger.flush()
+
+    def walk(first: int) -> list[bytes]:
+        wanted = list(range(first, 300, 2))
+        return logger.read_picked(locations[first], 7, wanted, 0, nowait=nowait)
+
+    evens = walk(0)
+    odds = walk(1)
+    assert evens == stored[0::2] and odds == stored[1::2]
+    assert all(type(got) is bytes for got in evens + odds)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        walks = list(pool.map(walk, [0, 1] * 4))
+    assert walks == [stored[0::2], stored[1::2]] * 4
+    assert evens == stored[0::2]  # as handed out before the buffer was read into again
+    assert 1 <= len(logger._span_buffers) <= 4
     logger.close()
 
 

@@ -165,6 +165,10 @@ class EntryLogger:
         self._ahead: list[tuple[int, int, bytes | memoryview]] = []
         self._next_offset = (-1, 0)
         self._buffer = bytearray()
+        # Buffers of READ_RUN_BYTES that walks read their spans into (one per walk at a time,
+        # taken with an atomic pop): a fresh buffer per span cost its allocation and zeroing,
+        # a page fault per page, and a copy into cold memory.
+        self._span_buffers: list[bytearray] = []
         self._ledger_bytes: dict[int, int] = defaultdict(int)
 
     def log_ids(self) -> list[int]:
@@ -503,6 +507,12 @@ class EntryLogger:
             return entries  # a log being started
         end = synced if log_id == active_id else None  # past it nothing is stable yet
         need = 0
+        # ``step`` copies what it takes, so every span is read into one buffer, used again
+        try:
+            buffer = self._span_buffers.pop()
+        except IndexError:
+            buffer = bytearray(READ_RUN_BYTES)
+        into = memoryview(buffer)
         try:
             fd = self._fd(log_id)
             while (size := span_size(len(entries), offset)) > 0:
@@ -511,11 +521,9 @@ class EntryLogger:
                     want = min(want, end - offset)
                 if want < _RECORD.size:
                     break
-                span = (
-                    _cached_pread(fd, want, offset, exact=False)
-                    if nowait
-                    else os.pread(fd, want, offset)
-                )
+                if want > len(into):  # a record longer than a span: a buffer of its own
+                    into = memoryview(bytearray(want))
+                span = _pread_into(fd, into[:want], offset, nowait=nowait, exact=False)
                 got, at = step(span, len(entries))
                 entries += got
                 offset += at
@@ -536,6 +544,8 @@ class EntryLogger:
             pass  # the rest is on the disk: the one-entry way reads it off the loop
         except OSError:
             pass  # a log deleted meanwhile (compaction): ``read`` follows the entry
+        finally:
+            self._span_buffers.append(buffer)
         if entries:
             self._record_guess = _RECORD.size + len(entries[-1])
             self._next_offset = (log_id, offset)
@@ -750,15 +760,26 @@ def _cached_pread(fd: int, size: int, offset: int, exact: bool = True) -> bytes 
     (fewer at the end of the file), at least one byte."""
     if not _NOWAIT:
         return os.pread(fd, size, offset)
-    buffer = bytearray(size)
+    return _pread_into(fd, memoryview(bytearray(size)), offset, nowait=True, exact=exact)
+
+
+def _pread_into(
+    fd: int, into: memoryview, offset: int, *, nowait: bool, exact: bool
+) -> bytes | memoryview:
+    """Reads ``len(into)`` bytes at ``offset``: with ``nowait``, into ``into`` and only what the
+    page cache holds, as ``_cached_pread``; what was read (fewer at the end of the file).
+    Without, a read that may wait for the disk, into bytes of its own (off the loop, where an
+    allocation is nothing next to the disk)."""
+    if not (nowait and _NOWAIT):
+        return os.pread(fd, len(into), offset)
     try:
-        got = os.preadv(fd, [buffer], offset, _NOWAIT)
+        got = os.preadv(fd, [into], offset, _NOWAIT)
     except BlockingIOError:
         raise ReadWouldBlockError() from None
     except OSError as error:
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
-        return os.pread(fd, size, offset)  # a file system that cannot tell: wait
-    if got != size and (exact or got == 0):
+        return os.pread(fd, len(into), offset)  # a file system that cannot tell: wait
+    if got != len(into) and (exact or got == 0):
         raise ReadWouldBlockError()
-    return memoryview(buffer)[:got]
+    return into[:got]
