@@ -507,12 +507,15 @@ class EntryLogger:
             return entries  # a log being started
         end = synced if log_id == active_id else None  # past it nothing is stable yet
         need = 0
-        # ``step`` copies what it takes, so every span is read into one buffer, used again
-        try:
-            buffer = self._span_buffers.pop()
-        except IndexError:
-            buffer = bytearray(READ_RUN_BYTES)
-        into = memoryview(buffer)
+        # On the loop (``nowait``) every span is read into one buffer, used again (``step``
+        # copies what it takes); a read that may wait for the disk takes bytes of its own
+        buffer: bytearray | None = None
+        if nowait:
+            try:
+                buffer = self._span_buffers.pop()
+            except IndexError:
+                buffer = bytearray(READ_RUN_BYTES)
+        into = memoryview(buffer if buffer is not None else b"")
         try:
             fd = self._fd(log_id)
             while (size := span_size(len(entries), offset)) > 0:
@@ -521,9 +524,12 @@ class EntryLogger:
                     want = min(want, end - offset)
                 if want < _RECORD.size:
                     break
-                if want > len(into):  # a record longer than a span: a buffer of its own
-                    into = memoryview(bytearray(want))
-                span = _pread_into(fd, into[:want], offset, nowait=nowait, exact=False)
+                if not nowait:
+                    span: bytes | memoryview = os.pread(fd, want, offset)
+                else:
+                    if want > len(into):  # a record longer than a span: a buffer of its own
+                        into = memoryview(bytearray(want))
+                    span = _cached_pread_into(fd, into[:want], offset, exact=False)
                 got, at = step(span, len(entries))
                 entries += got
                 offset += at
@@ -545,7 +551,8 @@ class EntryLogger:
         except OSError:
             pass  # a log deleted meanwhile (compaction): ``read`` follows the entry
         finally:
-            self._span_buffers.append(buffer)
+            if buffer is not None:
+                self._span_buffers.append(buffer)
         if entries:
             self._record_guess = _RECORD.size + len(entries[-1])
             self._next_offset = (log_id, offset)
@@ -760,17 +767,15 @@ def _cached_pread(fd: int, size: int, offset: int, exact: bool = True) -> bytes 
     (fewer at the end of the file), at least one byte."""
     if not _NOWAIT:
         return os.pread(fd, size, offset)
-    return _pread_into(fd, memoryview(bytearray(size)), offset, nowait=True, exact=exact)
+    return _cached_pread_into(fd, memoryview(bytearray(size)), offset, exact)
 
 
-def _pread_into(
-    fd: int, into: memoryview, offset: int, *, nowait: bool, exact: bool
+def _cached_pread_into(
+    fd: int, into: memoryview, offset: int, exact: bool = True
 ) -> bytes | memoryview:
-    """Reads ``len(into)`` bytes at ``offset``: with ``nowait``, into ``into`` and only what the
-    page cache holds, as ``_cached_pread``; what was read (fewer at the end of the file).
-    Without, a read that may wait for the disk, into bytes of its own (off the loop, where an
-    allocation is nothing next to the disk)."""
-    if not (nowait and _NOWAIT):
+    """``_cached_pread`` of ``len(into)`` bytes, read into ``into``: the part of it read (or,
+    where the system cannot tell what is cached, bytes of their own from a waiting read)."""
+    if not _NOWAIT:
         return os.pread(fd, len(into), offset)
     try:
         got = os.preadv(fd, [into], offset, _NOWAIT)
