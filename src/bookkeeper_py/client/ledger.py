@@ -1010,11 +1010,10 @@ class WriteHandle(ReadHandle):
         # write per bookie, each bookie's answers coming back through one sink
         self._batched = not (client.config.use_v3 or deferred_sync)
         self._pushed = False  # adds were pushed this pass: _send_pushed is scheduled
-        # LedgerHandle's adds of this slice, numbered (the last one _next_id - 1) and not yet
-        # taken by the writer: it takes them, and they are packaged, in one step as the slice
-        # is sent
+        # LedgerHandle's adds of this slice, numbered on from the writer's last_add_pushed and
+        # not yet taken by the writer: it takes them, and they are packaged, in one step as the
+        # slice is sent
         self._run: list[bytes] = []
-        self._next_id = self._writer.last_add_pushed + 1
         self._slice = 0  # adds pushed since the last send of this pass
         self._sends: list[SendAdds] = []
         self._sending = False  # _send_batches is scheduled, or about to run
@@ -1079,9 +1078,9 @@ class WriteHandle(ReadHandle):
         if entry_id is None:
             if writer.error is not None:
                 raise writer.error
-            self._run.append(bytes(data))
-            entry_id = self._next_id
-            self._next_id = entry_id + 1
+            run = self._run
+            run.append(bytes(data))
+            entry_id = writer.last_add_pushed + len(run)
         else:
             data = bytes(data)
             # raises once the writer failed, or for an entry id taken already
@@ -1127,7 +1126,7 @@ class WriteHandle(ReadHandle):
         try:
             first = writer.push_run(lengths)
         except errors.BKError as error:
-            first = self._next_id - len(run)
+            first = writer.last_add_pushed + 1  # as the run was numbered
             self._execute([Failed(tuple(range(first, first + len(run))), error)])
             return
         packaged = self._digest.package_run(first, writer.last_add_confirmed, lengths, run)

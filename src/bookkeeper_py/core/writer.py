@@ -279,12 +279,9 @@ class _Pending:
 
     def take_run(self, first: int, lengths: list[int]) -> None:
         """``take`` of ``first``, ``first + 1``, ... with ``lengths``: the next ids (above every
-        id taken), in one extend per array."""
+        id taken, holes included), in one extend per array."""
         count = len(lengths)
-        if first - self.base != len(self.sent):
-            for at, length in enumerate(lengths):
-                self.take(first + at, length)
-            return
+        assert first - self.base == len(self.sent), "a run starts right after the last id taken"
         zeros = array("Q", bytes(8 * count)) if isinstance(self.acked, array) else [0] * count
         self.acked.extend(zeros)
         self.failed.extend(zeros)
