@@ -12,6 +12,7 @@ import pytest
 
 from bookkeeper_py.storage.journal import (
     BACKGROUND_WITH_FOREGROUND,
+    ZERO_AHEAD_MAX_SYNC_BYTES,
     CorruptJournalError,
     Journal,
     JournalError,
@@ -335,14 +336,14 @@ def test_background_records_give_way_to_foreground_ones(
     assert [body for group in (second, *rest) for body in group if body != write] == copies[1:]
 
 
-@pytest.mark.parametrize("payload", [3000, 700_000])  # records within the zeros, and past them
 def test_idle_time_writes_zeros_ahead_of_the_records_and_never_over_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, payload: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While no record waits, the journal writes zeros over the preallocated space just past the
     records (a chunk at a time, up to a margin): each such write starts at or after the end of
     the records of that moment, the bytes past the records read as zeros, and every record is
-    replayed as written, also when records outrun the zeros."""
+    replayed as written."""
+    payload = 3000
     collector = Collector()
     journal = Journal(str(tmp_path), collector, preallocate_bytes=4 * 1024 * 1024)
     zero_writes: list[tuple[int, int, int]] = []  # (offset, length, end of the records then)
@@ -368,6 +369,43 @@ def test_idle_time_writes_zeros_ahead_of_the_records_and_never_over_them(
     data = (tmp_path / journal_name(0)).read_bytes()
     assert len(data) == records_end  # closing gives the space ahead back
     assert replayed(tmp_path) == records
+
+
+def test_zeros_ahead_stop_while_syncs_are_large_and_resume_once_they_are_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Zeros ahead write the journal's bytes twice: they are written only while a sync covers
+    at most ZERO_AHEAD_MAX_SYNC_BYTES of records on average. Records of 300 KB each, synced one
+    by one, outrun the zeros; once small records follow, the zeros come back. Every zero write
+    lands past the records, and every record replays as written."""
+    collector = Collector()
+    journal = Journal(str(tmp_path), collector, preallocate_bytes=16 * 1024 * 1024)
+    zero_writes: list[tuple[int, int]] = []  # (offset, end of the records then)
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        zero_writes.append((offset, journal._size))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    journal.open(0)
+    large = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * 300_000)) for i in range(8)]
+    small = [(RecordType.ENTRY, entry(1, 8 + i, b"s" * 100)) for i in range(40)]
+    for index, (record_type, body) in enumerate(large):
+        journal.append(record_type, body, index)
+        collector.wait_for(index + 1)
+    while_large = len(zero_writes)
+    assert journal._sync_bytes > ZERO_AHEAD_MAX_SYNC_BYTES
+    for index, (record_type, body) in enumerate(small, start=len(large)):
+        journal.append(record_type, body, index)
+        collector.wait_for(index + 1)
+    journal.close()
+    # at most after the first record, before the average had seen a large sync (without the
+    # rule: one after each of the eight)
+    assert while_large <= 1
+    assert len(zero_writes) > while_large  # back with the small records
+    assert all(offset >= end for offset, end in zero_writes)
+    assert replayed(tmp_path) == large + small
 
 
 def test_no_zeros_are_written_ahead_without_fsync(

@@ -23,6 +23,7 @@ from bookkeeper_py.storage import journal as journal_module
 from bookkeeper_py.storage.journal import (
     BACKGROUND_WITH_FOREGROUND,
     INLINE_MAX_RECORDS,
+    ZERO_AHEAD_MAX_SYNC_BYTES,
     Journal,
     JournalError,
     RecordType,
@@ -389,6 +390,47 @@ def test_zeros_ahead_on_the_loop_land_past_the_records_and_are_synced(
     assert max(offset + length for offset, length, _ in zero_writes) > records_end
     assert (tmp_path / journal_name(0)).stat().st_size == records_end
     assert replayed(tmp_path) == records
+
+
+def test_zeros_ahead_on_the_loop_stop_while_syncs_are_large(
+    tmp_path: Path, loop_thread: LoopThread, syncer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups of 300 KB synced one by one (by the syncer) outrun the zeros ahead, which are
+    written again once small groups follow (see ZERO_AHEAD_MAX_SYNC_BYTES); every record
+    replays as written."""
+    collector = LoopCollector()
+    zero_writes: list[tuple[int, int]] = []
+    journal = Journal(str(tmp_path), collector, preallocate_bytes=16 * 1024 * 1024)
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        zero_writes.append((offset, journal._size))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    journal.write_on(loop_thread.loop, lambda: False, partial(call_on, loop_thread.loop))
+    journal.open(0)
+    large = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * 300_000)) for i in range(8)]
+    small = [(RecordType.ENTRY, entry(1, 8 + i, b"s" * 100)) for i in range(40)]
+    for index, (_, body) in enumerate(large):
+        loop_thread.call(partial(journal.append_entries, [body], index))
+        collector.wait_for(index + 1)
+    loop_thread.settle()
+    while_large = len(zero_writes)
+    assert journal._sync_bytes > ZERO_AHEAD_MAX_SYNC_BYTES
+    for index, (_, body) in enumerate(small, start=len(large)):
+        loop_thread.call(partial(journal.append_entries, [body], index))
+        collector.wait_for(index + 1)
+    for _ in range(1000):  # bounded: the zeros' sync is answered on the loop too
+        loop_thread.settle()
+        if len(zero_writes) > while_large and journal._unsynced_records == 0:
+            break
+        time.sleep(0.001)
+    loop_thread.call(journal.close)
+    assert while_large <= 1  # without the rule: one after each large group
+    assert len(zero_writes) > while_large
+    assert all(offset >= end for offset, end in zero_writes)
+    assert replayed(tmp_path) == large + small
 
 
 def test_without_fsync_the_loop_answers_once_written(
