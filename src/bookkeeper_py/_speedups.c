@@ -1,14 +1,13 @@
-/* The per-entry CRC32C work in C (issue 21): checking an entry read from a bookie and cutting
- * out its payload, packaging an entry to send (wire/digest.py), and a bookie's check of an
- * entry-log record read ahead (storage/entry_log.py); splitting a received chunk into its
- * frames (wire/framing.py); a ledger writer's acks and completions of pending adds
+/* The per-entry CRC32C work in C (issue 21): checking an entry read from a bookie and cutting out
+ * its payload, packaging an entry to send (wire/digest.py), a bookie's entry-log records framed
+ * for a checkpoint and checked when read ahead (storage/entry_log.py); splitting a received chunk
+ * into its frames (wire/framing.py); a ledger writer's acks and completions of pending adds
  * (core/writer.py) and its sends grouped by bookie (client/ledger.py); a bookie's runs of plain
  * adds and reads taken off its backlog, their answers framed, and a journal group built
  * (server/connection.py, wire/v2.py, storage/journal.py); and a journal's syncer thread, which
  * syncs what the bookie's loop wrote without ever taking the GIL (storage/journal.py). Those
- * modules' pure-Python paths do the same and are used where this module does not build or load
- * (no C compiler, a CPU without SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are
- * tested.
+ * modules' pure-Python paths do the same and are used where this module does not build or load (no
+ * C compiler, a CPU without SSE 4.2, BOOKKEEPER_PY_PURE=1; see speedups.py); both are tested.
  *
  * An entry: ledgerId(8) entryId(8) lastAddConfirmed(8) length(8) crc(4) payload, big-endian; the
  * CRC32C (Castagnoli) covers the 32-byte header and then the payload.
@@ -488,6 +487,80 @@ static PyObject *entry_log_record(PyObject *self, PyObject *const *args, Py_ssiz
     }
     PyBuffer_Release(&view);
     if (result == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
+/* entry_log_frame(out, entries, location) -> locations: a checkpoint's batch of entry-log
+ * records (storage/entry_log.py add_many), each [uint32 length][uint32 CRC32C of the entry]
+ * [entry], written back to back into the bytearray ``out`` (resized to fit them: kept by the
+ * caller from one batch to the next, so its pages are not found afresh each time), and the
+ * location of each record, the first at ``location`` (a log id in the high 32 bits and an
+ * offset in the low ones; the records of one call stay in one log). One system call then writes
+ * them, where the Python path built two pieces per record for writev. The checksums and copies
+ * run without the GIL (the bookie's loop needs it meanwhile), on entries held by a reference of
+ * the call's own and into ``out``'s buffer, which cannot be resized while it is held. */
+static PyObject *entry_log_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyByteArray_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "entry_log_frame(out: bytearray, entries: list, location: int)");
+        return NULL;
+    }
+    PyObject *out = args[0], *entries = args[1];
+    long long location = PyLong_AsLongLong(args[2]);
+    if (location == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(entries), total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyBytes_Check(entry)) {
+            PyErr_SetString(PyExc_TypeError, "an entry-log entry is bytes");
+            return NULL;
+        }
+        Py_ssize_t n = PyBytes_GET_SIZE(entry);
+        if (n > (Py_ssize_t)UINT32_MAX - 8) {
+            PyErr_SetString(PyExc_ValueError, "an entry of 4 GiB or more has no record length");
+            return NULL;
+        }
+        total += 8 + n;
+    }
+    if (PyByteArray_Resize(out, total) < 0) return NULL;
+    PyObject *locations = PyList_New(count);
+    PyObject **held = PyMem_Malloc(sizeof(*held) * (size_t)(count ? count : 1));
+    if (locations == NULL || held == NULL) {
+        Py_XDECREF(locations);
+        PyMem_Free(held);
+        return PyErr_NoMemory();
+    }
+    long long offset = 0;
+    Py_ssize_t taken = 0;
+    PyObject *result = NULL;
+    Py_buffer view = {0};
+    for (; taken < count; taken++) {
+        PyObject *place = PyLong_FromLongLong(location + offset);
+        if (place == NULL) goto done;
+        PyList_SET_ITEM(locations, taken, place);
+        held[taken] = PyList_GET_ITEM(entries, taken);
+        Py_INCREF(held[taken]);
+        offset += 8 + PyBytes_GET_SIZE(held[taken]);
+    }
+    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE) < 0) goto done;
+    uint8_t *at = (uint8_t *)view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(held[i]);
+        Py_ssize_t n = PyBytes_GET_SIZE(held[i]);
+        store_be32(at, (uint32_t)n);
+        store_be32(at + 4, crc32c_update(0, p, n));
+        memcpy(at + 8, p, (size_t)n);
+        at += 8 + n;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    result = locations;
+    locations = NULL;
+done:
+    for (Py_ssize_t i = 0; i < taken; i++) Py_DECREF(held[i]);
+    PyMem_Free(held);
+    Py_XDECREF(locations);
     return result;
 }
 
@@ -1603,6 +1676,8 @@ static PyMethodDef methods[] = {
      "The whole length-prefixed frames of bytes from a position, and where the rest begins."},
     {"entry_log_record", (PyCFunction)(void (*)(void))entry_log_record, METH_FASTCALL,
      "The entry of a whole, checked entry-log record in a block, else None."},
+    {"entry_log_frame", (PyCFunction)(void (*)(void))entry_log_frame, METH_FASTCALL,
+     "A batch of entry-log records framed back to back into a bytearray; their locations."},
     {"entry_log_pick", (PyCFunction)(void (*)(void))entry_log_pick, METH_FASTCALL,
      "The wanted entries of a ledger's records in an entry-log block, and where it stopped."},
     {"v2_register_reads", (PyCFunction)(void (*)(void))v2_register_reads, METH_FASTCALL,

@@ -21,6 +21,7 @@ def crc32c_package_run(
 def entry_log_record(
     block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
 ) -> bytes | None: ...
+def entry_log_frame(out: bytearray, entries: list[bytes], location: int, /) -> list[int]: ...
 def entry_log_pick(
     block: bytes | memoryview,
     at: int,

@@ -53,15 +53,26 @@ def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return reads
 
 
-@pytest.mark.parametrize(
-    "sizes",
-    [
-        [300 * 1024] * 3,  # few entries, many bytes: written from the entries themselves
-        [100] * 5,  # few small entries: through the write buffer
-        [200 * 1024] * 12 + [10] * 700,  # more than one writev's worth of either
-    ],
-)
-def test_add_many_places_every_entry_where_it_reads_back(tmp_path: Path, sizes: list[int]) -> None:
+def _framer(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    if path == "python":
+        monkeypatch.setattr(entry_log, "_c_frame", None)
+    elif entry_log._c_frame is None:
+        pytest.skip("C speedups not built here")
+
+
+_SIZES = [
+    [300 * 1024] * 3,  # few entries, many bytes: written in one batch
+    [100] * 5,  # few small entries: through the write buffer
+    [200 * 1024] * 12 + [10] * 700,  # more than one batch's worth of either
+]
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+@pytest.mark.parametrize("sizes", _SIZES)
+def test_add_many_places_every_entry_where_it_reads_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int], path: str
+) -> None:
+    _framer(monkeypatch, path)
     logger = EntryLogger(str(tmp_path), flush_every_bytes=1024 * 1024)
     entries = [entry(7, index, size) for index, size in enumerate(sizes)]
     locations = logger.add_many(7, entries)
@@ -70,6 +81,65 @@ def test_add_many_places_every_entry_where_it_reads_back(tmp_path: Path, sizes: 
     log_id = split_location(locations[0])[0]
     assert [body for _, _, _, body in logger.records(log_id)] == entries
     assert logger.scan_ledgers(log_id) == {7: sum(len(e) + 8 for e in entries)}
+    logger.close()
+
+
+@pytest.mark.parametrize("sizes", _SIZES)
+def test_the_c_and_python_framings_write_the_same_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int]
+) -> None:
+    """A checkpoint's batches framed in C (one buffer, one write) and in Python (two pieces per
+    record, one writev) give the same locations and the same bytes on disk."""
+    _framer(monkeypatch, "c")
+    logs: list[tuple[list[int], bytes]] = []
+    for path in ("c", "python"):
+        if path == "python":
+            monkeypatch.setattr(entry_log, "_c_frame", None)
+        directory = tmp_path / path
+        directory.mkdir()
+        logger = EntryLogger(str(directory))
+        locations = logger.add_many(5, [entry(5, 0, 100)])  # starts the log (the buffer's way)
+        locations += logger.add_many(7, [entry(7, i, size) for i, size in enumerate(sizes)])
+        locations += logger.add_many(9, [entry(9, i, 500) for i in range(40)])
+        logger.flush()
+        logs.append((locations, Path(logger.path(split_location(locations[0])[0])).read_bytes()))
+        logger.close()
+    assert logs[0] == logs[1]
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_short_write_of_a_batch_is_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A write (or writev) of a batch that the system takes only part of: the rest is written
+    after it, and every entry reads back from where it was placed."""
+    _framer(monkeypatch, path)
+    real_write, real_writev = os.write, os.writev
+    cut: list[int] = []
+    logger = EntryLogger(str(tmp_path))
+
+    def short_write(fd: int, data: bytes | bytearray) -> int:
+        if data is logger._frame and not cut:  # the C path's batch
+            cut.append(len(data))
+            return real_write(fd, bytes(data[:10_000]))
+        return real_write(fd, data)
+
+    def short_writev(fd: int, buffers: list[bytes]) -> int:  # the Python path's batch
+        if not cut:
+            data = b"".join(buffers)
+            cut.append(len(data))
+            return real_write(fd, data[:10_000])
+        return real_writev(fd, buffers)
+
+    monkeypatch.setattr(os, "write", short_write)
+    monkeypatch.setattr(os, "writev", short_writev)
+    first = logger.add_many(5, [entry(5, 0, 100)])  # starts the log (through the buffer)
+    entries = [entry(7, i, 1000) for i in range(200)]
+    locations = logger.add_many(7, entries)
+    logger.flush()
+    assert cut == [200 * (8 + 1016)]  # the batch went through the short write
+    assert logger.read(first[0], 5, 0) == entry(5, 0, 100)
+    assert [logger.read(location, 7, i) for i, location in enumerate(locations)] == entries
     logger.close()
 
 

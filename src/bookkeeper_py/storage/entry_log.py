@@ -80,6 +80,10 @@ _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 _c_record: Callable[[bytes | memoryview, int, int, int], bytes | None] | None = (
     native.entry_log_record if native is not None else None
 )
+# The C framing of a batch of records into one buffer (``add_many``), where it is in use.
+_c_frame: Callable[[bytearray, list[bytes], int], list[int]] | None = (
+    native.entry_log_frame if native is not None else None
+)
 # A walk over a ledger's records (a batch read, a striped read's share) reads spans of at most
 # this many bytes.
 READ_RUN_BYTES = 1024 * 1024
@@ -165,6 +169,8 @@ class EntryLogger:
         self._ahead: list[tuple[int, int, bytes | memoryview]] = []
         self._next_offset = (-1, 0)
         self._buffer = bytearray()
+        # add_many's batch of records framed in C, kept from one batch to the next
+        self._frame = bytearray()
         # Buffers of READ_RUN_BYTES that walks read their spans into (one per walk at a time,
         # taken with an atomic pop): a fresh buffer per span cost its allocation and zeroing,
         # a page fault per page, and a copy into cold memory.
@@ -217,10 +223,11 @@ class EntryLogger:
         """Writes the entries of one ledger, in order; returns their locations (durable after
         ``flush``).
 
-        A batch of many entries that fits in the active log is framed with C-level loops
-        (``map`` over lengths, checksums and headers) and handed to ``os.writev`` as is, without
-        copying it into a buffer: a checkpoint runs this for every entry of the write cache while
-        holding the GIL, which the bookie's loop and journal threads need. A few entries (one at
+        A batch of many entries that fits in the active log is framed in C into one buffer kept
+        for the next batch (``entry_log_frame``: the checksums and copies without the GIL) and
+        written with one ``os.write``; on the pure-Python path, with C-level loops (``map`` over
+        lengths, checksums and headers) and handed to ``os.writev`` as is. A checkpoint runs this
+        for every entry of the write cache, and the bookie's loop needs the GIL meanwhile. A few entries (one at
         a time from compaction) go into the write buffer, not a system call each."""
         locations: list[int] = []
         start = 0
@@ -241,16 +248,28 @@ class EntryLogger:
                 continue
             if self._buffer:
                 self._write_buffer()
-            headers = map(_RECORD.pack, lengths, map(crc32c.crc32c, batch))
-            pieces = list(chain.from_iterable(zip(headers, batch, strict=True)))
-            record_sizes = map(_RECORD.size.__add__, lengths[:-1])
-            locations += accumulate(record_sizes, initial=(self._active_id << 32) | self._size)
+            first = (self._active_id << 32) | self._size
+            pieces: list[bytes] | bytearray
+            if _c_frame is not None:
+                # the records framed back to back in C (checksums without the GIL): one write
+                pieces = self._frame
+                locations += _c_frame(pieces, batch, first)
+            else:
+                headers = map(_RECORD.pack, lengths, map(crc32c.crc32c, batch))
+                pieces = list(chain.from_iterable(zip(headers, batch, strict=True)))
+                record_sizes = map(_RECORD.size.__add__, lengths[:-1])
+                locations += accumulate(record_sizes, initial=first)
             self._size += batch_size
             self.written += batch_size
             self._ledger_bytes[ledger_id] += batch_size
-            written = os.writev(self._active_fd, pieces)
+            if isinstance(pieces, bytearray):
+                written = os.write(self._active_fd, pieces)
+            else:
+                written = os.writev(self._active_fd, pieces)
             if written < batch_size:  # a short write: the rest the ordinary way
-                self._buffer += b"".join(pieces)[written:]
+                self._buffer += (pieces if isinstance(pieces, bytearray) else b"".join(pieces))[
+                    written:
+                ]
                 self._write_buffer()
             else:
                 self._wrote()
