@@ -134,6 +134,7 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
     assert figures["bookies_measured"] == bookies
     if workload[0] == "writes" or "--tail" in workload:
         assert figures["add_p99_ms"] > 0 and figures["journal_syncs_per_s"] > 0
+        assert 0 < figures["add_mean_ms"] <= figures["add_p99_ms"] * 10
         assert figures["journal_sync_p99_ms"] > 0 and figures["journal_sync_mean_ms"] > 0
 
 

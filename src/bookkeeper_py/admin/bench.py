@@ -280,22 +280,24 @@ class BookieScrapes:
         ):
             if value is not None:
                 figures[key] = value
+        add_mean = dashboard_metrics.mean_ms(intervals, dashboard_metrics.ADD)
+        if add_mean is not None:  # from a request's arrival to its answer
+            figures["add_mean_ms"] = add_mean
         sync = dashboard_metrics.JOURNAL_SYNC
-        syncs = sum(i.counts.get(sync, 0.0) for i in intervals)
-        if syncs:
+        sync_mean = dashboard_metrics.mean_ms(intervals, sync)
+        if sync_mean is not None:
             figures["journal_syncs_per_s"] = sum(
                 i.counts.get(sync, 0.0) / i.seconds for i in intervals
             ) / len(intervals)
-            figures["journal_sync_mean_ms"] = (
-                sum(i.totals_ms.get(sync, 0.0) for i in intervals) / syncs
-            )
+            figures["journal_sync_mean_ms"] = sync_mean
         return figures
 
     @staticmethod
     def text(figures: Mapping[str, float]) -> str:
         parts = []
         if "add_p99_ms" in figures:
-            parts.append(f"add p99 {figures['add_p99_ms']:.3f}")
+            mean = f", mean {figures['add_mean_ms']:.3f}" if "add_mean_ms" in figures else ""
+            parts.append(f"add p99 {figures['add_p99_ms']:.3f}{mean}")
         if "journal_sync_p99_ms" in figures:
             parts.append(
                 f"journal fdatasync p99 {figures['journal_sync_p99_ms']:.3f}, mean "

@@ -224,6 +224,12 @@ def interval(before: Scrape, after: Scrape) -> Interval | None:
     return Interval(seconds, counts, deltas, summaries, totals, grown)
 
 
+def mean_ms(intervals: list[Interval], name: str) -> float | None:
+    """The mean latency of ``name`` over the intervals (every bookie's), None without any."""
+    count = sum(i.counts.get(name, 0.0) for i in intervals)
+    return sum(i.totals_ms.get(name, 0.0) for i in intervals) / count if count else None
+
+
 def point(intervals: list[Interval], time_ms: int) -> Point:
     """The cluster's (or one bookie's, given one interval) point for the same tick: adds and
     reads per second summed over bookies, p99 of the merged histograms (with summaries: the
@@ -242,10 +248,6 @@ def point(intervals: list[Interval], time_ms: int) -> Point:
         summaries = [i.summary_p99_ms[name] for i in intervals if name in i.summary_p99_ms]
         return max(summaries) if summaries else None
 
-    def mean(name: str) -> float | None:
-        count = sum(i.counts.get(name, 0.0) for i in intervals)
-        return sum(i.totals_ms.get(name, 0.0) for i in intervals) / count if count else None
-
     return Point(
         time_ms,
         rate(ADD),
@@ -253,7 +255,7 @@ def point(intervals: list[Interval], time_ms: int) -> Point:
         p99(ADD),
         p99(JOURNAL_SYNC),
         read_p99_ms=p99(READ),
-        checkpoint_ms=mean(CHECKPOINT),
+        checkpoint_ms=mean_ms(intervals, CHECKPOINT),
         replicated_ledgers_per_s=sum(
             i.grown.get(REPLICATED_LEDGERS, 0.0) / i.seconds for i in intervals
         ),
