@@ -564,6 +564,53 @@ done:
     return result;
 }
 
+/* index_pairs(ledger_id, entry_ids, locations, start, stop) -> [(key, value), ...]: the LMDB
+ * items of a checkpoint's slice of one ledger's entry locations (storage/index.py commit): each
+ * key the big-endian (ledger id, entry id), each value the big-endian unsigned location, for
+ * entry_ids[start:stop] and locations[start:stop]. */
+static PyObject *index_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "index_pairs(ledger_id, entry_ids: list, locations: list, start, stop)");
+        return NULL;
+    }
+    long long ledger_id = PyLong_AsLongLong(args[0]);
+    if (ledger_id == -1 && PyErr_Occurred()) return NULL;
+    PyObject *ids = args[1], *places = args[2];
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]), stop = PyLong_AsSsize_t(args[4]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred()) return NULL;
+    Py_ssize_t size = PyList_GET_SIZE(ids);
+    if (PyList_GET_SIZE(places) < size) size = PyList_GET_SIZE(places);
+    if (start < 0) start = 0;
+    if (stop > size) stop = size;
+    PyObject *pairs = PyList_New(stop > start ? stop - start : 0);
+    if (pairs == NULL) return NULL;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        long long entry_id = PyLong_AsLongLong(PyList_GET_ITEM(ids, i));
+        if (entry_id == -1 && PyErr_Occurred()) goto failed;
+        unsigned long long location = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(places, i));
+        if (location == (unsigned long long)-1 && PyErr_Occurred()) goto failed;
+        PyObject *key = PyBytes_FromStringAndSize(NULL, 16);
+        PyObject *value = PyBytes_FromStringAndSize(NULL, 8);
+        PyObject *pair = (key == NULL || value == NULL) ? NULL : PyTuple_New(2);
+        if (pair == NULL) {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            goto failed;
+        }
+        store_be64((uint8_t *)PyBytes_AS_STRING(key), (uint64_t)ledger_id);
+        store_be64((uint8_t *)PyBytes_AS_STRING(key) + 8, (uint64_t)entry_id);
+        store_be64((uint8_t *)PyBytes_AS_STRING(value), (uint64_t)location);
+        PyTuple_SET_ITEM(pair, 0, key);
+        PyTuple_SET_ITEM(pair, 1, value);
+        PyList_SET_ITEM(pairs, i - start, pair);
+    }
+    return pairs;
+failed:
+    Py_DECREF(pairs);
+    return NULL;
+}
+
 /* entry_log_pick(block, at, ledger_id, wanted, start, max_bytes) -> (entries, index, at): a walk
  * over the entry-log records that follow one another in ``block`` from ``at``, all of the ledger
  * and with increasing entry ids (one checkpoint's records of it), taking the checked entries of
@@ -1678,6 +1725,8 @@ static PyMethodDef methods[] = {
      "The entry of a whole, checked entry-log record in a block, else None."},
     {"entry_log_frame", (PyCFunction)(void (*)(void))entry_log_frame, METH_FASTCALL,
      "A batch of entry-log records framed back to back into a bytearray; their locations."},
+    {"index_pairs", (PyCFunction)(void (*)(void))index_pairs, METH_FASTCALL,
+     "A checkpoint's slice of entry locations as LMDB (key, value) items."},
     {"entry_log_pick", (PyCFunction)(void (*)(void))entry_log_pick, METH_FASTCALL,
      "The wanted entries of a ledger's records in an entry-log block, and where it stopped."},
     {"v2_register_reads", (PyCFunction)(void (*)(void))v2_register_reads, METH_FASTCALL,

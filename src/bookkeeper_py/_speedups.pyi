@@ -22,6 +22,9 @@ def entry_log_record(
     block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
 ) -> bytes | None: ...
 def entry_log_frame(out: bytearray, entries: list[bytes], location: int, /) -> list[int]: ...
+def index_pairs(
+    ledger_id: int, entry_ids: list[int], locations: list[int], start: int, stop: int, /
+) -> list[tuple[bytes, bytes]]: ...
 def entry_log_pick(
     block: bytes | memoryview,
     at: int,
