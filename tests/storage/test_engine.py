@@ -155,6 +155,37 @@ def test_many_reads_take_the_write_cache_and_walks_over_the_logs_until_an_entry_
     engine.close()
 
 
+def test_many_reads_far_apart_walk_the_log_twice_and_not_over_what_lies_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bookie's share of a striped read that asks for a part of the range (every entry) and
+    for every third entry of a part further on: two walks over the entry log, the records
+    between the parts not read."""
+    engine, durable = open_engine(tmp_path)
+    fill(engine, durable, range(2, 3), 1200)
+    engine.checkpoint()
+    reads: list[int] = []
+    real_pread, real_preadv = os.pread, os.preadv
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        reads.append(size)
+        return real_pread(fd, size, offset)
+
+    def counted_v(fd: int, buffers: list[memoryview], offset: int, *flags: int) -> int:
+        reads.append(sum(map(len, buffers)))
+        return real_preadv(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(os, "pread", counted)
+    monkeypatch.setattr(os, "preadv", counted_v)
+    wanted = [*range(100, 200), *range(1000, 1100, 3)]
+    for nowait in (False, True):
+        reads.clear()
+        assert engine.read_many(2, wanted, 0, nowait) == [entry(2, i) for i in wanted]
+        record = len(entry(2, 0)) + 8
+        assert sum(reads) < (100 + 100 + 10) * record  # the 800 between: not read
+    engine.close()
+
+
 def test_entry_ids_merge_the_write_cache_and_the_index(tmp_path: Path) -> None:
     engine, durable = open_engine(tmp_path)
     engine.create_ledger(1, KEY)

@@ -428,3 +428,38 @@ def test_pages_stay_in_the_page_cache_by_default(
     logger.flush()
     logger.close()
     assert recorder.calls == []
+
+
+def test_walks_ask_the_kernel_to_read_ahead_of_them_once_per_stretch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Walks that skip stretches of a log (a striped reader's share) ask the kernel to read the
+    log ahead of them (WILLNEED), WALK_ADVICE_BYTES at a time: a walk within the first half of
+    the stretch asked for already asks nothing; one past it asks for what follows the stretch;
+    one elsewhere in the log asks from where it starts. The entries read are the same."""
+    monkeypatch.setattr(entry_log, "WALK_ADVICE_BYTES", 64 * 1024)
+    logger = EntryLogger(str(tmp_path))
+    stored = [entry(7, i, 1000) for i in range(400)]  # ~1,032 bytes a record, ~400 KB
+    locations = logger.add_many(7, stored)
+    logger.flush()
+    recorder = FadviseRecorder()
+    monkeypatch.setattr(os, "posix_fadvise", recorder)
+    willneed = os.POSIX_FADV_WILLNEED
+
+    def walk(first: int) -> None:
+        wanted = list(range(first, first + 9, 3))
+        assert logger.read_picked(locations[first], 7, wanted, 0) == [stored[i] for i in wanted]
+
+    def offset(entry_id: int) -> int:
+        return split_location(locations[entry_id])[1]
+
+    walk(0)
+    assert recorder.calls == [(offset(0), 64 * 1024, willneed)]
+    walk(20)  # ~20 KB on: more than half of the stretch still ahead
+    assert len(recorder.calls) == 1
+    walk(40)  # ~41 KB on: less than half ahead, the stretch is extended
+    assert recorder.calls[1] == (offset(0) + 64 * 1024, offset(40) - offset(0), willneed)
+    walk(300)  # elsewhere: from there
+    assert recorder.calls[2] == (offset(300), 64 * 1024, willneed)
+    assert {advice for _, _, advice in recorder.calls} == {willneed}
+    logger.close()

@@ -273,9 +273,10 @@ def plan(
     fragments: tuple[int, ...] = (0,),
     speculative_ms: int = 0,
     health: ReplicaHealth | None = None,
+    write_quorum: int = 3,
 ) -> RangeRead:
-    """A range read of a ledger on b0, b1, b2 (E = Qw = 3) whose replicas are put in the
-    order to try them by ``health`` (the runtime's rule)."""
+    """A range read of a ledger on b0, b1, b2 (E = 3, Qw = 3 unless told) whose replicas are
+    put in the order to try them by ``health`` (the runtime's rule)."""
     ensemble = ["b0", "b1", "b2"]
     replica_health = health or ReplicaHealth()
     return RangeRead(
@@ -284,7 +285,7 @@ def plan(
         last,
         fragment_starts=list(fragments),
         replicas=lambda entry_id: replica_health.order(
-            [(i, ensemble[i]) for i in ((entry_id + k) % 3 for k in range(3))], 0
+            [(i, ensemble[i]) for i in ((entry_id + k) % 3 for k in range(write_quorum))], 0
         ),
         health=replica_health,
         negatives_needed=1,
@@ -430,25 +431,49 @@ def test_a_frozen_replica_stays_behind_busy_ones_that_answer_late() -> None:
     assert health.healthy("b1", now) and health.healthy("b2", now)
 
 
-def test_a_striped_range_reads_each_entry_from_its_first_replica_in_a_bounded_window() -> None:
+def test_a_striped_range_reads_each_part_of_a_chunk_from_its_lead_in_a_bounded_window() -> None:
+    """3/2/2: each chunk of a striped read is cut in three parts, led by b0, b1, b2 in turn; an
+    entry whose write set holds its part's lead is read from the lead (so the lead's walk takes
+    every record it holds there), the others from their first replica; each bookie gets a third
+    of every chunk, and the window is kept full as stripes are answered."""
     last = 3 * STRIPE_WINDOW - 1
-    read = plan(0, last, batched=False, striped=True, fragments=(0, 100))
+    read = plan(0, last, batched=False, striped=True, fragments=(0, 100), write_quorum=2)
+
+    def chunk_of(entry_id: int) -> tuple[int, int]:
+        if entry_id < 100:  # the first fragment is one chunk
+            return 0, 99
+        start = 100 + (entry_id - 100) // STRIPE_ENTRIES * STRIPE_ENTRIES
+        return start, min(last, start + STRIPE_ENTRIES - 1)
+
+    def check(sent: list[SendStripe]) -> None:
+        shares: dict[tuple[int, int], dict[str, int]] = {}
+        for stripe in sent:
+            for entry_id in stripe.entry_ids:
+                start, end = chunk_of(entry_id)
+                lead = (entry_id - start) // -(-(end - start + 1) // 3)
+                write_set = {entry_id % 3, (entry_id + 1) % 3}
+                expected = lead if lead in write_set else entry_id % 3
+                assert stripe.bookie == f"b{expected}"
+                share = shares.setdefault((start, end), {})
+                share[stripe.bookie] = share.get(stripe.bookie, 0) + 1
+            # a stripe stays within a fragment
+            assert max(stripe.entry_ids) < 100 or min(stripe.entry_ids) >= 100
+        for (start, end), share in shares.items():
+            assert max(share.values()) - min(share.values()) <= 3, (start, end, share)
+
     first = stripes(read.start(0))
     asked = sorted(e for s in first for e in s.entry_ids)
     # the window (filled a chunk at a time), nothing asked twice
     assert asked == list(range(len(asked)))
     assert STRIPE_WINDOW - STRIPE_ENTRIES < len(asked) <= STRIPE_WINDOW
-    for stripe in first:
-        # each entry from the first of its write set: entry e's is b(e mod 3)
-        assert all(stripe.bookie == f"b{e % 3}" for e in stripe.entry_ids)
-        # a stripe stays within a fragment
-        assert max(stripe.entry_ids) < 100 or min(stripe.entry_ids) >= 100
+    check(first)
     more: list[SendStripe] = []
     for stripe in first:
         more += stripes(read.on_stripe_answers(stripe.bookie, stripe.entry_ids, [], now=1))
     # the rest as the window empties, right after what was asked, each entry asked once
     everything = list(asked)
     while more:
+        check(more)
         everything += sorted(e for s in more for e in s.entry_ids)
         assert not read.done
         answered, more = more, []
@@ -458,20 +483,31 @@ def test_a_striped_range_reads_each_entry_from_its_first_replica_in_a_bounded_wi
     assert read.done
 
 
+def test_a_bookie_that_failed_lately_leads_no_part_of_a_striped_read() -> None:
+    health = ReplicaHealth()
+    health.failed("b1", 0)
+    read = plan(0, 5, batched=False, striped=True, health=health, write_quorum=2)
+    by_bookie = {s.bookie: s.entry_ids for s in stripes(read.start(0))}
+    # b1's part (2, 3) from the first healthy replicas; b1 asked for nothing
+    assert by_bookie == {"b0": [0, 3], "b2": [1, 2, 4, 5]}
+
+
 def test_a_striped_entry_that_failed_goes_to_the_next_replica_and_its_bookie_is_avoided() -> None:
     health = ReplicaHealth()
-    read = plan(0, 5, batched=False, striped=True, health=health)
-    by_bookie = {s.bookie: s for s in stripes(read.start(0))}
-    assert by_bookie["b0"].entry_ids == [0, 3]
-    (retry,) = attempts(read.on_stripe_answers("b0", [0], [(3, StatusCode.EIO)], now=1))
-    assert (retry.entry_id, retry.bookie) == (3, "b1")
-    assert health.recent_failures("b0", 1) == 1
+    read = plan(0, 5, batched=False, striped=True, health=health, write_quorum=2)
+    by_bookie = {s.bookie: s.entry_ids for s in stripes(read.start(0))}
+    # parts (0, 1), (2, 3), (4, 5) led by b0, b1, b2: 1 and 2 are not of their lead's
+    assert by_bookie == {"b0": [0], "b1": [1, 3], "b2": [2, 4, 5]}
+    read.on_stripe_answers("b0", [0], [], now=1)
+    (retry,) = attempts(read.on_stripe_answers("b1", [1], [(3, StatusCode.EIO)], now=1))
+    assert (retry.entry_id, retry.bookie) == (3, "b0")
+    assert health.recent_failures("b1", 1) == 1
     # an entry the bookie does not hold is no failure of it, and goes the careful way too
-    (other,) = attempts(read.on_stripe_answers("b1", [1], [(4, StatusCode.ENOENTRY)], now=1))
-    assert other.entry_id == 4 and health.recent_failures("b1", 1) == 0
+    (other,) = attempts(read.on_stripe_answers("b2", [2], [(4, StatusCode.ENOENTRY)], now=1))
+    assert other.entry_id == 4 and health.recent_failures("b2", 1) == 0
     # answers from a bookie the entry was not sent to change nothing
     assert read.on_stripe_answers("b0", [2, 5], [], now=1) == []
-    read.on_stripe_answers("b2", [2, 5], [], now=1)
+    read.on_stripe_answers("b2", [5], [], now=1)
     read.on_entry_answer(retry, StatusCode.EOK, "", now=2)
     assert not read.done
     read.on_entry_answer(other, StatusCode.EOK, "", now=2)
@@ -482,12 +518,17 @@ def test_a_slow_stripe_is_given_up_at_its_deadline_and_its_late_answers_ignored(
     health = ReplicaHealth()
     read = plan(0, 5, batched=False, striped=True, speculative_ms=20, health=health)
     by_bookie = {s.bookie: s for s in stripes(read.start(0))}
-    read.on_stripe_answers("b1", [1, 4], [], now=5)
-    read.on_stripe_answers("b2", [2], [], now=5)  # 5 still out on b2
+    assert {b: s.entry_ids for b, s in by_bookie.items()} == {
+        "b0": [0, 1],
+        "b1": [2, 3],
+        "b2": [4, 5],
+    }
+    read.on_stripe_answers("b1", [2, 3], [], now=5)
+    read.on_stripe_answers("b2", [4], [], now=5)  # 5 still out on b2
     assert read.next_deadline() == 20
     sends = attempts(read.tick(20))
-    # the slow ones' entries from the replica that is neither (b1 for 5, failed less lately)
-    assert sorted((s.entry_id, s.bookie) for s in sends) == [(0, "b1"), (3, "b1"), (5, "b1")]
+    # the slow ones' entries from the replica that is neither
+    assert sorted((s.entry_id, s.bookie) for s in sends) == [(0, "b1"), (1, "b1"), (5, "b1")]
     assert read.speculative_reads == 2
     assert health.slow_since("b0", 20) == 20 and health.slow_since("b2", 20) == 20
     assert read.on_stripe_answers("b0", by_bookie["b0"].entry_ids, [], now=25) == []

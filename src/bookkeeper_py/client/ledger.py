@@ -600,6 +600,7 @@ class _RangeRead:
             ensemble_size=metadata.ensemble_size,
             speculative_ms=config.speculative_read_timeout_ms,
             max_speculative_ms=config.max_speculative_read_timeout_ms,
+            read_order=client.placement.read_order,
         )
 
     async def run(self) -> list[LedgerEntry]:

@@ -562,8 +562,10 @@ class RangeRead:
         ensemble_size: int = 0,
         speculative_ms: int = 0,
         max_speculative_ms: int = 0,
+        read_order: Callable[[Sequence[tuple[int, str]]], Sequence[tuple[int, str]]] = list,
     ) -> None:
-        """``ensemble_size`` is needed ``striped``: the write sets repeat with that period."""
+        """``ensemble_size`` is needed ``striped``: the write sets repeat with that period.
+        ``read_order`` is the placement policy's (replicas it prefers first)."""
         self.ledger_id = ledger_id
         self.first, self.last = first, last
         self._fragment_starts = fragment_starts
@@ -575,6 +577,7 @@ class RangeRead:
         self._ensemble_size = ensemble_size
         self._speculative_ms = speculative_ms
         self._max_speculative_ms = max_speculative_ms
+        self._read_order = read_order
         self.next = first
         self.left = last - first + 1
         self.reads: dict[int, EntryRead] = {}
@@ -678,16 +681,32 @@ class RangeRead:
             end = self._last_of_chunk(start, STRIPE_ENTRIES)
             self.next = end + 1
             self._striped_in_flight += end - start + 1
-            # Within a fragment the write sets repeat every E entries: one order per position.
+            # The chunk in E parts, each led by one ensemble index in turn: an entry of a part
+            # whose write set holds its lead (Qw of every E) is read from the lead, the others
+            # from the first replica in the order to try them. Within the part it leads, a
+            # bookie's walk over its entry log then takes every record it holds of the ledger,
+            # not one of every Qw (a 3/2/2 bookie read two records for each it served, and the
+            # copy out of the page cache was a third of its CPU).
             by_bookie: dict[str, list[int]] = {}
             size = self._ensemble_size
-            for offset in range(min(size, end - start + 1)):
-                bookie = self._replicas(start + offset)[0][1]
-                position = range(start + offset, end + 1, size)
-                if (taken := by_bookie.get(bookie)) is None:
-                    by_bookie[bookie] = list(position)
-                else:
-                    taken += position
+            part = -(-(end - start + 1) // size)
+            for lead in range(size):
+                part_start = start + lead * part
+                part_end = min(end, part_start + part - 1)
+                # Within a fragment the write sets repeat every E entries: one per position.
+                for entry_id in range(part_start, min(part_start + size, part_end + 1)):
+                    order = self._replicas(entry_id)
+                    bookie = order[0][1]
+                    for index, replica in order:
+                        if index == lead:
+                            if self._may_lead(order[0], (index, replica), now):
+                                bookie = replica
+                            break
+                    position = range(entry_id, part_end + 1, size)
+                    if (taken := by_bookie.get(bookie)) is None:
+                        by_bookie[bookie] = list(position)
+                    else:
+                        taken += position
             due = self._due(now)
             for bookie, entry_ids in by_bookie.items():
                 entry_ids.sort()
@@ -697,6 +716,13 @@ class RangeRead:
                 self._health.sent(bookie, len(entry_ids))
                 sends.append(SendStripe(bookie, entry_ids))
         return sends
+
+    def _may_lead(self, first: tuple[int, str], lead: tuple[int, str], now: int) -> bool:
+        """Whether ``lead`` may serve an entry whose first replica to try is ``first``: it is
+        healthy and the placement policy does not put ``first`` before it."""
+        if lead == first:
+            return True
+        return self._health.healthy(lead[1], now) and self._read_order([lead, first])[0] == lead
 
     def on_stripe_answers(
         self,

@@ -76,6 +76,8 @@ class ReadWouldBlockError(Exception):
 # Reads that must not wait for the disk (preadv with RWF_NOWAIT, Linux 4.14+): EAGAIN when a
 # page is not cached. Elsewhere every read may wait.
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+# posix_fadvise(WILLNEED), where the system has it (see WALK_ADVICE_BYTES).
+_ADVICE = getattr(os, "POSIX_FADV_WILLNEED", 0) if hasattr(os, "posix_fadvise") else 0
 # The C check of a record read ahead (``bookkeeper_py.speedups``), where it is in use.
 _c_record: Callable[[bytes | memoryview, int, int, int], bytes | None] | None = (
     native.entry_log_record if native is not None else None
@@ -92,6 +94,12 @@ READ_RUN_BYTES = 1024 * 1024
 # READ_AHEAD_BLOCKS such blocks are kept (readers of several ledgers at once).
 READ_AHEAD_BYTES = 128 * 1024
 READ_AHEAD_BLOCKS = 4
+# Walks ask the kernel to read the log ahead of them (posix_fadvise WILLNEED) this many bytes at
+# a time, once a walk comes within half of it of the end of what was asked for: a striped
+# reader's walks over one bookie's log skip stretches (the parts other bookies lead), and the
+# kernel's own read-ahead, which follows sequential reads of a file, lost them (half of a 3/2/2
+# bookie's reads on the loop then found their pages not cached and went to a reader thread).
+WALK_ADVICE_BYTES = 4 * 1024 * 1024
 # A read that starts at most this far after the last record read counts as sequential: an
 # entry by entry reader of E > Qw asks each bookie for every E-th entry, and the bookie holds
 # Qw of every E.
@@ -175,6 +183,8 @@ class EntryLogger:
         # taken with an atomic pop): a fresh buffer per span cost its allocation and zeroing,
         # a page fault per page, and a copy into cold memory.
         self._span_buffers: list[bytearray] = []
+        # Log id -> (start, end) of the stretch the walks last asked the kernel to read ahead.
+        self._advised: dict[int, tuple[int, int]] = {}
         self._ledger_bytes: dict[int, int] = defaultdict(int)
 
     def log_ids(self) -> list[int]:
@@ -537,6 +547,7 @@ class EntryLogger:
         into = memoryview(buffer if buffer is not None else b"")
         try:
             fd = self._fd(log_id)
+            self._advise_ahead(fd, log_id, offset)
             while (size := span_size(len(entries), offset)) > 0:
                 want = max(need, size)
                 if end is not None:
@@ -576,6 +587,23 @@ class EntryLogger:
             self._record_guess = _RECORD.size + len(entries[-1])
             self._next_offset = (log_id, offset)
         return entries
+
+    def _advise_ahead(self, fd: int, log_id: int, offset: int) -> None:
+        """Asks the kernel to read the log from ``offset`` on (``WALK_ADVICE_BYTES``) unless it
+        was asked for that already, with more than half of it still ahead of the walk."""
+        if not _ADVICE:
+            return
+        start, end = self._advised.get(log_id, (0, 0))
+        if start <= offset and offset + WALK_ADVICE_BYTES // 2 <= end:
+            return
+        if not start <= offset < end:  # somewhere else in the log: from here
+            start = end = offset
+        try:
+            os.posix_fadvise(fd, end, offset + WALK_ADVICE_BYTES - end, _ADVICE)
+        except OSError as error:  # advice only
+            log.debug("entry log %d: posix_fadvise(WILLNEED) failed: %s", log_id, error)
+            return
+        self._advised[log_id] = (start, offset + WALK_ADVICE_BYTES)
 
     def _block_at(self, log_id: int, offset: int) -> tuple[bytes | memoryview, int] | None:
         """The read-ahead block holding ``offset`` of the log, and where in it, if any."""
@@ -732,6 +760,7 @@ class EntryLogger:
         if log_id >= self.writable_floor:
             raise EntryLogError(f"cannot delete the active entry log {log_id}")
         self._ahead = [block for block in self._ahead if block[0] != log_id]
+        self._advised.pop(log_id, None)
         with self._fd_lock:
             fd = self._read_fds.pop(log_id, None)
             if fd is not None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import islice
-from operator import lt
+from operator import lt, sub
 
 from bookkeeper_py.storage.entry_log import EntryLogError, EntryLogger
 from bookkeeper_py.storage.index import LedgerIndex
@@ -153,6 +153,27 @@ class CheckpointResult:
     entries: int
     bytes: int
     ledgers: int
+
+
+# A bookie's share of a striped read walks its entry log over the ids it is asked for; where two
+# asked ids are further apart than this (and than _WALK_GAP_RATIO times the closest two), the
+# walk stops and the next one starts at the next id: the records between would be read and
+# stepped over for nothing (a reader that asks each bookie for a part of a range it leads and
+# for every E-th entry of another part).
+_WALK_GAP = 64
+_WALK_GAP_RATIO = 8
+
+
+def _walk_ends(entry_ids: list[int], start: int) -> list[int]:
+    """Where the walks over ``entry_ids[start:]`` (increasing) end: the indices after each gap
+    (see ``_WALK_GAP``), the last being ``len(entry_ids)``."""
+    gaps = list(map(sub, islice(entry_ids, start + 1, None), islice(entry_ids, start, None)))
+    if not gaps or max(gaps) <= _WALK_GAP:
+        return [len(entry_ids)]
+    limit = max(_WALK_GAP, _WALK_GAP_RATIO * min(gaps))
+    ends = [start + 1 + at for at, gap in enumerate(gaps) if gap > limit]
+    ends.append(len(entry_ids))
+    return ends
 
 
 def read_range_with(
@@ -449,8 +470,10 @@ class LedgerStorage:
         if self.ledger(ledger_id) is None:
             return entries
         at, count = start, len(entry_ids)
+        ends = _walk_ends(entry_ids, start)
+        part = 0  # of ends: the walks stop there (a gap of ids whose records are not wanted)
         last: int | None = None
-        looked = False  # for where the walks may end
+        looked = -1  # the end ``last`` was looked up for: where the walk may end
         with self.index.read_run():
             while at < count:
                 entry_id = entry_ids[at]
@@ -462,10 +485,14 @@ class LedgerStorage:
                 location = self.index.location(ledger_id, entry_id)
                 if location is None:
                     break
-                if not looked and at + 1 < count:
-                    looked, last = True, self.index.location(ledger_id, entry_ids[-1])
+                while ends[part] <= at:
+                    part += 1
+                end = ends[part]
+                if looked != end and at + 1 < end:
+                    looked, last = end, self.index.location(ledger_id, entry_ids[end - 1])
+                wanted = entry_ids if end == count else entry_ids[:end]
                 got = self.entry_logger.read_picked(
-                    location, ledger_id, entry_ids, at, nowait, last=last
+                    location, ledger_id, wanted, at, nowait, last=last if looked == end else None
                 )
                 if not got:
                     break
