@@ -430,17 +430,20 @@ def test_pages_stay_in_the_page_cache_by_default(
     assert recorder.calls == []
 
 
-def test_walks_ask_the_kernel_to_read_ahead_of_them_once_per_stretch(
+def test_walks_going_on_forward_keep_the_log_read_ahead_of_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Walks that skip stretches of a log (a striped reader's share) ask the kernel to read the
-    log ahead of them (WILLNEED), WALK_ADVICE_BYTES at a time: a walk within the first half of
-    the stretch asked for already asks nothing; one past it asks for what follows the stretch;
-    one elsewhere in the log asks from where it starts. The entries read are the same."""
+    """The first walk at a place asks the kernel to read only its own bytes (WILLNEED); walks
+    going on forward from it (also skipping a stretch, as a striped reader's do) keep
+    WALK_ADVICE_BYTES asked for ahead of them, asking for more only once less than half is
+    left; a walk that jumps back asks again for its own bytes only. The entries read are the
+    same."""
     monkeypatch.setattr(entry_log, "WALK_ADVICE_BYTES", 64 * 1024)
     logger = EntryLogger(str(tmp_path))
-    stored = [entry(7, i, 1000) for i in range(400)]  # ~1,032 bytes a record, ~400 KB
+    stored = [entry(7, i, 1000) for i in range(400)]  # 1,024-byte entries: 1,032-byte records
     locations = logger.add_many(7, stored)
+    others = [entry(8, i, 1000) for i in range(20)]
+    other_locations = logger.add_many(8, others)  # another ledger's, further on in the log
     logger.flush()
     recorder = FadviseRecorder()
     monkeypatch.setattr(os, "posix_fadvise", recorder)
@@ -453,13 +456,31 @@ def test_walks_ask_the_kernel_to_read_ahead_of_them_once_per_stretch(
     def offset(entry_id: int) -> int:
         return split_location(locations[entry_id])[1]
 
-    walk(0)
-    assert recorder.calls == [(offset(0), 64 * 1024, willneed)]
-    walk(20)  # ~20 KB on: more than half of the stretch still ahead
-    assert len(recorder.calls) == 1
-    walk(40)  # ~41 KB on: less than half ahead, the stretch is extended
-    assert recorder.calls[1] == (offset(0) + 64 * 1024, offset(40) - offset(0), willneed)
-    walk(300)  # elsewhere: from there
-    assert recorder.calls[2] == (offset(300), 64 * 1024, willneed)
-    assert {advice for _, _, advice in recorder.calls} == {willneed}
+    def own_bytes(call: tuple[int, int, int], first: int) -> bool:
+        """The advice covers the walk's records (entries first to first + 6), not much more."""
+        at, length, advice = call
+        walked = offset(first + 7) - offset(first)
+        return at == offset(first) and walked <= length < 2 * walked and advice == willneed
+
+    walk(100)  # a first walk: its own bytes
+    assert len(recorder.calls) == 1 and own_bytes(recorder.calls[0], 100)
+    walk(110)  # on forward, past what was asked: 64 KiB ahead of it
+    assert recorder.calls[1] == (offset(110), 64 * 1024, willneed)
+    # A reader of another ledger of the log, at another place: its own bytes, and the first
+    # ledger's stretch is left as it was.
+    assert logger.read_picked(other_locations[0], 8, [0, 1, 2], 0) == others[:3]
+    assert recorder.calls[2][0] == split_location(other_locations[0])[1]
+    del recorder.calls[2]
+    walk(125)  # ~15 KB on: more than half still ahead, nothing asked
+    assert len(recorder.calls) == 2
+    walk(150)  # ~41 KB on: less than half ahead, what follows is asked for
+    assert recorder.calls[2] == (offset(110) + 64 * 1024, offset(150) - offset(110), willneed)
+    walk(210)  # the same again
+    assert recorder.calls[3] == (offset(150) + 64 * 1024, offset(210) - offset(150), willneed)
+    walk(290)  # a skip past what was asked for, by less than 64 KiB: on forward, from there
+    assert offset(210) + 64 * 1024 < offset(290)
+    assert recorder.calls[4] == (offset(290), 64 * 1024, willneed)
+    walk(20)  # back: its own bytes only
+    assert own_bytes(recorder.calls[5], 20)
+    assert len(recorder.calls) == 6
     logger.close()

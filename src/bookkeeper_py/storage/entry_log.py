@@ -183,8 +183,9 @@ class EntryLogger:
         # taken with an atomic pop): a fresh buffer per span cost its allocation and zeroing,
         # a page fault per page, and a copy into cold memory.
         self._span_buffers: list[bytearray] = []
-        # Log id -> (start, end) of the stretch the walks last asked the kernel to read ahead.
-        self._advised: dict[int, tuple[int, int]] = {}
+        # Log id -> ledger id -> (start, end) of the stretch of the log that the walks over the
+        # ledger's records last asked the kernel to read ahead.
+        self._advised: dict[int, dict[int, tuple[int, int]]] = {}
         self._ledger_bytes: dict[int, int] = defaultdict(int)
 
     def log_ids(self) -> list[int]:
@@ -516,7 +517,9 @@ class EntryLogger:
             budget -= sum(map(len, got)) + 4 * len(got)
             return got, at
 
-        return self._read_spans(location, span_size, step, nowait)
+        walk_at = split_location(location)[1]
+        expected = span_size(0, walk_at)
+        return self._read_spans(location, span_size, step, nowait, ledger_id, expected)
 
     def _read_spans(
         self,
@@ -524,11 +527,15 @@ class EntryLogger:
         span_size: Callable[[int, int], int],
         step: Callable[[bytes | memoryview, int], tuple[list[bytes], int]],
         nowait: bool,
+        ledger_id: int,
+        expected: int,
     ) -> list[bytes]:
         """The walk of ``read_picked``: spans of the log from ``location`` of
         ``span_size(entries taken so far, offset)`` bytes (0: done), each handed to ``step``, which
         returns the entries it took and where in the span it stopped; on while a record was
-        cut by the span's end. Nothing past the active log's synced end."""
+        cut by the span's end. Nothing past the active log's synced end. ``expected``: about how
+        many bytes the walk over ``ledger_id``'s records covers (for the read-ahead, see
+        ``_advise_ahead``)."""
         log_id, offset = split_location(location)
         entries: list[bytes] = []
         active_id, synced = self._active_bound
@@ -547,7 +554,7 @@ class EntryLogger:
         into = memoryview(buffer if buffer is not None else b"")
         try:
             fd = self._fd(log_id)
-            self._advise_ahead(fd, log_id, offset)
+            self._advise_ahead(fd, log_id, ledger_id, offset, expected)
             while (size := span_size(len(entries), offset)) > 0:
                 want = max(need, size)
                 if end is not None:
@@ -588,22 +595,40 @@ class EntryLogger:
             self._next_offset = (log_id, offset)
         return entries
 
-    def _advise_ahead(self, fd: int, log_id: int, offset: int) -> None:
-        """Asks the kernel to read the log from ``offset`` on (``WALK_ADVICE_BYTES``) unless it
-        was asked for that already, with more than half of it still ahead of the walk."""
+    def _advise_ahead(
+        self, fd: int, log_id: int, ledger_id: int, offset: int, expected: int
+    ) -> None:
+        """Asks the kernel to read the log ahead of a walk over a ledger's records from
+        ``offset`` (of about ``expected`` bytes). Kept per ledger: readers of several ledgers
+        read one log at several places at once. A walk that goes on forward from the last ones
+        over the ledger's records here (it starts in the stretch asked for, or at most
+        ``WALK_ADVICE_BYTES`` past it: a striped reader's walks skip the parts other bookies
+        lead) keeps ``WALK_ADVICE_BYTES`` asked for ahead of it, asking for more once less than
+        half of that is left; any other walk (the first here, or one that jumps back or far
+        ahead: a reader here and there) asks only for its own bytes, so that reads at random
+        places do not each read megabytes from the disk."""
         if not _ADVICE:
             return
-        start, end = self._advised.get(log_id, (0, 0))
-        if start <= offset and offset + WALK_ADVICE_BYTES // 2 <= end:
+        advised = self._advised.get(log_id)
+        if advised is None:
+            advised = self._advised[log_id] = {}
+        start, end = advised.get(ledger_id, (0, 0))
+        onward = start <= offset <= end + WALK_ADVICE_BYTES and end > start
+        if onward and offset + WALK_ADVICE_BYTES // 2 <= end:
+            return  # enough asked for ahead of it already
+        if onward:
+            begin, stop = max(end, offset), offset + WALK_ADVICE_BYTES
+        else:
+            start = begin = offset
+            stop = offset + max(0, min(expected, WALK_ADVICE_BYTES))
+        if stop <= begin:
             return
-        if not start <= offset < end:  # somewhere else in the log: from here
-            start = end = offset
         try:
-            os.posix_fadvise(fd, end, offset + WALK_ADVICE_BYTES - end, _ADVICE)
+            os.posix_fadvise(fd, begin, stop - begin, _ADVICE)
         except OSError as error:  # advice only
             log.debug("entry log %d: posix_fadvise(WILLNEED) failed: %s", log_id, error)
             return
-        self._advised[log_id] = (start, offset + WALK_ADVICE_BYTES)
+        advised[ledger_id] = (min(start, begin), stop)
 
     def _block_at(self, log_id: int, offset: int) -> tuple[bytes | memoryview, int] | None:
         """The read-ahead block holding ``offset`` of the log, and where in it, if any."""
