@@ -508,39 +508,36 @@ static PyObject *entry_log_frame(PyObject *self, PyObject *const *args, Py_ssize
     PyObject *out = args[0], *entries = args[1];
     long long location = PyLong_AsLongLong(args[2]);
     if (location == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(entries), total = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
+    Py_ssize_t count = PyList_GET_SIZE(entries), total = 0, held_count = 0;
+    PyObject **held = PyMem_Malloc(sizeof(*held) * (size_t)(count ? count : 1));
+    if (held == NULL) return PyErr_NoMemory();
+    PyObject *locations = NULL, *result = NULL;
+    Py_buffer view = {0};
+    /* The entries, each held by a reference of this call's own, before anything that could
+     * run Python code (and change the list) */
+    for (; held_count < count; held_count++) {
+        PyObject *entry = PyList_GET_ITEM(entries, held_count);
         if (!PyBytes_Check(entry)) {
             PyErr_SetString(PyExc_TypeError, "an entry-log entry is bytes");
-            return NULL;
+            goto done;
         }
-        Py_ssize_t n = PyBytes_GET_SIZE(entry);
-        if (n > (Py_ssize_t)UINT32_MAX - 8) {
+        if (PyBytes_GET_SIZE(entry) > (Py_ssize_t)UINT32_MAX - 8) {
             PyErr_SetString(PyExc_ValueError, "an entry of 4 GiB or more has no record length");
-            return NULL;
+            goto done;
         }
-        total += 8 + n;
+        Py_INCREF(entry);
+        held[held_count] = entry;
+        total += 8 + PyBytes_GET_SIZE(entry);
     }
-    if (PyByteArray_Resize(out, total) < 0) return NULL;
-    PyObject *locations = PyList_New(count);
-    PyObject **held = PyMem_Malloc(sizeof(*held) * (size_t)(count ? count : 1));
-    if (locations == NULL || held == NULL) {
-        Py_XDECREF(locations);
-        PyMem_Free(held);
-        return PyErr_NoMemory();
-    }
+    if (PyByteArray_Resize(out, total) < 0) goto done;
+    locations = PyList_New(count);
+    if (locations == NULL) goto done;
     long long offset = 0;
-    Py_ssize_t taken = 0;
-    PyObject *result = NULL;
-    Py_buffer view = {0};
-    for (; taken < count; taken++) {
+    for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *place = PyLong_FromLongLong(location + offset);
         if (place == NULL) goto done;
-        PyList_SET_ITEM(locations, taken, place);
-        held[taken] = PyList_GET_ITEM(entries, taken);
-        Py_INCREF(held[taken]);
-        offset += 8 + PyBytes_GET_SIZE(held[taken]);
+        PyList_SET_ITEM(locations, i, place);
+        offset += 8 + PyBytes_GET_SIZE(held[i]);
     }
     if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE) < 0) goto done;
     uint8_t *at = (uint8_t *)view.buf;
@@ -558,7 +555,7 @@ static PyObject *entry_log_frame(PyObject *self, PyObject *const *args, Py_ssize
     result = locations;
     locations = NULL;
 done:
-    for (Py_ssize_t i = 0; i < taken; i++) Py_DECREF(held[i]);
+    for (Py_ssize_t i = 0; i < held_count; i++) Py_DECREF(held[i]);
     PyMem_Free(held);
     Py_XDECREF(locations);
     return result;
@@ -586,6 +583,14 @@ static PyObject *index_pairs(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *pairs = PyList_New(stop > start ? stop - start : 0);
     if (pairs == NULL) return NULL;
     for (Py_ssize_t i = start; i < stop; i++) {
+        if (i >= PyList_GET_SIZE(ids) || i >= PyList_GET_SIZE(places)) {
+            PyErr_SetString(PyExc_RuntimeError, "index_pairs: the lists changed meanwhile");
+            goto failed;
+        }
+        if (!PyLong_Check(PyList_GET_ITEM(ids, i)) || !PyLong_Check(PyList_GET_ITEM(places, i))) {
+            PyErr_SetString(PyExc_TypeError, "index_pairs: entry ids and locations are ints");
+            goto failed;
+        }
         long long entry_id = PyLong_AsLongLong(PyList_GET_ITEM(ids, i));
         if (entry_id == -1 && PyErr_Occurred()) goto failed;
         unsigned long long location = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(places, i));

@@ -371,13 +371,14 @@ def test_idle_time_writes_zeros_ahead_of_the_records_and_never_over_them(
     assert replayed(tmp_path) == records
 
 
+@pytest.mark.parametrize("roll", [False, True])
 def test_zeros_ahead_stop_while_syncs_are_large_and_resume_once_they_are_small(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, roll: bool
 ) -> None:
     """Zeros ahead write the journal's bytes twice: they are written only while a sync covers
     at most ZERO_AHEAD_MAX_SYNC_BYTES of records on average. Records of 300 KB each, synced one
-    by one, outrun the zeros; once small records follow, the zeros come back. Every zero write
-    lands past the records, and every record replays as written."""
+    by one, outrun the zeros; once small records follow (``roll``: in a new file), the zeros
+    come back. Every zero write lands past the records, and every record replays as written."""
     collector = Collector()
     journal = Journal(str(tmp_path), collector, preallocate_bytes=16 * 1024 * 1024)
     zero_writes: list[tuple[int, int]] = []  # (offset, end of the records then)
@@ -396,9 +397,12 @@ def test_zeros_ahead_stop_while_syncs_are_large_and_resume_once_they_are_small(
         collector.wait_for(index + 1)
     while_large = len(zero_writes)
     assert journal._sync_bytes > ZERO_AHEAD_MAX_SYNC_BYTES
+    if roll:
+        journal.request_roll()
     for index, (record_type, body) in enumerate(small, start=len(large)):
         journal.append(record_type, body, index)
         collector.wait_for(index + 1)
+    assert journal._file_id == (1 if roll else 0)
     journal.close()
     # at most after the first record, before the average had seen a large sync (without the
     # rule: one after each of the eight)

@@ -260,27 +260,25 @@ class EntryLogger:
             if self._buffer:
                 self._write_buffer()
             first = (self._active_id << 32) | self._size
-            pieces: list[bytes] | bytearray
+            self._size += batch_size
+            self.written += batch_size
+            self._ledger_bytes[ledger_id] += batch_size
             if _c_frame is not None:
                 # the records framed back to back in C (checksums without the GIL): one write
-                pieces = self._frame
-                locations += _c_frame(pieces, batch, first)
+                frame = self._frame
+                locations += _c_frame(frame, batch, first)
+                written = os.write(self._active_fd, frame)
+                rest = memoryview(frame)[written:] if written < batch_size else None
             else:
                 headers = map(_RECORD.pack, lengths, map(crc32c.crc32c, batch))
                 pieces = list(chain.from_iterable(zip(headers, batch, strict=True)))
                 record_sizes = map(_RECORD.size.__add__, lengths[:-1])
                 locations += accumulate(record_sizes, initial=first)
-            self._size += batch_size
-            self.written += batch_size
-            self._ledger_bytes[ledger_id] += batch_size
-            if isinstance(pieces, bytearray):
-                written = os.write(self._active_fd, pieces)
-            else:
                 written = os.writev(self._active_fd, pieces)
-            if written < batch_size:  # a short write: the rest the ordinary way
-                self._buffer += (pieces if isinstance(pieces, bytearray) else b"".join(pieces))[
-                    written:
-                ]
+                rest = memoryview(b"".join(pieces))[written:] if written < batch_size else None
+            if rest is not None:  # a short write: the rest the ordinary way
+                with rest:
+                    self._buffer += rest
                 self._write_buffer()
             else:
                 self._wrote()
@@ -609,9 +607,7 @@ class EntryLogger:
         places do not each read megabytes from the disk."""
         if not _ADVICE:
             return
-        advised = self._advised.get(log_id)
-        if advised is None:
-            advised = self._advised[log_id] = {}
+        advised = self._advised.setdefault(log_id, {})
         start, end = advised.get(ledger_id, (0, 0))
         onward = start <= offset <= end + WALK_ADVICE_BYTES and end > start
         if onward and offset + WALK_ADVICE_BYTES // 2 <= end:

@@ -818,18 +818,19 @@ class Journal:
             self._last_sync_s = times[-1]
             self._idle_since = last_end
         tokens: list[Any] = []
-        records = end = 0
+        records = end = zeros = 0
         unsynced = self._unsynced
         now = time.monotonic()
         while unsynced and unsynced[0][0] <= synced:
             _, group_tokens, group_records, end, since = unsynced.popleft()
             tokens += group_tokens
             records += group_records
+            zeros += not group_records  # a sync asked for zeros ahead only
             if self._add_stats is not None and group_records and not error:
                 self._record_adds(group_records, now - since)
         self._unsynced_records -= records
         if records and not error:
-            self._count_synced(end, len(times))
+            self._count_synced(end, max(1, len(times) - zeros))
         if error:
             self._fail(OSError(error, os.strerror(error)))
             self._on_synced(tokens, self._failure)
