@@ -238,8 +238,9 @@ class EntryLogger:
         for the next batch (``entry_log_frame``: the checksums and copies without the GIL) and
         written with one ``os.write``; on the pure-Python path, with C-level loops (``map`` over
         lengths, checksums and headers) and handed to ``os.writev`` as is. A checkpoint runs this
-        for every entry of the write cache, and the bookie's loop needs the GIL meanwhile. A few entries (one at
-        a time from compaction) go into the write buffer, not a system call each."""
+        for every entry of the write cache, and the bookie's loop needs the GIL meanwhile. A few
+        entries (one at a time from compaction) go into the write buffer, not a system call
+        each."""
         locations: list[int] = []
         start = 0
         while start < len(entries):
@@ -624,7 +625,7 @@ class EntryLogger:
         except OSError as error:  # advice only
             log.debug("entry log %d: posix_fadvise(WILLNEED) failed: %s", log_id, error)
             return
-        advised[ledger_id] = (min(start, begin), stop)
+        advised[ledger_id] = (start, stop)
 
     def _block_at(self, log_id: int, offset: int) -> tuple[bytes | memoryview, int] | None:
         """The read-ahead block holding ``offset`` of the log, and where in it, if any."""
