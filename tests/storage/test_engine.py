@@ -631,3 +631,33 @@ def test_a_half_full_write_cache_asks_for_a_paced_checkpoint_hurried_at_three_qu
         assert storage._hurry.is_set() == hurried, cached
     monkeypatch.undo()
     crash(engine)
+
+
+def test_a_flushed_generation_is_freed_a_slice_at_a_time() -> None:
+    """A checkpoint frees the generation it flushed in slices of ``_RELEASE_SLICE`` entries,
+    handing the GIL over between them: every ledger's entries are freed, and no slice is larger
+    than that (one C-level free of a write cache's worth held the GIL for milliseconds)."""
+    from bookkeeper_py.storage import ledger_storage
+
+    slice_size = ledger_storage._RELEASE_SLICE
+    generation = ledger_storage._Generation()
+    big = {i: b"e%d" % i for i in range(2 * slice_size + 7)}
+    small = {i: b"s%d" % i for i in range(3)}
+    generation.ledgers = {1: big, 2: small}
+    sizes_at_pause: list[tuple[int, int]] = []
+
+    def pause() -> None:
+        sizes_at_pause.append((len(big), len(small)))
+
+    ledger_storage._release(generation, pause)
+
+    assert generation.ledgers == {}
+    assert big == {} and small == {}
+    # The small ledger goes at once (a pause after it); the big one loses one slice per pause,
+    # then the rest.
+    assert sizes_at_pause == [
+        (2 * slice_size + 7, 0),
+        (slice_size + 7, 0),
+        (7, 0),
+        (0, 0),
+    ]
