@@ -213,3 +213,46 @@ def test_spark_benchmark_runs(mode: str, options: list[str]) -> None:
         assert medians["missing"] == 0 and medians["duplicates"] == 0
     else:
         assert medians["records"] == 20000
+
+
+def test_disk_stall_probe_runs() -> None:
+    """bench/disk_stalls.py: every journal-like writer reports its syncs, and the stall moments
+    are listed (none is asserted: they are the disk's)."""
+    import json
+
+    out = run("disk_stalls.py", "--seconds", "0.3", "--bulk-mb-s", "10", "--json")
+    report = json.loads(out.strip().splitlines()[-1])
+    assert len(report["journals"]) == 3
+    for figures in report["journals"]:
+        assert figures["syncs"] > 0 and figures["max_ms"] >= figures["p50_ms"] > 0
+    assert isinstance(report["stall_moments"], list)
+
+
+def test_disk_stall_probe_refuses_a_wrong_flag() -> None:
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "disk_stalls.py"), "--journals", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "must be positive" in result.stderr
+
+
+def test_disk_stall_moments_are_those_every_journal_shares() -> None:
+    """A stall moment is a span in which every journal was inside a sync over the threshold."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "disk_stalls", os.path.join(BENCH, "disk_stalls.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fast = [(0.0, 0.001), (0.5, 0.001)]
+    # Journals 0 and 1 stall over 1.00-1.05 and 1.02-1.10: at once over 1.02-1.05; journal 1's
+    # stall at 2.0 meets none in journal 0.
+    per_journal = [[*fast, (1.0, 0.05)], [*fast, (1.02, 0.08), (2.0, 0.1)]]
+    (moment,) = module.stall_moments(per_journal, 0.02)
+    assert abs(moment["at_s"] - 1.02) < 1e-9 and abs(moment["ms"] - 30.0) < 1e-6
+    assert module.stall_moments([[*fast, (1.0, 0.05)], fast], 0.02) == []
