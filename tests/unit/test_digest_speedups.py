@@ -623,3 +623,44 @@ def test_completed_adds_in_c_get_their_ids_leave_cancelled_ones_alone_and_list_c
         assert ready == [(callback, 5, None)]
 
     asyncio.run(main())
+
+
+def test_a_stale_build_of_the_speedups_falls_back_to_python(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``_speedups`` built from an older ``_speedups.c`` (a name the code uses is missing) is
+    not used: the pure-Python paths are, and a warning names what is missing and how to rebuild,
+    rather than an AttributeError when the first module that needs the name is imported."""
+    import sys
+    import types
+
+    import bookkeeper_py
+
+    stale = types.ModuleType("bookkeeper_py._speedups")
+    for name in speedups.REQUIRED:
+        if name != "index_pairs":
+            setattr(stale, name, object())
+    monkeypatch.setattr(bookkeeper_py, "_speedups", stale, raising=False)
+    monkeypatch.setitem(sys.modules, "bookkeeper_py._speedups", stale)
+    monkeypatch.delenv("BOOKKEEPER_PY_PURE", raising=False)
+    with caplog.at_level("WARNING", logger="bookkeeper_py.speedups"):
+        assert speedups._load() is None
+    assert "index_pairs" in caplog.text and "rebuild" in caplog.text
+    stale.index_pairs = object()  # type: ignore[attr-defined]
+    assert speedups._load() is stale
+
+
+def test_every_name_the_code_takes_from_the_speedups_is_required() -> None:
+    """``speedups.REQUIRED`` lists every ``native.NAME`` the package uses, so that a build
+    without one of them falls back as a whole."""
+    import pathlib
+    import re
+
+    package = pathlib.Path(speedups.__file__).parent
+    used = {
+        match
+        for path in package.rglob("*.py")
+        if path.name != "speedups.py"  # the list itself, and its comment
+        for match in re.findall(r"\bnative\.([A-Za-z_]\w*)", path.read_text())
+    }
+    assert used and used <= set(speedups.REQUIRED), sorted(used - set(speedups.REQUIRED))
