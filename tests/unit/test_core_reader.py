@@ -3,6 +3,8 @@ time with failover and speculative reads, the negative rule, and the long poll."
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import pytest
 
 from bookkeeper_py import errors
@@ -274,9 +276,11 @@ def plan(
     speculative_ms: int = 0,
     health: ReplicaHealth | None = None,
     write_quorum: int = 3,
+    read_order: Callable[[Sequence[tuple[int, str]]], Sequence[tuple[int, str]]] = list,
 ) -> RangeRead:
     """A range read of a ledger on b0, b1, b2 (E = 3, Qw = 3 unless told) whose replicas are
-    put in the order to try them by ``health`` (the runtime's rule)."""
+    put in the order to try them by the placement policy's ``read_order``, then by ``health``
+    (the runtime's rule)."""
     ensemble = ["b0", "b1", "b2"]
     replica_health = health or ReplicaHealth()
     return RangeRead(
@@ -285,8 +289,14 @@ def plan(
         last,
         fragment_starts=list(fragments),
         replicas=lambda entry_id: replica_health.order(
-            [(i, ensemble[i]) for i in ((entry_id + k) % 3 for k in range(write_quorum))], 0
+            list(
+                read_order(
+                    [(i, ensemble[i]) for i in ((entry_id + k) % 3 for k in range(write_quorum))]
+                )
+            ),
+            0,
         ),
+        read_order=read_order,
         health=replica_health,
         negatives_needed=1,
         batched=batched,
@@ -490,6 +500,29 @@ def test_a_bookie_that_failed_lately_leads_no_part_of_a_striped_read() -> None:
     by_bookie = {s.bookie: s.entry_ids for s in stripes(read.start(0))}
     # b1's part (2, 3) from the first healthy replicas; b1 asked for nothing
     assert by_bookie == {"b0": [0, 3], "b2": [1, 2, 4, 5]}
+
+
+def test_a_bookie_the_placement_policy_reads_last_leads_no_part_of_a_striped_read() -> None:
+    """A part's lead serves the entries of its part only where the placement policy does not put
+    their first replica before it (a remote region's bookie is not read in place of a local
+    one); the other parts keep their leads."""
+
+    def b1_last(replicas: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+        return sorted(replicas, key=lambda replica: replica[1] == "b1")
+
+    read = plan(0, 5, batched=False, striped=True, write_quorum=2, read_order=b1_last)
+    by_bookie = {s.bookie: s.entry_ids for s in stripes(read.start(0))}
+    # parts (0, 1), (2, 3), (4, 5) led by b0, b1, b2; b1 is first for none of its entries
+    # (0 and 2 ask it, with b0 and b2 first), so its part goes to the others as if it were
+    # not there: 2 from b2 and 3 from b0; and 1 (write set b1, b2) from b2
+    assert by_bookie == {"b0": [0, 3], "b2": [1, 2, 4, 5]}
+    # without the policy b1 leads its part
+    read = plan(0, 5, batched=False, striped=True, write_quorum=2)
+    assert {s.bookie: s.entry_ids for s in stripes(read.start(0))} == {
+        "b0": [0],
+        "b1": [1, 3],
+        "b2": [2, 4, 5],
+    }
 
 
 def test_a_striped_entry_that_failed_goes_to_the_next_replica_and_its_bookie_is_avoided() -> None:
