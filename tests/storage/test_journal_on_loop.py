@@ -232,6 +232,94 @@ def test_an_idle_journal_syncs_a_few_records_on_the_loop_when_allowed(
     assert replayed(tmp_path) == [(RecordType.ENTRY, body) for body in few + many + declined]
 
 
+def resident_pages(path: Path) -> list[bool]:
+    """Whether each page of the file is in the page cache (``mincore`` over a read-only mapping
+    of it, which reads no page in)."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    pages = -(-size // mmap.PAGESIZE)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vector = (ctypes.c_ubyte * pages)()
+            assert libc.mincore(address, size, vector) == 0, os.strerror(ctypes.get_errno())
+            return [bool(byte & 1) for byte in vector]
+        finally:
+            libc.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("synced_on", ["syncer", "loop"])
+def test_synced_pages_are_dropped_by_the_syncer_not_the_loop(
+    tmp_path: Path,
+    loop_thread: LoopThread,
+    syncer: str,
+    monkeypatch: pytest.MonkeyPatch,
+    synced_on: str,
+) -> None:
+    """journalRemoveFromPageCache on the loop: the syncer thread drops the synced whole pages a
+    megabyte or more at a time, after signalling the sync; the loop never calls posix_fadvise
+    (it can block for milliseconds). Groups synced on the loop (an idle journal's lone records)
+    are dropped too: a sync of nothing new asks the syncer to. Every record replays."""
+    real_fadvise = os.posix_fadvise
+    calls: list[tuple[int, int, int]] = []  # (thread, offset, length) of DONTNEEDs from Python
+
+    def recording(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_DONTNEED:
+            calls.append((threading.get_ident(), offset, length))
+        real_fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", recording)
+    monkeypatch.setattr(journal_module, "ZERO_AHEAD_MAX_SYNC_BYTES", 0)  # records only
+    if synced_on == "loop":  # each lone record synced on the loop, however slow the disk
+        monkeypatch.setattr(journal_module, "INLINE_SYNC_LIMIT_S", 10.0)
+    collector = LoopCollector()
+    journal = loop_journal(tmp_path, collector, loop_thread, inline_ok=lambda: synced_on == "loop")
+    bodies = [entry(1, i, bytes([i]) * 100_000) for i in range(36)]  # ~3.6 MB, one per pass
+    for number, body in enumerate(bodies):
+        for _ in range(1000):  # bounded: until idle longer than the last sync took
+            if synced_on == "syncer" or (journal.idle_past_a_sync and journal.queued == 0):
+                break
+            time.sleep(0.001)
+        loop_thread.call(partial(journal.append_entries, [body], number))
+        collector.wait_for(number + 1)
+    loop_thread.call(lambda: journal._syncer.drain())
+    loop_thread.settle()
+    dropped = journal._syncer.dropped
+    size = journal.position[1]
+    path = tmp_path / journal_name(0)
+    resident = resident_pages(path)
+    loop_thread.call(journal.close)
+    me = loop_thread.thread.ident
+    assert all(thread != me for thread, _, _ in calls)
+    assert dropped % 4096 == 0 and size - 4096 - 1024 * 1024 < dropped <= size
+    assert not any(resident[: dropped // 4096])  # what the syncer dropped is out of the cache
+    if syncer == "python":  # its advice goes through os.posix_fadvise: whole megabytes in order
+        position = 0
+        for _, offset, length in calls:
+            assert offset == position and length >= 1024 * 1024
+            position = offset + length
+        assert position == dropped
+    assert replayed(tmp_path) == [(RecordType.ENTRY, body) for body in bodies]
+
+
 def test_a_failed_sync_fails_its_records_and_every_later_one(
     tmp_path: Path, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
