@@ -15,6 +15,10 @@ know (a DEFERRED_SYNC writer that never forced, abandoned), in seconds; last, ca
 closed ledgers at 3/2/2 (entry by entry) and 3/3/2 (E = Qw: batch reads) in MB/s, each run on
 a cluster of its own whose bookies keep a 32 MiB write cache (so that the reads come from the
 entry logs).
+
+Beside the raw limits, the disk alone under three journals' write pattern (``disk_stalls.py``,
+``--stall-seconds``; 0 skips it): the worst sync and how many times every journal's sync stalled
+over 20 ms at once. A latency row's p99 cannot be under the stalls of the disk it syncs on.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+
+import disk_stalls  # bench/, beside this script
 
 from bookkeeper_py import aio
 from bookkeeper_py import loop as event_loop
@@ -108,6 +114,12 @@ def main() -> None:
     parser.add_argument("--recovery-entries", type=int, default=100_000)
     parser.add_argument("--read-entries", type=int, default=600_000, help="catch-up reads")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=8.0,
+        help="seconds of bench/disk_stalls.py beside the raw limits (0: skip)",
+    )
     args = parser.parse_args()
     seconds = f"--seconds={args.seconds}"
     rows: dict[str, dict[str, object]] = {}
@@ -140,6 +152,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as directory:
         probes = [limits.measure(directory) for _ in range(args.runs)]
         raw = {key: statistics.median(p[key] for p in probes) for key in probes[0]}
+        if args.stall_seconds > 0:
+            stalls = disk_stalls.measure(
+                disk_stalls.arguments(["--seconds", str(args.stall_seconds)]), directory
+            )
+            raw["disk_sync_max_ms"] = max(j["max_ms"] for j in stalls["journals"])
+            raw["disk_sync_p99_ms"] = statistics.median(j["p99_ms"] for j in stalls["journals"])
+            raw["disk_stall_moments"] = len(stalls["stall_moments"])
     if not args.json:
         print(
             f"raw limits: {raw['fsyncs_per_s']:,.0f} fsyncs/s, {raw['sequential_mb_s']:,.0f} MB/s "
@@ -147,6 +166,13 @@ def main() -> None:
             f"{raw['interpreter_ns']:.0f} ns a loop (admin/limits.py: the CPU per entry of the "
             "same code moves with it)"
         )
+        if "disk_stall_moments" in raw:
+            print(
+                f"the disk alone under three journals' syncs ({args.stall_seconds:g} s, "
+                f"bench/disk_stalls.py): sync p99 {raw['disk_sync_p99_ms']:.2f} ms, worst "
+                f"{raw['disk_sync_max_ms']:.1f} ms, every journal stalled over 20 ms at once "
+                f"{raw['disk_stall_moments']:.0f} times"
+            )
     with LocalCluster(1) as one:
         argv = ["writes", "-e", "1", "-w", "1", "-a", "1", seconds]
         row(

@@ -149,7 +149,8 @@ def measure(args: argparse.Namespace, directory: str) -> dict[str, Any]:
     return {"journals": journals, "stall_moments": moments}
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments (``argv``, or the process's)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -163,9 +164,14 @@ def main() -> None:
     parser.add_argument("--stall-ms", type=float, default=20.0)
     parser.add_argument("--directory", help="where to write (default: a temporary directory)")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.journals < 1 or args.seconds <= 0 or args.group_kb < 1 or args.tick_ms <= 0:
         parser.error("--journals, --seconds, --group-kb and --tick-ms must be positive")
+    return args
+
+
+def main() -> None:
+    args = arguments()
     with tempfile.TemporaryDirectory(prefix="disk-stalls-", dir=args.directory) as directory:
         report = measure(args, directory)
     if args.json:

@@ -35,10 +35,11 @@ def test_cluster_benchmark_runs() -> None:
     out = run(
         "cluster.py",
         *("--runs", "1", "--seconds", "0.5", "--recovery-entries", "1000"),
-        *("--read-entries", "2000", "--json"),
+        *("--read-entries", "2000", "--stall-seconds", "0.3", "--json"),
     )
     report = json.loads(out.strip().splitlines()[-1])
     assert report["limits"]["fsyncs_per_s"] > 0 and len(report["rows"]) == 11
+    assert report["limits"]["disk_sync_max_ms"] > 0 and report["limits"]["disk_stall_moments"] >= 0
     for name, row in report["rows"].items():
         assert row["median"] > 0, name
         if "recovery" not in name and row["unit"] != "x":  # x: a ratio of two rows
