@@ -15,7 +15,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -1461,11 +1460,7 @@ static PyObject *pending_done(PyObject *self, PyObject *const *args, Py_ssize_t 
  * seq. The thread syncs the file (every request that came in while one sync ran is covered by the
  * next) and then writes to an eventfd that the loop watches; take() tells the loop how far the
  * syncs got, how long each took and whether one failed. The thread never takes the GIL: a sync's
- * hand-off costs a wake-up each way and nothing else. With drop_every, a request also says where
- * the records written so far end (request(seq, end)), and once a sync has made drop_every bytes or
- * more of whole pages durable since the last drop, the thread drops them from the page cache
- * (journalRemoveFromPageCache), after signalling the sync: a posix_fadvise can take milliseconds
- * (it drains every CPU's page lists), which the loop made every megabyte before. */
+ * hand-off costs a wake-up each way and nothing else. */
 
 #define SYNC_TIMES 64
 
@@ -1486,9 +1481,6 @@ typedef struct {
     double times[SYNC_TIMES];  /* how long each sync since the last take() took, seconds */
     int n_times;
     double last_end;           /* CLOCK_MONOTONIC seconds when the last sync ended */
-    long long drop_every;      /* drop synced pages this many bytes at a time; 0: never */
-    long long requested_end;   /* where the records of the last request end, -1 if unknown */
-    long long dropped;         /* bytes at the start of the file dropped from the page cache */
 } SyncerObject;
 
 static double monotonic_s(void) {
@@ -1504,7 +1496,6 @@ static void *syncer_run(void *arg) {
         while (!s->stop && s->requested == s->synced) pthread_cond_wait(&s->work, &s->mu);
         if (s->requested == s->synced) break; /* stopping with nothing asked for */
         long long target = s->requested;
-        long long records_end = s->requested_end;
         int fd = s->fd;
         int failed = s->error != 0;
         s->busy = 1;
@@ -1514,6 +1505,7 @@ static void *syncer_run(void *arg) {
         int err = rc < 0 ? (failed ? 0 : errno) : 0;
         double end = monotonic_s();
         pthread_mutex_lock(&s->mu);
+        s->busy = 0;
         if (err && !s->error) s->error = err;
         s->synced = target;
         if (s->n_times == SYNC_TIMES) { /* keep the latest: the last one decides inline syncs */
@@ -1522,22 +1514,14 @@ static void *syncer_run(void *arg) {
         }
         s->times[s->n_times++] = end - start;
         s->last_end = end;
-        long long dropped = s->dropped;
+        pthread_cond_broadcast(&s->idle);
         pthread_mutex_unlock(&s->mu);
         uint64_t one = 1;
         ssize_t written;
         do {
             written = write(s->efd, &one, sizeof one);
         } while (written < 0 && errno == EINTR);
-        /* Still busy: set_fd() (a roll, after which the file is closed) waits for this. The page
-         * the next group continues stays (the kernel would read it back first). */
-        long long whole = records_end - records_end % 4096;
-        int drop = !err && s->drop_every > 0 && records_end >= 0 && whole - dropped >= s->drop_every;
-        if (drop) posix_fadvise(fd, (off_t)dropped, (off_t)(whole - dropped), POSIX_FADV_DONTNEED);
         pthread_mutex_lock(&s->mu);
-        if (drop) s->dropped = whole;
-        s->busy = 0;
-        pthread_cond_broadcast(&s->idle);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -1557,21 +1541,12 @@ static void syncer_stop(SyncerObject *s) {
 
 static PyObject *syncer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     int fd;
-    long long drop_every = 0;
-    static char *kwlist[] = {"fd", "drop_every", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|L:JournalSyncer", kwlist, &fd, &drop_every)) {
-        return NULL;
-    }
-    if (drop_every < 0) {
-        PyErr_SetString(PyExc_ValueError, "drop_every is a number of bytes, 0 or more");
-        return NULL;
-    }
+    static char *kwlist[] = {"fd", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i:JournalSyncer", kwlist, &fd)) return NULL;
     SyncerObject *s = (SyncerObject *)type->tp_alloc(type, 0);
     if (s == NULL) return NULL;
     s->efd = -1;
     s->fd = fd;
-    s->drop_every = drop_every;
-    s->requested_end = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -1606,9 +1581,9 @@ static PyObject *syncer_closed_error(void) {
     return NULL;
 }
 
-static PyObject *syncer_request(SyncerObject *s, PyObject *args) {
-    long long seq, records_end = -1;
-    if (!PyArg_ParseTuple(args, "L|L:request", &seq, &records_end)) return NULL;
+static PyObject *syncer_request(SyncerObject *s, PyObject *arg) {
+    long long seq = PyLong_AsLongLong(arg);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
     if (!s->started) return syncer_closed_error();
     pthread_mutex_lock(&s->mu);
     if (seq <= s->requested) {
@@ -1617,7 +1592,6 @@ static PyObject *syncer_request(SyncerObject *s, PyObject *args) {
         return NULL;
     }
     s->requested = seq;
-    if (records_end > s->requested_end) s->requested_end = records_end;
     if (!s->busy) pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->mu);
     Py_RETURN_NONE;
@@ -1656,11 +1630,7 @@ static void syncer_wait_idle(SyncerObject *s, int fd) {
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&s->mu);
     while (s->busy || s->requested != s->synced) pthread_cond_wait(&s->idle, &s->mu);
-    if (fd >= 0) {
-        s->fd = fd;
-        s->requested_end = -1;
-        s->dropped = 0;
-    }
+    if (fd >= 0) s->fd = fd;
     pthread_mutex_unlock(&s->mu);
     Py_END_ALLOW_THREADS
 }
@@ -1694,13 +1664,6 @@ static PyObject *syncer_eventfd(SyncerObject *s, void *Py_UNUSED(closure)) {
     return PyLong_FromLong(s->efd);
 }
 
-static PyObject *syncer_dropped(SyncerObject *s, void *Py_UNUSED(closure)) {
-    pthread_mutex_lock(&s->mu);
-    long long dropped = s->dropped;
-    pthread_mutex_unlock(&s->mu);
-    return PyLong_FromLongLong(dropped);
-}
-
 static PyObject *syncer_idle(SyncerObject *s, void *Py_UNUSED(closure)) {
     pthread_mutex_lock(&s->mu);
     int idle = !s->busy && s->requested == s->synced;
@@ -1709,9 +1672,8 @@ static PyObject *syncer_idle(SyncerObject *s, void *Py_UNUSED(closure)) {
 }
 
 static PyMethodDef syncer_methods[] = {
-    {"request", (PyCFunction)syncer_request, METH_VARARGS,
-     "request(seq, end=-1): asks for a sync covering everything written so far, numbered seq "
-     "(increasing); end: where the records written so far end (for dropping synced pages)."},
+    {"request", (PyCFunction)syncer_request, METH_O,
+     "Asks for a sync covering everything written so far, numbered seq (increasing)."},
     {"take", (PyCFunction)syncer_take, METH_NOARGS,
      "(last seq synced, errno of a failed sync or 0, each sync's seconds since the last take, "
      "monotonic end of the last sync); clears the eventfd."},
@@ -1727,8 +1689,6 @@ static PyMethodDef syncer_methods[] = {
 static PyGetSetDef syncer_getset[] = {
     {"eventfd", (getter)syncer_eventfd, NULL, "readable once a sync has finished", NULL},
     {"idle", (getter)syncer_idle, NULL, "no sync runs or is asked for", NULL},
-    {"dropped", (getter)syncer_dropped, NULL,
-     "bytes at the start of the file dropped from the page cache (drop_every)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

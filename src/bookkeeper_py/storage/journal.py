@@ -369,13 +369,9 @@ Callback = Callable[[list[Any], Exception | None], None]
 class ThreadSyncer:
     """The pure-Python ``JournalSyncer`` (the C one is ``_speedups.JournalSyncer``): a thread
     that ``fdatasync``s a journal file on request and then writes to an eventfd that the loop
-    writing the file watches; with ``drop_every``, it then drops the synced whole pages from the
-    page cache that many bytes at a time (``request`` says where the records end). It takes the
-    GIL around each sync, which the C one never does."""
+    writing the file watches. It takes the GIL around each sync, which the C one never does."""
 
-    def __init__(self, fd: int, drop_every: int = 0) -> None:
-        if drop_every < 0:
-            raise ValueError("drop_every is a number of bytes, 0 or more")
+    def __init__(self, fd: int) -> None:
         self._fd = fd
         self._cond = threading.Condition()
         self._requested = self._synced = 0
@@ -383,9 +379,6 @@ class ThreadSyncer:
         self._error = 0
         self._times: list[float] = []
         self._last_end = 0.0
-        self._drop_every = drop_every
-        self._requested_end = -1
-        self._dropped = 0
         self.eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._thread: threading.Thread | None = threading.Thread(
             target=self._run, name="journal-sync", daemon=True
@@ -401,7 +394,6 @@ class ThreadSyncer:
                 if self._requested == self._synced:
                     return  # stopping with nothing asked for
                 target, fd, failed = self._requested, self._fd, self._error != 0
-                records_end = self._requested_end
                 self._busy = True
                 cond.release()
                 error = 0
@@ -413,46 +405,28 @@ class ThreadSyncer:
                     error = failure.errno or errno.EIO
                 ended = time.monotonic()
                 cond.acquire()
+                self._busy = False
                 if error and not self._error:
                     self._error = error
                 self._synced = target
                 self._times.append(ended - started)
                 self._last_end = ended
-                os.eventfd_write(self.eventfd, 1)
-                # Still busy: set_fd (a roll, after which the file is closed) waits for this.
-                whole = records_end - records_end % _PAGE
-                if (
-                    not error
-                    and self._drop_every
-                    and records_end >= 0
-                    and whole - self._dropped >= self._drop_every
-                ):
-                    cond.release()
-                    _drop_pages(fd, self._dropped, whole)
-                    cond.acquire()
-                    self._dropped = whole
-                self._busy = False
                 cond.notify_all()
+                os.eventfd_write(self.eventfd, 1)
 
     @property
     def idle(self) -> bool:
         with self._cond:
             return not self._busy and self._requested == self._synced
 
-    def request(self, seq: int, end: int = -1) -> None:
+    def request(self, seq: int) -> None:
         with self._cond:
             if self._thread is None:
                 raise ValueError("the journal syncer is closed")
             if seq <= self._requested:
                 raise ValueError("sync requests must have increasing numbers")
             self._requested = seq
-            self._requested_end = max(self._requested_end, end)
             self._cond.notify_all()
-
-    @property
-    def dropped(self) -> int:
-        with self._cond:
-            return self._dropped
 
     def take(self) -> tuple[int, int, tuple[float, ...], float]:
         try:
@@ -481,8 +455,6 @@ class ThreadSyncer:
         with self._cond:
             self._wait_idle()
             self._fd = fd
-            self._requested_end = -1
-            self._dropped = 0
 
     def close(self) -> None:
         thread, self._thread = self._thread, None
@@ -496,19 +468,11 @@ class ThreadSyncer:
         self.eventfd = -1
 
 
-def make_syncer(fd: int, drop_every: int = 0) -> Any:
+def make_syncer(fd: int) -> Any:
     """The C syncer where the speedups are built, the pure-Python one otherwise."""
     if native is not None:
-        return native.JournalSyncer(fd, drop_every)
-    return ThreadSyncer(fd, drop_every)
-
-
-def _drop_pages(fd: int, start: int, end: int) -> None:
-    """Drops bytes ``start``..``end`` of a journal file, durable, from the page cache."""
-    try:
-        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
-    except OSError as error:  # advice only: the data is durable either way
-        log.debug("journal: posix_fadvise failed: %s", error)
+        return native.JournalSyncer(fd)
+    return ThreadSyncer(fd)
 
 
 class Journal:
@@ -558,11 +522,7 @@ class Journal:
         # journalRemoveFromPageCache: drop durable pages of the file; only with fsyncs (the pages
         # are clean then) and where the system has posix_fadvise.
         self._drop_pages = remove_from_page_cache and sync_data and hasattr(os, "posix_fadvise")
-        # Bytes at the start of the current file dropped from the page cache (by the journal
-        # thread; a loop's syncer keeps its own count), and where the records ended at the last
-        # sync asked of the syncer.
-        self._dropped = 0
-        self._asked_end = 0
+        self._dropped = 0  # bytes at the start of the current file dropped from the page cache
         self._last_sync_s = 0.0  # how long the last group's sync took
         # Bytes of records a sync covers, on average (moving, over the last ~8 syncs), and the
         # offset of the current file up to which syncs have covered them: zeros ahead are
@@ -641,8 +601,7 @@ class Journal:
             self._thread.start()
             return
         if self._sync_data:
-            # The syncer drops the synced pages (after signalling each sync), not the loop.
-            self._syncer = make_syncer(self._fd, _DROP_EVERY if self._drop_pages else 0)
+            self._syncer = make_syncer(self._fd)
             self._call_on_loop(lambda: loop.add_reader(self._syncer.eventfd, self._take_synced))
         self._writing = True
 
@@ -671,7 +630,7 @@ class Journal:
         self._fd = fd
         self._file_id = file_id
         self._size = self._allocated = self._zeroed = self._synced_end = FILE_HEADER.size
-        self._dropped = self._asked_end = 0
+        self._dropped = 0
         self.position = (file_id, FILE_HEADER.size)
 
     @property
@@ -806,12 +765,10 @@ class Journal:
         self._sync_seq += 1
         self._unsynced.append((self._sync_seq, tokens, records, self._size, since))
         self._unsynced_records += records
-        self._syncer.request(self._sync_seq, self._size)
-        self._asked_end = self._size
+        self._syncer.request(self._sync_seq)
 
     def _sync_here(self, tokens: list[Any], records: int, since: float) -> None:
-        """An idle journal's group, synced on the loop (see ``INLINE_SYNC_LIMIT_S``), or the
-        journal thread's group."""
+        """An idle journal's group, synced on the loop (see ``INLINE_SYNC_LIMIT_S``)."""
         started = time.monotonic()
         try:
             os.fdatasync(self._fd)
@@ -825,14 +782,6 @@ class Journal:
             self._sync_stats.success(self._last_sync_s)
         self._count_synced(self._size, 1)
         self._done(tokens, records, self._size, since)
-        if (
-            self._syncer is not None
-            and self._drop_pages
-            and self._size - self._asked_end >= _DROP_EVERY
-        ):
-            # A megabyte synced here since the syncer last heard where the records end: a
-            # sync of nothing new has it drop their pages, off the loop.
-            self._ask_sync([], 0, time.monotonic())
 
     def _count_synced(self, end: int, syncs: int) -> None:
         """``syncs`` fdatasyncs made the records of the current file durable up to ``end``:
@@ -846,7 +795,7 @@ class Journal:
         self, tokens: list[Any], records: int, synced_end: int = 0, since: float | None = None
     ) -> None:
         """A group's records are durable (appended ``since``, when known): reported."""
-        if self._drop_pages and synced_end and self._syncer is None:  # (a syncer drops its own)
+        if self._drop_pages and synced_end:
             self._drop_durable_pages(synced_end)
         if self._add_stats is not None and since is not None:
             self._record_adds(records, time.monotonic() - since)
