@@ -24,8 +24,11 @@ import multiprocessing
 import os
 import tempfile
 import time
+from array import array
 from multiprocessing.connection import Connection
 from typing import Any
+
+from log_bench import percentiles_ms  # bench/, beside this script
 
 PREALLOCATED = 512 * 1024 * 1024
 
@@ -76,28 +79,27 @@ def bulk(directory: str, seconds: float, mb_per_s: float) -> None:
         os.close(fd)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    return values[min(len(values) - 1, int(fraction * len(values)))] if values else 0.0
-
-
 def stall_moments(
     per_journal: list[list[tuple[float, float]]], stall_s: float
 ) -> list[dict[str, float]]:
-    """Spans in which every journal was inside a sync longer than ``stall_s``."""
-    spans = [[(s, s + d) for s, d in syncs if d > stall_s] for syncs in per_journal]
-    if not spans or any(not journal_spans for journal_spans in spans):
-        return []
+    """Spans in which every journal was inside a sync longer than ``stall_s`` (a sweep over the
+    stalls' starts and ends; one journal's syncs never overlap)."""
+    edges = sorted(
+        (edge, step)
+        for syncs in per_journal
+        for start, duration in syncs
+        if duration > stall_s
+        for edge, step in ((start, 1), (start + duration, -1))
+    )
     moments: list[dict[str, float]] = []
-    for begin, end in spans[0]:
-        for others in spans[1:]:
-            overlapping = [(b, e) for b, e in others if b < end and e > begin]
-            if not overlapping:
-                break
-            begin = max(begin, min(b for b, _ in overlapping))
-            end = min(end, max(e for _, e in overlapping))
-        else:
-            if end > begin:
-                moments.append({"at_s": begin, "ms": (end - begin) * 1e3})
+    inside = 0
+    began = 0.0
+    for at, step in edges:  # at equal times the ends (-1) come first: touching is not at once
+        inside += step
+        if step > 0 and inside == len(per_journal):
+            began = at
+        elif step < 0 and inside == len(per_journal) - 1 and at > began:
+            moments.append({"at_s": began, "ms": (at - began) * 1e3})
     return moments
 
 
@@ -133,14 +135,15 @@ def measure(args: argparse.Namespace, directory: str) -> dict[str, Any]:
     first = min((syncs[0][0] for syncs in per_journal if syncs), default=0.0)
     journals = []
     for syncs in per_journal:
-        durations = sorted(d * 1e3 for _, d in syncs)
+        durations = array("d", (d for _, d in syncs))
+        figures = percentiles_ms(durations)
         journals.append(
             {
                 "syncs": len(durations),
-                "p50_ms": percentile(durations, 0.5),
-                "p99_ms": percentile(durations, 0.99),
-                "max_ms": durations[-1] if durations else 0.0,
-                "over_stall": sum(d > args.stall_ms for d in durations),
+                "p50_ms": figures["p50_ms"],
+                "p99_ms": figures["p99_ms"],
+                "max_ms": figures["max_ms"],
+                "over_stall": sum(d > stall_s for d in durations),
             }
         )
     moments = [

@@ -240,10 +240,13 @@ def test_disk_stall_probe_refuses_a_wrong_flag() -> None:
     assert result.returncode == 2 and "must be positive" in result.stderr
 
 
-def test_disk_stall_moments_are_those_every_journal_shares() -> None:
+def test_disk_stall_moments_are_those_every_journal_shares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A stall moment is a span in which every journal was inside a sync over the threshold."""
     import importlib.util
 
+    monkeypatch.syspath_prepend(BENCH)  # its neighbours, as when run as a script
     spec = importlib.util.spec_from_file_location(
         "disk_stalls", os.path.join(BENCH, "disk_stalls.py")
     )
@@ -257,3 +260,7 @@ def test_disk_stall_moments_are_those_every_journal_shares() -> None:
     (moment,) = module.stall_moments(per_journal, 0.02)
     assert abs(moment["at_s"] - 1.02) < 1e-9 and abs(moment["ms"] - 30.0) < 1e-6
     assert module.stall_moments([[*fast, (1.0, 0.05)], fast], 0.02) == []
+    # Two stalls of journal 1 within one long stall of journal 0: two moments, not the span
+    # from the first one's start to the second one's end.
+    two = module.stall_moments([[(1.0, 0.2)], [(1.02, 0.03), (1.1, 0.05)]], 0.02)
+    assert [(round(m["at_s"], 6), round(m["ms"], 6)) for m in two] == [(1.02, 30.0), (1.1, 50.0)]
