@@ -82,21 +82,30 @@ def test_tailing_lag_benchmark_runs() -> None:
     assert "tailing reader lag" in out and "p99" in out
 
 
+ONE_BOOKIE = ["--local", "1", "-e", "1", "-w", "1", "-a", "1"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "workload",
     [
         ["writes", "--local", "3", "--seconds", "1", "--in-flight", "50"],
+        # the closed loop over several writers and ledgers each, up to a number of adds
         [
             "writes",
-            "--local",
-            "1",
-            "-e",
-            "1",
-            "-w",
-            "1",
-            "-a",
-            "1",
+            *ONE_BOOKIE,
+            "--entries",
+            "3000",
+            "--writers",
+            "2",
+            "--ledgers-per-writer",
+            "3",
+            "--in-flight",
+            "40",
+        ],
+        [
+            "writes",
+            *ONE_BOOKIE,
             "--rate",
             "500",
             "--seconds",
@@ -120,6 +129,8 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["entries"] > 0 and report["failures"] == 0
+    if "--entries" in workload:  # every add issued was answered and counted, no more
+        assert report["entries"] == int(workload[workload.index("--entries") + 1])
     assert {"p50_ms", "p99_ms", "p99.9_ms", "max_ms"} <= set(report["latency"])
     # CPU per entry of the client and of each bookie started for the run (and the reader). The
     # kernel counts a process's CPU in clock ticks (10 ms): a bookie that served a third of a
