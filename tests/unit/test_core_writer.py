@@ -6,6 +6,7 @@ test plays the bookies and the metadata store."""
 from __future__ import annotations
 
 import itertools
+import random
 from array import array
 from typing import NamedTuple
 
@@ -511,3 +512,44 @@ def test_the_c_passes_over_pending_adds_refuse_other_arrays() -> None:
         native.pending_ack(words, words, times, 0, [0], 0, 65, 1, 0)
     with pytest.raises(TypeError):
         native.pending_ack(words, words, times, 0, (0,), 0, 1, 1, 0)
+
+
+@given(
+    shape=st.sampled_from([(3, 2, 2), (3, 3, 2), (5, 3, 2), (1, 1, 1)]),
+    steps=st.lists(st.tuples(st.integers(0, 20), st.integers(0, 12)), max_size=8),
+    chosen=st.booleans(),
+    order=st.randoms(use_true_random=False),
+)
+def test_every_add_sent_is_marked_sent_and_goes_to_its_write_set(
+    shape: tuple[int, int, int],
+    steps: list[tuple[int, int]],
+    chosen: bool,
+    order: random.Random,
+) -> None:
+    """``send_waiting`` sends each waiting add, in the order they waited, to the members of its
+    write set (entry id mod E) and marks it sent, whether the adds are a run of next ids (sent
+    without a step per entry) or caller-chosen ids in any order; acks free permits for more."""
+    writer = LedgerWriter(metadata(*shape), max_in_flight=16)
+    e, qw, _ = shape
+    bookies = [f"b{i}" for i in range(e)]
+    taken = 0
+    for pushes, acks in steps:
+        if chosen:  # a shuffled block of the next ids (LedgerHandleAdv's caller-chosen ids)
+            ids = list(range(taken, taken + pushes))
+            order.shuffle(ids)
+            for entry_id in ids:
+                writer.push(1, entry_id)
+        else:
+            for _ in range(pushes):
+                writer.push(1)
+        taken += pushes
+        before = list(writer._waiting)
+        sends = sent(writer.send_waiting(7))
+        assert [s.entry_id for s in sends] == before[: len(sends)]
+        for s in sends:
+            assert s.targets == tuple((i, bookies[i]) for i in write_set(s.entry_id, e, qw))
+            assert writer._pending.sent_at(s.entry_id) == 7
+        assert all(writer._pending.sent_at(entry_id) < 0 for entry_id in writer._waiting)
+        for s in sends[:acks]:
+            for index, bookie in s.targets:
+                writer.on_add_acks(index, bookie, [s.entry_id], 8)

@@ -47,6 +47,7 @@ import collections
 from array import array
 from collections.abc import Iterator, Mapping, MutableSequence
 from dataclasses import dataclass
+from itertools import repeat, starmap
 
 from bookkeeper_py import errors
 from bookkeeper_py.core.metadata import LedgerMetadata, LedgerState
@@ -512,17 +513,27 @@ class LedgerWriter:
         count = min(len(self._waiting), self.max_in_flight - self._in_flight)
         if count <= 0:
             return []
-        waiting, targets_of = self._waiting, self._targets
+        waiting = self._waiting
         sent, base = self._pending.sent, self._pending.base
         table, start = self._write_set_table()
         size = len(table)
-        entry_ids: list[int] = []
-        targets: list[tuple[tuple[int, str], ...]] = []
-        for _ in range(count):
-            entry_id = waiting.popleft()
-            sent[entry_id - base] = now
-            entry_ids.append(entry_id)
-            targets.append(table[entry_id % size] if entry_id >= start else targets_of(entry_id))
+        entry_ids = list(starmap(waiting.popleft, repeat((), count)))
+        first, last = entry_ids[0], entry_ids[-1]
+        if first >= start and last - first == count - 1 and entry_ids == [*range(first, last + 1)]:
+            # A run of the next ids, all of the last fragment (the usual case): marked sent
+            # and given their write sets (the table from ``first`` on, round and round) without
+            # a step per entry.
+            sent[first - base : last - base + 1] = array("q", [now]) * count
+            turn = first % size
+            targets = (table[turn:] + table[:turn]) * (count // size + 1)
+            del targets[count:]
+        else:  # caller-chosen ids out of order, or entries of an earlier fragment
+            targets = []
+            for entry_id in entry_ids:
+                sent[entry_id - base] = now
+                targets.append(
+                    table[entry_id % size] if entry_id >= start else self._targets(entry_id)
+                )
         self._in_flight += count
         self._last_send = now
         return [SendAdds(entry_ids, targets)]
