@@ -208,6 +208,37 @@ static PyObject *new_entry(PyTypeObject *entry_type, PyObject *ledger, PyObject 
     return entry;
 }
 
+/* ``request`` into ``row`` (a client connection's pending v2 requests of one operation and
+ * ledger, keyed by entry id) under ``entry`` unless a request is pending there already; then
+ * ``entry`` goes to ``taken`` instead, for the caller to queue behind it. One dict operation. */
+static int register_request(PyObject *row, PyObject *entry, PyObject *request, PyObject *taken) {
+    Py_ssize_t before = PyDict_GET_SIZE(row);
+    if (PyDict_SetDefault(row, entry, request) == NULL) return -1;
+    if (PyDict_GET_SIZE(row) == before && PyList_Append(taken, entry) < 0) return -1;
+    return 0;
+}
+
+/* v2_register(row, entry_ids, request) -> taken
+ * A client connection's batch of v2 requests of one operation and ledger (client/connection.py
+ * _register_batch: a writer's adds): ``request`` goes into ``row`` under each entry id not
+ * pending there yet; the ids pending already are returned, in order. */
+static PyObject *v2_register(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "v2_register(row: dict, entry_ids: list, request)");
+        return NULL;
+    }
+    PyObject *row = args[0], *ids = args[1], *request = args[2];
+    PyObject *taken = PyList_New(0);
+    if (taken == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ids); i++) {
+        if (register_request(row, PyList_GET_ITEM(ids, i), request, taken) < 0) {
+            Py_DECREF(taken);
+            return NULL;
+        }
+    }
+    return taken;
+}
+
 /* v2_register_reads(row, ledger_id, entry_ids, request, header) -> (frames, taken)
  * A client connection's batch of plain v2 reads of one ledger (client/connection.py
  * read_batch): ``request`` goes into ``row`` (the connection's pending reads of that ledger,
@@ -237,10 +268,7 @@ static PyObject *v2_register_reads(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *entry = PyList_GET_ITEM(ids, i);
         long long entry_id = PyLong_AsLongLong(entry);
         if (entry_id == -1 && PyErr_Occurred()) goto failed;
-        int present = PyDict_Contains(row, entry);
-        int stored = present == 0 ? PyDict_SetItem(row, entry, request) : 0;
-        if (present < 0 || stored < 0) goto failed;
-        if (present && PyList_Append(taken, entry) < 0) goto failed;
+        if (register_request(row, entry, request, taken) < 0) goto failed;
         uint64_t e = __builtin_bswap64((uint64_t)entry_id);
         memcpy(out, &size, 4);
         memcpy(out + 4, &head, 4);
@@ -1734,6 +1762,8 @@ static PyMethodDef methods[] = {
      "A checkpoint's slice of entry locations as LMDB (key, value) items."},
     {"entry_log_pick", (PyCFunction)(void (*)(void))entry_log_pick, METH_FASTCALL,
      "The wanted entries of a ledger's records in an entry-log block, and where it stopped."},
+    {"v2_register", (PyCFunction)(void (*)(void))v2_register, METH_FASTCALL,
+     "a batch of v2 requests into a connection's pending ones; returns the ids pending already"},
     {"v2_register_reads", (PyCFunction)(void (*)(void))v2_register_reads, METH_FASTCALL,
      "A connection's batch of plain v2 reads: registered as pending, framed in one bytes."},
     {"stripe_answers", (PyCFunction)(void (*)(void))stripe_answers, METH_FASTCALL,

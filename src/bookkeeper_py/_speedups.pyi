@@ -84,6 +84,7 @@ def stripe_answers(
     gone: object,
     /,
 ) -> tuple[list[int], list[tuple[int, int, bytes, Any]]]: ...
+def v2_register(row: dict[int, Any], entry_ids: list[int], request: object, /) -> list[int]: ...
 def v2_register_reads(
     row: dict[int, Any],
     ledger_id: int,

@@ -33,6 +33,7 @@ REQUIRED = (
     "take_plain_reads",
     "v2_answers",
     "v2_batch_answer",
+    "v2_register",
     "v2_register_reads",
     "v2_take_answers",
 )

@@ -135,7 +135,21 @@ class RecordingSink(AddSink):
         self.calls.append(("failed", (sorted(entry_ids), type(error).__name__)))
 
 
-def test_a_batch_of_adds_goes_out_in_one_write_and_its_acks_come_in_one_call() -> None:
+def registration(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch's requests registered by the C speedups (``path`` "c") or by the pure loop."""
+    if path == "python":
+        monkeypatch.setattr(connection_module, "_register", None)
+    elif connection_module._register is None:
+        pytest.skip("C speedups not built here")
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_batch_of_adds_goes_out_in_one_write_and_its_acks_come_in_one_call(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the C registration of a batch (``v2_register``) and without it."""
+    registration(path, monkeypatch)
+
     async def main() -> None:
         conn, clock, answers = connection()
         transport = conn._transport
@@ -166,10 +180,14 @@ def test_a_batch_of_adds_goes_out_in_one_write_and_its_acks_come_in_one_call() -
     asyncio.run(main())
 
 
-def test_a_batch_whose_keys_are_taken_queues_them_behind_the_pending_ones() -> None:
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_batch_whose_keys_are_taken_queues_them_behind_the_pending_ones(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A batch registers in one pass unless one of its keys is pending already or comes twice
     in it; then those wait behind the first of their key, and the answers of one key go to
-    their requests in the order sent."""
+    their requests in the order sent (with the C registration, ``v2_register``, and without)."""
+    registration(path, monkeypatch)
 
     async def main() -> None:
         conn, _, _ = connection()

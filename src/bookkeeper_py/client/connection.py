@@ -58,6 +58,8 @@ _RESPONSE_HEAD = v2.RESPONSE_HEAD
 _take_answers = native.v2_take_answers if native is not None else None
 # Theirs for a batch of plain reads: registered and framed in one call.
 _register_reads = native.v2_register_reads if native is not None else None
+# And for a batch of adds: registered, one dict operation an entry.
+_register = native.v2_register if native is not None else None
 
 # Called with (status, body) on an answer, or (None, error) when the request failed locally.
 Callback = Callable[[StatusCode | None, bytes | errors.BKError], None]
@@ -716,6 +718,10 @@ class BookieConnection(asyncio.Protocol):
             return False
         request = (sink, self._deadline())
         row = self._v2_row(operation, ledger_id)
+        if _register is not None:  # one dict operation an entry, in C
+            for entry_id in _register(row, entry_ids, request):
+                self._queue_v2((operation, ledger_id, entry_id), request)
+            return True
         fresh = dict.fromkeys(entry_ids, request)
         if len(fresh) == len(entry_ids) and row.keys().isdisjoint(fresh):
             row.update(fresh)  # nearly always: no key taken, and in C
