@@ -18,6 +18,7 @@ from bookkeeper_py.errors import (
     UnauthorizedAccessError,
 )
 from bookkeeper_py.testing import LocalCluster
+from tests.speedup_paths import take_path
 
 
 @pytest.fixture(scope="module")
@@ -138,10 +139,7 @@ def test_callback_adds_are_answered_in_order_and_may_add_more(
     the C speedups and of the pure-Python path."""
     from bookkeeper_py.client import ledger
 
-    if completion == "python":
-        monkeypatch.setattr(ledger, "_complete_adds", None)
-    elif ledger._complete_adds is None:
-        pytest.skip("C speedups not built here")
+    take_path(monkeypatch, ledger, "_complete_adds", completion)
 
     async def scenario() -> tuple[list[tuple[int, object]], list[int], list[str], list[object]]:
         loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ import pytest
 
 from bookkeeper_py.storage import entry_log
 from bookkeeper_py.storage.entry_log import EntryLogger, ReadWouldBlockError, split_location
+from tests.speedup_paths import take_path
 
 from .fadvise import FadviseRecorder
 
@@ -54,10 +55,7 @@ def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _framer(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    if path == "python":
-        monkeypatch.setattr(entry_log, "_c_frame", None)
-    elif entry_log._c_frame is None:
-        pytest.skip("C speedups not built here")
+    take_path(monkeypatch, entry_log, "_c_frame", path)
 
 
 _SIZES = [
@@ -217,10 +215,7 @@ def test_a_damaged_record_in_a_read_ahead_block_is_refused_and_named(
     """A record read ahead is checked as one read from the file, by the C speedups or in
     Python: a flipped byte is a checksum mismatch naming the log and offset, a record asked for
     as another entry is refused; its neighbours in the block read as stored."""
-    if path == "python":
-        monkeypatch.setattr(entry_log, "_c_record", None)
-    elif entry_log._c_record is None:
-        pytest.skip("C speedups not built here")
+    take_path(monkeypatch, entry_log, "_c_record", path)
     logger, entries, locations = log_with_a_flipped_byte(tmp_path)
     offset = split_location(locations[10])[1]
     for i in range(10):
@@ -234,10 +229,7 @@ def test_a_damaged_record_in_a_read_ahead_block_is_refused_and_named(
 
 
 def _walker(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    if path == "python":
-        monkeypatch.setattr(entry_log, "_c_pick", None)
-    elif entry_log._c_pick is None:
-        pytest.skip("C speedups not built here")
+    take_path(monkeypatch, entry_log, "_c_pick", path)
 
 
 @pytest.mark.parametrize("path", ["c", "python"])

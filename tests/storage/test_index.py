@@ -12,6 +12,7 @@ import pytest
 
 from bookkeeper_py.storage import index as index_module
 from bookkeeper_py.storage.index import MAX_ENTRY_ID, LedgerIndex
+from tests.speedup_paths import take_path
 
 
 def test_a_run_of_lookups_sees_every_commit_made_during_it(tmp_path: Path) -> None:
@@ -48,10 +49,7 @@ def test_committed_locations_are_found_the_c_and_python_packings_alike(
     tuple, a range: the Python packing), over more than one put slice, with ids and locations
     at the ends of their ranges: every location is found, and the LMDB items are the same
     either way."""
-    if path == "python":
-        monkeypatch.setattr(index_module, "_c_pairs", None)
-    elif index_module._c_pairs is None:
-        pytest.skip("C speedups not built here")
+    take_path(monkeypatch, index_module, "_c_pairs", path)
     ids = list(range(2500))
     places = [(7 << 32) | (i * 1032) for i in ids]
     runs: list[tuple[int, Sequence[int], Sequence[int]]] = [

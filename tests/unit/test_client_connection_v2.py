@@ -15,6 +15,7 @@ from bookkeeper_py.client import connection as connection_module
 from bookkeeper_py.client.connection import AddSink, BookieConnection, ReadSink
 from bookkeeper_py.wire import v2
 from bookkeeper_py.wire.status import StatusCode, to_v2
+from tests.speedup_paths import take_path
 
 from .test_decoders_fuzz import FakeTransport
 
@@ -135,20 +136,12 @@ class RecordingSink(AddSink):
         self.calls.append(("failed", (sorted(entry_ids), type(error).__name__)))
 
 
-def registration(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch's requests registered by the C speedups (``path`` "c") or by the pure loop."""
-    if path == "python":
-        monkeypatch.setattr(connection_module, "_register", None)
-    elif connection_module._register is None:
-        pytest.skip("C speedups not built here")
-
-
 @pytest.mark.parametrize("path", ["c", "python"])
 def test_a_batch_of_adds_goes_out_in_one_write_and_its_acks_come_in_one_call(
     path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the C registration of a batch (``v2_register``) and without it."""
-    registration(path, monkeypatch)
+    take_path(monkeypatch, connection_module, "_register", path)
 
     async def main() -> None:
         conn, clock, answers = connection()
@@ -187,7 +180,7 @@ def test_a_batch_whose_keys_are_taken_queues_them_behind_the_pending_ones(
     """A batch registers in one pass unless one of its keys is pending already or comes twice
     in it; then those wait behind the first of their key, and the answers of one key go to
     their requests in the order sent (with the C registration, ``v2_register``, and without)."""
-    registration(path, monkeypatch)
+    take_path(monkeypatch, connection_module, "_register", path)
 
     async def main() -> None:
         conn, _, _ = connection()
@@ -248,10 +241,7 @@ def test_a_batch_of_reads_goes_out_with_the_pass_and_its_answers_come_in_one_cal
     """With the C registration of a batch (``v2_register_reads``) and without it: the requests
     written at the pass's end, one clock read, answers to the sink together, an entry read twice
     at once answered in the order asked."""
-    if path == "python":
-        monkeypatch.setattr(connection_module, "_register_reads", None)
-    elif connection_module._register_reads is None:
-        pytest.skip("C speedups not built here")
+    take_path(monkeypatch, connection_module, "_register_reads", path)
 
     async def main() -> None:
         conn, clock, answers = connection()
