@@ -35,9 +35,13 @@ def test_cluster_benchmark_runs() -> None:
     out = run(
         "cluster.py",
         *("--runs", "1", "--seconds", "0.5", "--recovery-entries", "1000"),
-        *("--read-entries", "2000", "--stall-seconds", "0.3", "--json"),
+        *("--read-entries", "2000", "--stall-seconds", "0.3", "--settle-seconds", "2", "--json"),
     )
     report = json.loads(out.strip().splitlines()[-1])
+    # The disk settled before every cluster: the first row measured on each says how long.
+    settled = {name: row["settled_s"] for name, row in report["rows"].items() if "settled_s" in row}
+    assert len(settled) == 8, sorted(settled)
+    assert all(wait >= 0 for waits in settled.values() for wait in waits), settled
     assert report["limits"]["fsyncs_per_s"] > 0 and len(report["rows"]) == 11
     assert report["limits"]["disk_sync_max_ms"] > 0 and report["limits"]["disk_stall_moments"] >= 0
     for name, row in report["rows"].items():
