@@ -54,7 +54,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
@@ -453,15 +453,40 @@ async def run_writes(
         if not state.outstanding and not all_done.done():
             all_done.set_result(None)
 
-    def finished_issuing(now: float) -> bool:
-        if interrupt.requested:
-            return True
-        if limit is not None:
-            return state.issued >= limit
-        assert stop_at is not None
-        return now >= stop_at
+    # Each ledger answers its adds to one callback, their due times kept by entry id: no object
+    # per add (a partial per add lived as long as its add, a thousand at once, and the
+    # collector went over them every few hundred adds).
+    due_at: list[list[dict[int, float]]] = [[{} for _ in handles] for handles in writers]
+    closed = not args.rate
 
-    def on_ack(error: BKError | None, due: float, now: float) -> None:
+    def issue(writer: int, due: float) -> bool:
+        """Sends one add of ``writer``, on its ledgers in turn, due at ``due``: no future, one
+        callback per ledger (``add_entry_callback``, as Java's benchmark uses ``asyncAddEntry``
+        with a callback; the bench's own CPU counts as the client's). False once no more adds
+        are to be issued: the run is over, interrupted or limited, or the writers failed (the
+        error is counted, and the run ends when nothing is left outstanding)."""
+        if not state.issuing or interrupt.requested or errors_seen:
+            return False
+        if limit is not None and state.issued >= limit:
+            return False
+        handles = writers[writer]
+        ledger = state.issued % len(handles)
+        state.issued += 1
+        try:
+            entry_id = handles[ledger].add_entry_callback(payload, answers[writer][ledger])
+        except BKError as error:
+            state.failed += 1
+            errors_seen.append(error)
+            return False
+        due_at[writer][ledger][entry_id] = due
+        state.outstanding += 1
+        return True
+
+    def answered(writer: int, ledger: int, entry_id: int, error: BKError | None) -> None:
+        """An add acknowledged (or failed): its latency from when it was due recorded (past
+        the warm-up); in the closed loop, the writer's next add issued."""
+        now = time.monotonic()
+        due = due_at[writer][ledger].pop(entry_id)
         state.outstanding -= 1
         if error is not None:
             state.failed += 1
@@ -472,32 +497,14 @@ async def run_writes(
                 state.first = due
             state.acked_measured += 1
             state.last = now
-        if not state.outstanding and not state.issuing and not all_done.done():
+        if closed and state.issuing and not issue(writer, now):
+            stop_issuing()  # every writer stops on the same condition
+        elif not state.outstanding and not state.issuing and not all_done.done():
             all_done.set_result(None)
 
-    def answered(due: float, entry_id: int, error: BKError | None) -> None:
-        on_ack(error, due, time.monotonic())
-
-    def issue(
-        writer: int, due: float, done: Callable[[int, BKError | None], None] | None = None
-    ) -> bool:
-        """Sends one add, answered to ``done`` (by default its latency is recorded); False once
-        the writer failed (its error is counted, and the run ends when nothing is left
-        outstanding). One callback per add and no future (``add_entry_callback``, as Java's
-        benchmark uses ``asyncAddEntry`` with a callback): the bench's own CPU counts as the
-        client's."""
-        handles = writers[writer]
-        handle = handles[state.issued % len(handles)]
-        state.issued += 1
-        try:
-            handle.add_entry_callback(payload, done or partial(answered, due))
-        except BKError as error:
-            state.failed += 1
-            errors_seen.append(error)
-            return False
-        state.outstanding += 1
-        return True
-
+    answers = [[partial(answered, w, i) for i in range(len(h))] for w, h in enumerate(writers)]
+    if stop_at is not None:  # the end of the run, for both loops
+        loop.call_later(stop_at - time.monotonic(), stop_issuing)
     if args.rate:
         # Open loop: every writer issues its share on a fixed schedule.
         interval = args.writers / args.rate
@@ -507,9 +514,8 @@ async def run_writes(
             while True:
                 now = time.monotonic()
                 while due <= now:
-                    if finished_issuing(due) or errors_seen:
+                    if (stop_at is not None and due >= stop_at) or not issue(writer, due):
                         return
-                    issue(writer, due)
                     due += interval
                 progress.tick(now)
                 if interrupt.requested:
@@ -520,53 +526,18 @@ async def run_writes(
         stop_issuing()
     else:
         # Closed loop: each writer keeps --in-flight adds outstanding; an answer records its
-        # add and issues the writer's next. No object per add: each ledger answers to one
-        # callback, its adds' issue times kept by entry id (a partial per add lived as long
-        # as its add, a thousand at once, and the collector went over them every few hundred
-        # adds); the progress line and the end of the run are timers, not clock comparisons
-        # per add.
-        issued_at: list[list[dict[int, float]]] = [[{} for _ in h] for h in writers]
-        answers: list[list[Callable[[int, BKError | None], None]]] = []
-
+        # add and issues the writer's next (``answered``); the progress line is a timer.
         def ticking() -> None:
             progress.tick(time.monotonic())
             if state.issuing:
                 loop.call_later(1.0, ticking)
 
-        def issue_next(writer: int, now: float) -> None:
-            if (limit is not None and state.issued >= limit) or interrupt.requested or errors_seen:
-                stop_issuing()
-                return
-            handles = writers[writer]
-            ledger = state.issued % len(handles)
-            state.issued += 1
-            try:
-                entry_id = handles[ledger].add_entry_callback(payload, answers[writer][ledger])
-            except BKError as error:
-                state.failed += 1
-                errors_seen.append(error)
-                stop_issuing()  # every writer stops on the same condition
-                return
-            issued_at[writer][ledger][entry_id] = now
-            state.outstanding += 1
-
-        def answered_closed(writer: int, ledger: int, entry_id: int, error: BKError | None) -> None:
-            now = time.monotonic()
-            on_ack(error, issued_at[writer][ledger].pop(entry_id), now)
-            if state.issuing:
-                issue_next(writer, now)
-
-        answers.extend(
-            [partial(answered_closed, w, i) for i in range(len(writers[w]))]
-            for w in range(len(writers))
-        )
-        if stop_at is not None:
-            loop.call_later(stop_at - time.monotonic(), stop_issuing)
         loop.call_later(1.0, ticking)
         for writer in range(args.writers):
             for _ in range(args.in_flight):
-                if state.issuing:
-                    issue_next(writer, time.monotonic())
+                if not issue(writer, time.monotonic()):
+                    stop_issuing()
+                    break
     await all_done
     cpu = meter.stop()
     if errors_seen and not args.quiet:
