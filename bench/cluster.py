@@ -77,6 +77,12 @@ def settle(fsyncs_per_s: float, limit_s: float) -> float:
     return time.monotonic() - started
 
 
+def latency(report: bench.Report, quantile: str) -> float:
+    """A latency row's figure of one run: infinite where the run measured no add at all (its
+    writer failed at once: the row's FAILED ADDS line says how many)."""
+    return report.latency.get(quantile, math.inf)
+
+
 def cpu_line(reports: list[bench.Report]) -> str:
     """The median over ``reports`` of each process's CPU per entry (µs): the client, the
     bookies (each, in id order within a run: runs on clusters of their own have bookies of
@@ -175,6 +181,9 @@ def main() -> None:
         if reports:
             rows[name]["cpu_per_entry_us"] = [report.cpu_per_entry_us for report in reports]
             rows[name]["bookies"] = [report.bookies for report in reports]
+            # A run whose writer failed (e.g. a bookie answering ETOOMANYREQUESTS) measured
+            # only the adds before the failure: its figure is not the row's, and says so.
+            rows[name]["failures"] = [report.failures for report in reports]
         if not args.json:
             print(f"{name:<46} {median:>12,.2f} {unit:<8} runs {[round(v, 2) for v in values]}")
             print(f"    {command}")
@@ -183,6 +192,12 @@ def main() -> None:
             bookies = bookies_line(reports)
             if bookies:
                 print(f"    {bookies}")
+            failed = [report.failures for report in reports]
+            if any(failed):
+                counts = " / ".join(f"{count:,}" for count in failed)
+                print(
+                    f"    FAILED ADDS per run: {counts} (such a run's figure is not a measurement)"
+                )
             if settled:
                 waits = " / ".join(f"{wait:.1f}" for wait in settled)
                 print(f"    the disk settled for {waits} s before the cluster(s) started")
@@ -268,7 +283,7 @@ def main() -> None:
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
             lambda: measure(three, argv),
-            lambda report: report.latency["p50_ms"],
+            lambda report: latency(report, "p50_ms"),
         )
         argv = ["reads", "--tail", "--rate=10000", seconds]
         row(
@@ -276,7 +291,7 @@ def main() -> None:
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
             lambda: measure(three, argv),
-            lambda report: report.latency["p99_ms"],
+            lambda report: latency(report, "p99_ms"),
         )
         row(
             f"recovery of {args.recovery_entries:,} entries beyond the LAC (3/2/2)",
@@ -295,7 +310,7 @@ def main() -> None:
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
             lambda: measure(fresh, argv),
-            lambda report: report.latency["p99_ms"],
+            lambda report: latency(report, "p99_ms"),
         )
     # Catch-up reads, each run on a cluster of its own whose bookies keep a 32 MiB write cache:
     # with the default 256 MiB, much of what each bookie takes of the bench's writes would

@@ -49,6 +49,7 @@ def test_cluster_benchmark_runs() -> None:
         if "recovery" not in name and row["unit"] != "x":  # x: a ratio of two rows
             (cpu,) = row["cpu_per_entry_us"]
             assert cpu["client"] > 0 and len(cpu) >= 2, name
+            assert row["failures"] == [0], name  # every run's failed adds are counted
 
 
 @pytest.mark.slow
