@@ -183,7 +183,7 @@ def main() -> None:
             rows[name]["bookies"] = [report.bookies for report in reports]
             # A run whose writer failed (e.g. a bookie answering ETOOMANYREQUESTS) measured
             # only the adds before the failure: its figure is not the row's, and says so.
-            rows[name]["failures"] = [report.failures for report in reports]
+            rows[name]["failures"] = failed = [report.failures for report in reports]
         if not args.json:
             print(f"{name:<46} {median:>12,.2f} {unit:<8} runs {[round(v, 2) for v in values]}")
             print(f"    {command}")
@@ -192,8 +192,7 @@ def main() -> None:
             bookies = bookies_line(reports)
             if bookies:
                 print(f"    {bookies}")
-            failed = [report.failures for report in reports]
-            if any(failed):
+            if reports and any(failed):
                 counts = " / ".join(f"{count:,}" for count in failed)
                 print(
                     f"    FAILED ADDS per run: {counts} (such a run's figure is not a measurement)"

@@ -54,10 +54,6 @@ def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return reads
 
 
-def _framer(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    take_path(monkeypatch, entry_log, "_c_frame", path)
-
-
 _SIZES = [
     [300 * 1024] * 3,  # few entries, many bytes: written in one batch
     [100] * 5,  # few small entries: through the write buffer
@@ -70,7 +66,7 @@ _SIZES = [
 def test_add_many_places_every_entry_where_it_reads_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int], path: str
 ) -> None:
-    _framer(monkeypatch, path)
+    take_path(monkeypatch, entry_log, "_c_frame", path)
     logger = EntryLogger(str(tmp_path), flush_every_bytes=1024 * 1024)
     entries = [entry(7, index, size) for index, size in enumerate(sizes)]
     locations = logger.add_many(7, entries)
@@ -88,7 +84,7 @@ def test_the_c_and_python_framings_write_the_same_log(
 ) -> None:
     """A checkpoint's batches framed in C (one buffer, one write) and in Python (two pieces per
     record, one writev) give the same locations and the same bytes on disk."""
-    _framer(monkeypatch, "c")
+    take_path(monkeypatch, entry_log, "_c_frame", "c")
     logs: list[tuple[list[int], bytes]] = []
     for path in ("c", "python"):
         if path == "python":
@@ -111,7 +107,7 @@ def test_a_short_write_of_a_batch_is_finished(
 ) -> None:
     """A write (or writev) of a batch that the system takes only part of: the rest is written
     after it, and every entry reads back from where it was placed."""
-    _framer(monkeypatch, path)
+    take_path(monkeypatch, entry_log, "_c_frame", path)
     real_write, real_writev = os.write, os.writev
     cut: list[int] = []
     logger = EntryLogger(str(tmp_path))
@@ -228,10 +224,6 @@ def test_a_damaged_record_in_a_read_ahead_block_is_refused_and_named(
     logger.close()
 
 
-def _walker(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    take_path(monkeypatch, entry_log, "_c_pick", path)
-
-
 @pytest.mark.parametrize("path", ["c", "python"])
 def test_a_run_of_a_ledgers_entries_comes_from_few_reads_and_ends_at_another_ledger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
@@ -240,7 +232,7 @@ def test_a_run_of_a_ledgers_entries_comes_from_few_reads_and_ends_at_another_led
     (cut anywhere: a record across two spans, one longer than a span), checked by the C pass
     or in Python, up to the count and the byte budget (4 bytes counted per entry), and not
     past the ledger's last record there: another ledger's record ends the run."""
-    _walker(monkeypatch, path)
+    take_path(monkeypatch, entry_log, "_c_pick", path)
     monkeypatch.setattr(entry_log, "READ_RUN_BYTES", 16 * 1024)
     logger = EntryLogger(str(tmp_path))
     sizes = [(i * 37) % 3000 + 10 for i in range(300)]
@@ -268,7 +260,7 @@ def test_a_run_stops_before_a_damaged_record_and_before_what_is_not_synced(
 ) -> None:
     """A flipped byte ends a run before its record (the one-entry read then names it); in the
     active log a run ends at the synced end, though later records of the ledger are written."""
-    _walker(monkeypatch, path)
+    take_path(monkeypatch, entry_log, "_c_pick", path)
     logger, entries, locations = log_with_a_flipped_byte(tmp_path)
     assert logger.read_run(locations[0], 7, 0, 100, 2**30) == entries[:10]
     assert logger.read_run(locations[10], 7, 10, 100, 2**30) == []
@@ -291,7 +283,7 @@ def test_picked_entries_come_from_a_walk_over_the_ledgers_records(
     by the C pass or in Python; the walk ends before a wanted entry it does not meet (not held
     there, or after another ledger's record), before a damaged one, and, without waiting, where
     the page cache ends."""
-    _walker(monkeypatch, path)
+    take_path(monkeypatch, entry_log, "_c_pick", path)
     monkeypatch.setattr(entry_log, "READ_RUN_BYTES", 16 * 1024)
     logger = EntryLogger(str(tmp_path))
     held = [i for i in range(900) if i % 3 != 1]  # a 3/2/2 bookie's entries
@@ -332,7 +324,7 @@ def test_walks_read_their_spans_into_buffers_used_again_and_hand_out_entries_of_
     buffer that the next walk reads into again: the entries a walk hands out are bytes of their
     own, unchanged by later walks, walks at once on several threads each get a buffer, and a
     record longer than a span is read whole. A walk that may wait reads bytes of its own."""
-    _walker(monkeypatch, path)
+    take_path(monkeypatch, entry_log, "_c_pick", path)
     monkeypatch.setattr(entry_log, "READ_RUN_BYTES", 16 * 1024)
     logger = EntryLogger(str(tmp_path))
     sizes = [(i * 53) % 2000 + 10 if i != 40 else 40_000 for i in range(300)]

@@ -518,12 +518,12 @@ class LedgerWriter:
         table, start = self._write_set_table()
         size = len(table)
         entry_ids = list(starmap(waiting.popleft, repeat((), count)))
-        first, last = entry_ids[0], entry_ids[-1]
-        if first >= start and last - first == count - 1 and entry_ids == [*range(first, last + 1)]:
+        first = entry_ids[0]
+        if first >= start and entry_ids == [*range(first, first + count)]:
             # A run of the next ids, all of the last fragment (the usual case): marked sent
             # and given their write sets (the table from ``first`` on, round and round) without
             # a step per entry.
-            sent[first - base : last - base + 1] = array("q", [now]) * count
+            sent[first - base : first - base + count] = array("q", [now]) * count
             turn = first % size
             targets = (table[turn:] + table[:turn]) * (count // size + 1)
             del targets[count:]
@@ -531,9 +531,7 @@ class LedgerWriter:
             targets = []
             for entry_id in entry_ids:
                 sent[entry_id - base] = now
-                targets.append(
-                    table[entry_id % size] if entry_id >= start else self._targets(entry_id)
-                )
+                targets.append(self._targets(entry_id))
         self._in_flight += count
         self._last_send = now
         return [SendAdds(entry_ids, targets)]
