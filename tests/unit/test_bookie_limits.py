@@ -1,5 +1,6 @@
-"""Bounded work per bookie and per connection: past the bound the answer is ETOOMANYREQUESTS
-at once, and nothing already accepted is lost (issue 4)."""
+"""Bounded work per bookie and per connection: past a bookie's bound the answer is
+ETOOMANYREQUESTS at once, past a connection's the connection is not read until it drains; nothing
+already accepted is lost (issue 4)."""
 
 from __future__ import annotations
 
@@ -87,33 +88,33 @@ def test_a_full_write_cache_holds_adds_back_in_order_until_it_has_room(
     run_with_held_sync(tmp_path, monkeypatch, scenario, max_throttle_time_s=0.5)
 
 
-def test_unanswered_requests_are_bounded_per_connection(
+def test_a_connection_at_its_bound_is_not_read_until_half_its_requests_are_answered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Back-pressure, not refusal: past maxPendingRequestsPerConnection the requests already
+    received wait, the socket is not read, and every request is answered EOK in the end."""
+
     async def scenario(bookie: Bookie, gate: threading.Event) -> None:
         connection = BookieConnection(bookie, set())
         transport = FakeTransport()
         connection.connection_made(transport)
         connection.data_received(b"".join(v2.encode_add_request(KEY, entry(i)) for i in range(4)))
-        await asyncio.sleep(0)  # answers of one loop pass go out together at its end
-        rejected = [
-            v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))
-        ]
-        assert [(r.entry_id, r.status) for r in rejected] == [
-            (2, StatusCode.ETOOMANYREQUESTS),
-            (3, StatusCode.ETOOMANYREQUESTS),
-        ]
+        await asyncio.sleep(0.05)
+        assert transport.written == b""  # nothing refused
+        assert connection.pending == 4 and not transport.reading  # at the bound: held
+        connection.data_received(v2.encode_add_request(KEY, entry(4)))  # already in flight
+        await asyncio.sleep(0.05)
+        assert connection.pending == 4 and not transport.reading
         gate.set()
-        await settle(lambda: connection.pending == 0)
+        await settle(lambda: connection.pending == 0 and transport.reading)
         answered = [
             v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))
         ]
-        assert sorted((r.entry_id, r.status) for r in answered[2:]) == [
-            (0, StatusCode.EOK),
-            (1, StatusCode.EOK),
+        assert sorted((r.entry_id, r.status) for r in answered) == [
+            (i, StatusCode.EOK) for i in range(5)
         ]
 
-    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=2)
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=4)
 
 
 def test_parked_long_polls_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -122,6 +122,7 @@ class FakeTransport(asyncio.Transport):
         super().__init__()
         self.written = bytearray()
         self.closed = False
+        self.reading = True
 
     def write(self, data: Any) -> None:
         self.written += data
@@ -139,10 +140,10 @@ class FakeTransport(asyncio.Transport):
         pass
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 1) if name == "peername" else default

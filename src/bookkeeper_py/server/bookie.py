@@ -105,7 +105,8 @@ class BookieConfig:
     max_throttle_time_s: float = 10.0  # dbStorage_maxThrottleTimeMs: an add waits this long
     # for a full write cache to drain before it is answered ETOOMANYREQUESTS
     max_parked_long_polls: int = 10_000  # long-poll reads parked at once
-    max_pending_per_connection: int = 10_000  # requests of one connection not yet answered
+    # unanswered requests of one connection at which it is not read until half are answered
+    max_pending_per_connection: int = 10_000
     idle_connection_timeout_s: float = 600.0  # close connections idle this long (0: never)
     tls: TlsConfig | None = None  # tlsCertificatePath and friends; None: plain connections only
     auth_provider: str | None = None  # bookieAuthProviderFactoryClass; None: no authentication
@@ -270,6 +271,10 @@ class Bookie:
         self.parked_long_polls = 0
         self._rejected = self.metrics.counter(
             "bookkeeper_server_REQUESTS_REJECTED", "requests answered ETOOMANYREQUESTS"
+        )
+        self.connections_held = self.metrics.counter(
+            "bookkeeper_server_CONNECTIONS_HELD",
+            "times a connection stopped being read at its bound of unanswered requests",
         )
         # Adds that met a full write cache, in arrival order: (deadline, resume, done).
         self._throttled: deque[tuple[float, Callable[[], None], StatusDone]] = deque()

@@ -387,7 +387,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--max-pending-per-connection",
         int,
         10_000,
-        "unanswered requests per connection (not a BookKeeper key)",
+        "unanswered requests per connection; at this many the connection is not read until "
+        "half are answered (not a BookKeeper key)",
     ),
     Setting(
         "tlsCertificatePath",

@@ -90,6 +90,11 @@ class BookieConnection(asyncio.Protocol):
         self._writing_paused = False
         self._stopped_reading = False
         self.pending = 0  # requests dispatched and not yet answered (each gets one answer)
+        # At the bound of unanswered requests the connection is not read (see _hold) until
+        # its pending requests fall to half of it.
+        self._max_pending = bookie.config.max_pending_per_connection
+        self._resume_at = self._max_pending // 2
+        self._held = False
         self.last_activity = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,9 +125,13 @@ class BookieConnection(asyncio.Protocol):
         self._backlog.clear()
         self._connections.discard(self)
 
-    # Back-pressure: a peer that does not read its answers stops being read. asyncio calls
-    # pause_writing once the send buffer passes WRITE_BUFFER_HIGH; frames already received wait
-    # in the backlog until it drains below WRITE_BUFFER_LOW.
+    # Back-pressure. A peer that does not read its answers stops being read: asyncio calls
+    # pause_writing once the send buffer passes WRITE_BUFFER_HIGH, and frames already received
+    # wait in the backlog until it drains below WRITE_BUFFER_LOW. Likewise a connection at its
+    # bound of unanswered requests (maxPendingRequestsPerConnection) stops being read until half
+    # of them are answered: its peer is slowed down, as by Java's maxAddsInProgressLimit, never
+    # refused (an ETOOMANYREQUESTS would make a writer change its ensemble, and with no spare
+    # bookie fail, for a stall of a few hundred milliseconds).
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -131,9 +140,31 @@ class BookieConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        self._resume()
+
+    def _hold(self) -> None:
+        """At the bound of unanswered requests: stop reading until answers make room."""
+        self._held = True
+        self._bookie.connections_held.inc()
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def _answered(self, count: int) -> None:
+        self.pending -= count
+        if self._held and self.pending <= self._resume_at:
+            self._held = False
+            # After the answering callback: the backlog is not served from inside it.
+            self._bookie.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
         self._process_backlog()
-        if self._transport is not None and not self._writing_paused and not self._stopped_reading:
-            self._transport.resume_reading()
+        transport = self._transport
+        if (
+            transport is not None
+            and not (self._writing_paused or self._held or self._stopped_reading)
+            and not transport.is_closing()
+        ):
+            transport.resume_reading()
 
     def stop_reading(self) -> None:
         """Shutdown: take no new requests; those received are still answered."""
@@ -147,12 +178,8 @@ class BookieConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def _over_limit(self) -> bool:
-        """Past the per-connection bound of unanswered requests (the current one included)."""
-        return self.pending > self._bookie.config.max_pending_per_connection
-
     def _send(self, data: bytes) -> None:
-        self.pending -= 1
+        self._answered(1)
         self._write(data)
 
     def _write(self, data: bytes) -> None:
@@ -218,7 +245,10 @@ class BookieConnection(asyncio.Protocol):
 
     def _process_backlog(self) -> None:
         backlog = self._backlog
-        while backlog and not self._writing_paused:
+        while backlog and not (self._writing_paused or self._held):
+            if self.pending >= self._max_pending:
+                self._hold()
+                return
             frame = backlog.popleft()
             if self._transport is None:
                 backlog.clear()
@@ -246,6 +276,8 @@ class BookieConnection(asyncio.Protocol):
                 backlog.clear()
                 self._protocol_error(str(error))
                 return
+        if self.pending >= self._max_pending and not self._held:
+            self._hold()  # before more is read, not only once it is
 
     # -- authentication ------------------------------------------------------------------------
 
@@ -302,7 +334,7 @@ class BookieConnection(asyncio.Protocol):
         if isinstance(request, v2.AuthRequest):
             reply = self._authenticate(request.plugin_name, request.payload)
             if reply is None:  # v2 AUTH answers carry no status: refusing is closing
-                self.pending -= 1
+                self._answered(1)
                 self._close_after_answer()
                 return
             self._send(v2.encode_auth(request.plugin_name, reply))
@@ -316,9 +348,6 @@ class BookieConnection(asyncio.Protocol):
             def added(status: StatusCode) -> None:
                 self._send(v2.encode_response(v2.OpCode.ADD_ENTRY, status, lid, eid))
 
-            if self._over_limit():
-                added(StatusCode.ETOOMANYREQUESTS)
-                return
             add = partial(
                 self._bookie.add_entry,
                 lid,
@@ -338,9 +367,6 @@ class BookieConnection(asyncio.Protocol):
             def read(status: StatusCode, body: bytes) -> None:
                 self._send(v2.encode_response(v2.OpCode.READ_ENTRY, status, lid, eid, body))
 
-            if self._over_limit():
-                read(StatusCode.ETOOMANYREQUESTS, b"")
-                return
             self._bookie.read_entry(lid, eid, request.is_fencing, request.master_key, read)
         elif isinstance(request, v2.BatchReadRequest):
             entries: list[bytes] = []
@@ -361,23 +387,12 @@ class BookieConnection(asyncio.Protocol):
             )
             self._send(v2.encode_response(request.opcode, StatusCode.EBADREQ, -1, -1))
 
-    def _room(self, first: bytes) -> int:
-        """How many requests a run from ``first`` on may take: what the connection's bound of
-        unanswered requests leaves room for. With none left, ``first`` is answered on its own
-        (ETOOMANYREQUESTS) and 0 returned."""
-        room = min(_MAX_RUN, self._bookie.config.max_pending_per_connection - self.pending)
-        if room < 1:
-            self.pending += 1
-            self._handle_v2(first)
-        return room
-
     def _plain_adds(self, first: bytes) -> None:
         """A run of plain v2 adds (``first`` and those right behind it in the backlog), stored
         in bulk: per ledger and master key, one call to the bookie and one write of the
-        answers."""
-        room = self._room(first)
-        if room < 1:
-            return
+        answers. Within the connection's bound of unanswered requests (``_process_backlog``
+        serves no frame at the bound)."""
+        room = min(_MAX_RUN, self._max_pending - self.pending)
         groups, count = v2.take_plain_adds(self._backlog, first, room)
         self.pending += count
         add = self._bookie.add_entries
@@ -385,17 +400,15 @@ class BookieConnection(asyncio.Protocol):
             add(ledger_id, key, entry_ids, entries, partial(self._added, ledger_id), lac)
 
     def _added(self, ledger_id: int, status: StatusCode, entry_ids: list[int]) -> None:
-        self.pending -= len(entry_ids)
+        self._answered(len(entry_ids))
         self._write(v2.encode_add_responses(status, ledger_id, entry_ids))
 
     def _plain_reads(self, first: bytes) -> None:
         """A run of plain v2 reads (not fencing), served in bulk: per ledger, one call to the
         bookie and one write of the answers it has at once (those waiting for a disk are
-        answered when their reader thread is done). Within the connection's bound of pending
-        requests; past it, each is answered on its own (ETOOMANYREQUESTS)."""
-        room = self._room(first)
-        if room < 1:
-            return
+        answered when their reader thread is done). Within the connection's bound of
+        unanswered requests, as ``_plain_adds``."""
+        room = min(_MAX_RUN, self._max_pending - self.pending)
         groups, count = v2.take_plain_reads(self._backlog, first, room)
         self.pending += count
         read = self._bookie.read_entries
@@ -413,7 +426,7 @@ class BookieConnection(asyncio.Protocol):
         """The answers to the first ``len(entries)`` of ``entry_ids`` (see
         ``Bookie.read_entries``)."""
         if entries:
-            self.pending -= len(entries)
+            self._answered(len(entries))
             self._write(v2.encode_read_responses(ledger_id, entry_ids, entries, statuses))
 
     def _refuse_v2(
@@ -462,9 +475,6 @@ class BookieConnection(asyncio.Protocol):
                 response.addResponse.entryId = add.entryId
                 self._send(v3.encode(response))
 
-            if self._over_limit():
-                added(StatusCode.ETOOMANYREQUESTS)
-                return
             recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
             deferred_sync = bool(add.writeFlags & v3.WRITE_FLAG_DEFERRED_SYNC)
             store = partial(
@@ -493,9 +503,6 @@ class BookieConnection(asyncio.Protocol):
                     response.readResponse.body = body
                 self._send(v3.encode(response))
 
-            if self._over_limit():
-                answered(StatusCode.ETOOMANYREQUESTS, b"")
-                return
             if read.HasField("previousLAC"):
                 # Long poll: parked until the LAC passes previousLAC, or for timeOut ms.
                 def polled(status: StatusCode, body: bytes, max_lac: int) -> None:
@@ -584,9 +591,6 @@ class BookieConnection(asyncio.Protocol):
                     listing.availabilityOfEntriesOfLedger = available
                 self._send(v3.encode(response))
 
-            if self._over_limit():
-                listed(StatusCode.ETOOMANYREQUESTS, b"")
-                return
             self._bookie.list_entries(ledger_id, listed)
         elif operation == pb.AUTH and request.HasField("authRequest"):
             message = request.authRequest
