@@ -17,6 +17,7 @@ from bookkeeper_py.errors import MetadataStoreError
 from bookkeeper_py.storage import entry_log, files
 from bookkeeper_py.storage.engine import StorageEngine
 from bookkeeper_py.storage.gc import GarbageCollector, GcConfig
+from bookkeeper_py.storage.index import IndexWrite
 from bookkeeper_py.storage.ledger_storage import LedgerStorage, NoLedgerError
 
 from .test_engine import KEY, entry, open_engine
@@ -312,13 +313,13 @@ def test_a_log_rolled_by_a_running_checkpoint_is_not_compacted_before_its_commit
     for entry_id in range(1, 40):
         storage.add_entry(2, entry_id, entry(2, entry_id))
     race = GcDuringCheckpoint(storage, gc)
-    real_commit = storage.index.commit
+    real_commit = IndexWrite.commit
 
     def gc_then_commit(*args: Any) -> None:
         race.fire()
         real_commit(*args)
 
-    monkeypatch.setattr(storage.index, "commit", gc_then_commit)
+    monkeypatch.setattr(IndexWrite, "commit", gc_then_commit)
     storage.checkpoint()
     race.join()
     rolled = storage.entry_logger.active_log_id - 1

@@ -73,3 +73,35 @@ def test_committed_locations_are_found_the_c_and_python_packings_alike(
         for entry_id, location in zip(entry_ids, locations, strict=True)
     ]
     assert items == expected
+
+
+def test_a_write_is_seen_only_once_committed_and_an_unfinished_one_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint puts its locations as it writes the entry log and commits at the end:
+    meanwhile lookups (the bookie's reads, in runs or alone, on other threads) see the last
+    commit; a write that fails, or ends without committing, changes nothing."""
+    index = LedgerIndex(str(tmp_path))
+    try:
+        index.commit([(1, [0], [100])], [])
+        seen: list[int | None] = []
+        with index.writing() as write:
+            write.put_locations(1, [1, 2], [101, 102])
+            reader = threading.Thread(target=lambda: seen.append(index.location(1, 1)))
+            reader.start()
+            reader.join(30)
+            assert seen == [None]
+            with index.read_run():
+                assert (index.location(1, 0), index.location(1, 2)) == (100, None)
+            write.commit([])
+        assert (index.location(1, 1), index.location(1, 2)) == (101, 102)
+        with pytest.raises(RuntimeError), index.writing() as write:
+            write.put_locations(1, [3], [103])
+            raise RuntimeError("the entry log's sync failed")
+        with index.writing() as write:
+            write.put_locations(1, [4], [104])  # and no commit
+        assert (index.location(1, 3), index.location(1, 4), index.last_entry(1)) == (None, None, 2)
+        index.commit([(1, [5], [105])], [])  # the index takes writes after both
+        assert index.location(1, 5) == 105
+    finally:
+        index.close()

@@ -23,6 +23,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
+from typing import Any
 
 import lmdb
 
@@ -54,6 +55,52 @@ class _Run:
     def __init__(self) -> None:
         self.txn: lmdb.Transaction | None = None
         self.version = -1
+
+
+class IndexWrite:
+    """A write transaction of a ``LedgerIndex`` (``LedgerIndex.writing``)."""
+
+    def __init__(self, txn: lmdb.Transaction, cursor: lmdb.Cursor, ledgers: Any) -> None:
+        self._txn, self._cursor, self._ledgers = txn, cursor, ledgers
+        self.committed = False
+
+    def put_locations(
+        self,
+        ledger_id: int,
+        entry_ids: Sequence[int],
+        places: Sequence[int],
+        between_slices: Callable[[], None] | None = None,
+    ) -> None:
+        """Puts the locations of ``entry_ids`` (``places``, in the same order). Given in
+        (ledger, entry) order they go in fastest (LMDB inserts sorted keys fastest). Keys and
+        values are packed in C (``index_pairs``; by C-level ``map`` loops on the pure-Python
+        path), ``_PUT_SLICE`` at a time, with ``between_slices`` called after each:
+        ``putmulti`` holds the GIL throughout (a write cache's worth at once held it for
+        40-90 ms in a loaded bookie, a stall of every request), so a checkpoint hands the GIL
+        over between slices."""
+        cursor = self._cursor
+        for start in range(0, len(entry_ids), _PUT_SLICE):
+            if (
+                _c_pairs is not None
+                and isinstance(entry_ids, list)
+                and isinstance(places, list)
+                and len(entry_ids) == len(places)
+            ):
+                cursor.putmulti(_c_pairs(ledger_id, entry_ids, places, start, start + _PUT_SLICE))
+            else:
+                ids = entry_ids[start : start + _PUT_SLICE]
+                keys = map(_KEY.pack, repeat(ledger_id), ids)
+                values = map(_LOCATION.pack, places[start : start + _PUT_SLICE])
+                cursor.putmulti(zip(keys, values, strict=True))
+            if between_slices is not None:
+                between_slices()
+
+    def commit(self, ledgers: Iterable[tuple[int, formats.LedgerData]] = ()) -> None:
+        """Puts the ledger states and makes the whole transaction durable."""
+        for ledger_id, data in ledgers:
+            self._txn.put(_LEDGER.pack(ledger_id), data.SerializeToString(), db=self._ledgers)
+        self._txn.commit()
+        self.committed = True
 
 
 class LedgerIndex:
@@ -95,37 +142,29 @@ class LedgerIndex:
         between_slices: Callable[[], None] | None = None,
     ) -> None:
         """Writes entry locations and ledger states in one durable commit. ``locations`` holds
-        ``(ledger, entry ids, their locations)`` runs.
-
-        Runs given in (ledger, entry) order are written as they come (LMDB inserts sorted keys
-        fastest). Keys and values are packed in C (``index_pairs``; by C-level ``map`` loops on
-        the pure-Python path), in slices, with ``between_slices`` called after each: a
-        checkpoint writes every entry of the write cache here, and ``putmulti`` holds the GIL
-        throughout (a write cache's worth at once held it
-        for 40-90 ms in a loaded bookie, a stall of every request), so the checkpoint hands the
-        GIL over between slices."""
-        with self._env.begin(write=True) as txn:
-            cursor = txn.cursor(self._locations)
+        ``(ledger, entry ids, their locations)`` runs (see ``IndexWrite.put_locations``)."""
+        with self.writing() as write:
             for ledger_id, entry_ids, places in locations:
-                for start in range(0, len(entry_ids), _PUT_SLICE):
-                    if (
-                        _c_pairs is not None
-                        and isinstance(entry_ids, list)
-                        and isinstance(places, list)
-                        and len(entry_ids) == len(places)
-                    ):
-                        stop = start + _PUT_SLICE
-                        cursor.putmulti(_c_pairs(ledger_id, entry_ids, places, start, stop))
-                    else:
-                        ids = entry_ids[start : start + _PUT_SLICE]
-                        keys = map(_KEY.pack, repeat(ledger_id), ids)
-                        values = map(_LOCATION.pack, places[start : start + _PUT_SLICE])
-                        cursor.putmulti(zip(keys, values, strict=True))
-                    if between_slices is not None:
-                        between_slices()
-            for ledger_id, data in ledgers:
-                txn.put(_LEDGER.pack(ledger_id), data.SerializeToString(), db=self._ledgers)
-        self._version += 1
+                write.put_locations(ledger_id, entry_ids, places, between_slices)
+            write.commit(ledgers)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[IndexWrite]:
+        """One write transaction, its locations put as they come and made durable, with the
+        ledger states, by ``IndexWrite.commit``: a checkpoint puts each slice of locations right
+        after writing its entries to the entry log, spread over the paced checkpoint, and
+        commits once the entry log is synced. Not committed (an exception, or no ``commit``),
+        it leaves the index as it was. Readers meanwhile see the last commit (LMDB's snapshots);
+        other writers wait, so the callers hold the storage's ``exclusive()`` lock."""
+        txn = self._env.begin(write=True)
+        write = IndexWrite(txn, txn.cursor(self._locations), self._ledgers)
+        try:
+            yield write
+        finally:
+            if write.committed:
+                self._version += 1
+            else:
+                txn.abort()
 
     @contextlib.contextmanager
     def read_run(self) -> Iterator[None]:
