@@ -270,9 +270,7 @@ class PrometheusMetrics:
         self.style = style
         self.rollover_s = rollover_s
         self.registry = CollectorRegistry()
-        process = ProcessCollector(registry=self.registry)
-        self._process_only = CollectorRegistry()  # process_* alone, for BookKeeper's style
-        self._process_only.register(process)
+        self._process = ProcessCollector(registry=self.registry)
         self._families: dict[str, _Family] = {}  # in registration order
         self.registry.register(self)
 
@@ -327,7 +325,11 @@ class PrometheusMetrics:
         wants a few series is not made to wait for, nor the bookie to write, all of them)."""
         wanted = set(names)
         if self.style == "histograms":
-            return generate_latest(_Only.of(self.registry, wanted))
+            if not wanted:
+                return generate_latest(self.registry)
+            return generate_latest(
+                cast(CollectorRegistry, _Collecting(lambda: self._named(wanted)))
+            )
         now = time.monotonic()
         families = [
             family for family in self._families.values() if not wanted or family.name in wanted
@@ -343,22 +345,32 @@ class PrometheusMetrics:
             for family in families:
                 if family.kind == kind:
                     lines += family.bookkeeper_lines()
-        process = generate_latest(_Only.of(self._process_only, wanted)).decode()
-        return ("\n".join(lines) + "\n").encode() + process.encode()
+        process = generate_latest(
+            cast(CollectorRegistry, _Collecting(lambda: self._processes(wanted)))
+        )
+        return ("\n".join(lines) + "\n").encode() + process
 
+    def _named(self, wanted: set[str]) -> Iterator[Metric]:
+        """The families named in ``wanted``, from their own series alone: collecting every
+        family and keeping the named ones took 1.3 ms of a bookie's loop a scrape (the process
+        collector's reads of /proc among them)."""
+        for family in list(self._families.values()):
+            if family.name in wanted:
+                yield family.metric()
+        yield from self._processes(wanted)
 
-class _Only:
-    """A registry's families whose names are in ``names`` (what ``generate_latest`` reads)."""
-
-    def __init__(self, registry: CollectorRegistry, names: set[str]) -> None:
-        self._registry, self._names = registry, names
-
-    @staticmethod
-    def of(registry: CollectorRegistry, names: set[str]) -> CollectorRegistry:
-        """``registry`` itself when no names are asked for, else its named families alone."""
-        return cast(CollectorRegistry, _Only(registry, names)) if names else registry
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in self._registry.collect():
-            if metric.name in self._names:
+    def _processes(self, wanted: set[str]) -> Iterator[Metric]:
+        """The process collector's families (``process_*``): all with ``wanted`` empty, else
+        the named ones (none read when none is named)."""
+        if wanted and not any(name.startswith("process_") for name in wanted):
+            return
+        for metric in self._process.collect():
+            if not wanted or metric.name in wanted:
                 yield metric
+
+
+class _Collecting:
+    """What ``generate_latest`` reads: an object whose ``collect`` yields metric families."""
+
+    def __init__(self, collect: Callable[[], Iterator[Metric]]) -> None:
+        self.collect = collect
