@@ -117,6 +117,50 @@ def test_a_connection_at_its_bound_is_not_read_until_half_its_requests_are_answe
     run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=4)
 
 
+def test_a_held_connection_is_read_again_only_once_its_peer_reads_its_answers_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two reasons to stop reading a connection (its bound of unanswered requests, a peer
+    that does not read its answers) each keep it unread until they pass; one lost meanwhile
+    leaves nothing to serve."""
+
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        connection = BookieConnection(bookie, set())
+        transport = FakeTransport()
+        connection.connection_made(transport)
+        connection.data_received(b"".join(v2.encode_add_request(KEY, entry(i)) for i in range(3)))
+        await asyncio.sleep(0.05)
+        assert connection.pending == 2 and not transport.reading  # the third waits
+        connection.pause_writing()  # the peer stops reading its answers as well
+        gate.set()
+        await settle(lambda: connection.pending == 0)
+        await asyncio.sleep(0.05)
+        assert not transport.reading and connection.pending == 0  # the third still waits
+        connection.resume_writing()
+        await settle(lambda: transport.reading and connection.pending == 0)
+        answered = [
+            v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))
+        ]
+        assert sorted((r.entry_id, r.status) for r in answered) == [
+            (i, StatusCode.EOK) for i in range(3)
+        ]
+        # Lost while held: the answers of what it sent still come, and nothing else is served.
+        gate.clear()
+        lost = BookieConnection(bookie, set())
+        lost_transport = FakeTransport()
+        lost.connection_made(lost_transport)
+        lost.data_received(b"".join(v2.encode_add_request(KEY, entry(i)) for i in range(3, 6)))
+        await asyncio.sleep(0.05)
+        assert lost.pending == 2 and not lost_transport.reading
+        lost.connection_lost(None)
+        gate.set()
+        await settle(lambda: lost.pending == 0)
+        await asyncio.sleep(0.05)
+        assert not lost_transport.reading and bookie.pending_adds == 0
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=2)
+
+
 def test_parked_long_polls_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario(bookie: Bookie, gate: threading.Event) -> None:
         gate.set()  # no held sync needed here
