@@ -12,16 +12,15 @@ from pathlib import Path
 import pytest
 
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
-from bookkeeper_py.server.connection import BookieConnection
 from bookkeeper_py.storage.disk import DiskChecker
 from bookkeeper_py.storage.engine import StorageConfig
 from bookkeeper_py.wire import v2
 from bookkeeper_py.wire.digest import DigestManager, DigestType
-from bookkeeper_py.wire.framing import FrameDecoder
 from bookkeeper_py.wire.status import StatusCode
 
 from .held_sync import run_with_held_sync, settle
-from .test_decoders_fuzz import FakeTransport
+from .test_bookie_runs import answers as written_answers
+from .test_bookie_runs import serve
 
 KEY = b"l" * 20
 
@@ -95,9 +94,7 @@ def test_a_connection_at_its_bound_is_not_read_until_half_its_requests_are_answe
     received wait, the socket is not read, and every request is answered EOK in the end."""
 
     async def scenario(bookie: Bookie, gate: threading.Event) -> None:
-        connection = BookieConnection(bookie, set())
-        transport = FakeTransport()
-        connection.connection_made(transport)
+        connection, transport = serve(bookie)
         connection.data_received(b"".join(v2.encode_add_request(KEY, entry(i)) for i in range(4)))
         await asyncio.sleep(0.05)
         assert transport.written == b""  # nothing refused
@@ -107,12 +104,7 @@ def test_a_connection_at_its_bound_is_not_read_until_half_its_requests_are_answe
         assert connection.pending == 4 and not transport.reading
         gate.set()
         await settle(lambda: connection.pending == 0 and transport.reading)
-        answered = [
-            v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))
-        ]
-        assert sorted((r.entry_id, r.status) for r in answered) == [
-            (i, StatusCode.EOK) for i in range(5)
-        ]
+        assert sorted(written_answers(transport)) == [(3, i, StatusCode.EOK) for i in range(5)]
 
     run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=4)
 
@@ -125,9 +117,7 @@ def test_a_held_connection_is_read_again_only_once_its_peer_reads_its_answers_to
     leaves nothing to serve."""
 
     async def scenario(bookie: Bookie, gate: threading.Event) -> None:
-        connection = BookieConnection(bookie, set())
-        transport = FakeTransport()
-        connection.connection_made(transport)
+        connection, transport = serve(bookie)
         connection.data_received(b"".join(v2.encode_add_request(KEY, entry(i)) for i in range(3)))
         await asyncio.sleep(0.05)
         assert connection.pending == 2 and not transport.reading  # the third waits
@@ -138,17 +128,10 @@ def test_a_held_connection_is_read_again_only_once_its_peer_reads_its_answers_to
         assert not transport.reading and connection.pending == 0  # the third still waits
         connection.resume_writing()
         await settle(lambda: transport.reading and connection.pending == 0)
-        answered = [
-            v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))
-        ]
-        assert sorted((r.entry_id, r.status) for r in answered) == [
-            (i, StatusCode.EOK) for i in range(3)
-        ]
+        assert sorted(written_answers(transport)) == [(3, i, StatusCode.EOK) for i in range(3)]
         # Lost while held: the answers of what it sent still come, and nothing else is served.
         gate.clear()
-        lost = BookieConnection(bookie, set())
-        lost_transport = FakeTransport()
-        lost.connection_made(lost_transport)
+        lost, lost_transport = serve(bookie)
         lost.data_received(b"".join(v2.encode_add_request(KEY, entry(i)) for i in range(3, 6)))
         await asyncio.sleep(0.05)
         assert lost.pending == 2 and not lost_transport.reading

@@ -245,10 +245,11 @@ class BookieConnection(asyncio.Protocol):
 
     def _process_backlog(self) -> None:
         backlog = self._backlog
-        while backlog and not (self._writing_paused or self._held):
-            if self.pending >= self._max_pending:
-                self._hold()
-                return
+        while (
+            backlog
+            and not (self._writing_paused or self._held)
+            and (self.pending < self._max_pending)
+        ):
             frame = backlog.popleft()
             if self._transport is None:
                 backlog.clear()
@@ -277,7 +278,7 @@ class BookieConnection(asyncio.Protocol):
                 self._protocol_error(str(error))
                 return
         if self.pending >= self._max_pending and not self._held:
-            self._hold()  # before more is read, not only once it is
+            self._hold()  # at the bound: frames wait, and no more are read
 
     # -- authentication ------------------------------------------------------------------------
 
