@@ -248,7 +248,7 @@ class BookieConnection(asyncio.Protocol):
         while (
             backlog
             and not (self._writing_paused or self._held)
-            and (self.pending < self._max_pending)
+            and self.pending < self._max_pending
         ):
             frame = backlog.popleft()
             if self._transport is None:
