@@ -20,11 +20,11 @@ import hmac
 import logging
 import threading
 import time
-from collections import deque
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from itertools import islice, repeat, starmap
+from itertools import chain, islice
 from operator import lt, sub
 
 from bookkeeper_py.storage.entry_log import EntryLogError, EntryLogger
@@ -35,8 +35,14 @@ log = logging.getLogger(__name__)
 
 
 _READ_ATTEMPTS = 4  # reads of one entry that compaction may move away under the reader
-_RELEASE_SLICE = 1024  # entries of a flushed generation freed at a time
 _GIL_PAUSE_S = 0.00005
+# A ledger's entries in a write-cache generation are kept in dicts of at most 1 << _CHUNK_BITS
+# entries (by entry id >> _CHUNK_BITS), not in one dict: CPython grows a dict by rehashing all of
+# it in one call, and one ledger's dict in a bookie's write cache held the loop for ~5 ms at its
+# growth past 87,381 entries (~9 ms past 174,762), in every bookie at once, since each stores the
+# ledger at the same rate: the adds due then waited 10-20 ms. A chunk is also the slice in which
+# a flushed generation is freed.
+_CHUNK_BITS = 10
 _GATHER_SLICE = 8192  # cached entries of a ledger a checkpoint writes to the entry log at a time
 # A paced checkpoint rests this many times as long as each slice of its long C-level steps took
 # (the index's puts, freeing the flushed generation), at most _MAX_REST_S a slice.
@@ -71,6 +77,92 @@ class LedgerInfo:
         return data
 
 
+class _LedgerEntries:
+    """One ledger's entries in a write-cache generation: entry id -> entry bytes, in dicts of at
+    most ``1 << _CHUNK_BITS`` entries keyed by ``entry id >> _CHUNK_BITS`` (see ``_CHUNK_BITS``).
+    Iterating yields the entry ids in the order they were first added."""
+
+    __slots__ = ("chunks", "count")
+
+    def __init__(self) -> None:
+        self.chunks: dict[int, dict[int, bytes]] = {}
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[int]:
+        return chain.from_iterable(self.chunks.values())
+
+    def get(self, entry_id: int) -> bytes | None:
+        chunk = self.chunks.get(entry_id >> _CHUNK_BITS)
+        return None if chunk is None else chunk.get(entry_id)
+
+    def values(self) -> Iterator[bytes]:
+        return chain.from_iterable(chunk.values() for chunk in self.chunks.values())
+
+    def items(self) -> Iterator[tuple[int, bytes]]:
+        return chain.from_iterable(chunk.items() for chunk in self.chunks.values())
+
+    def put(self, entry_id: int, entry: bytes) -> bytes | None:
+        """Adds or replaces one entry; returns the one it replaced."""
+        key = entry_id >> _CHUNK_BITS
+        chunk = self.chunks.get(key)
+        if chunk is None:
+            chunk = self.chunks[key] = {}
+        previous = chunk.get(entry_id)
+        chunk[entry_id] = entry
+        if previous is None:
+            self.count += 1
+        return previous
+
+    def add_new(self, entry_ids: list[int], entries: list[bytes]) -> bool:
+        """Adds entries whose ids increase, if it holds none of them yet (a dict update per
+        chunk they fall in, in C); returns False, changing nothing, if it holds one already."""
+        chunks = self.chunks
+        pieces: list[tuple[int, int, int]] = []
+        start, count = 0, len(entry_ids)
+        while start < count:
+            key = entry_ids[start] >> _CHUNK_BITS
+            end = count
+            if entry_ids[-1] >> _CHUNK_BITS != key:
+                end = bisect_left(entry_ids, (key + 1) << _CHUNK_BITS, start)
+            chunk = chunks.get(key)
+            if chunk is not None and not chunk.keys().isdisjoint(entry_ids[start:end]):
+                return False
+            pieces.append((key, start, end))
+            start = end
+        for key, start, end in pieces:
+            chunk = chunks.get(key)
+            if chunk is None:
+                chunk = chunks[key] = {}
+            chunk.update(zip(entry_ids[start:end], entries[start:end], strict=True))
+        self.count += count
+        return True
+
+    def runs(self, ordered: bool, size: int) -> Iterator[tuple[list[int], list[bytes]]]:
+        """The entries in increasing id order, as (ids, entries) runs of about ``size`` (whole
+        chunks). ``ordered``: every entry was added in increasing order, so that the order they
+        were added in is the order of their ids, which needs no sort."""
+        ids: list[int] = []
+        entries: list[bytes] = []
+        chunks = self.chunks
+        for key in chunks if ordered else sorted(chunks):
+            chunk = chunks[key]
+            if ordered:
+                ids += chunk
+                entries += chunk.values()
+            else:
+                keys = sorted(chunk)
+                ids += keys
+                entries += map(chunk.__getitem__, keys)
+            if len(ids) >= size:
+                yield ids, entries
+                ids, entries = [], []
+        if ids:
+            yield ids, entries
+
+
 @dataclass(slots=True)
 class _Generation:
     """One generation of the write cache: ledger id -> entry id -> entry bytes.
@@ -78,7 +170,7 @@ class _Generation:
     Keyed per ledger so that a checkpoint walks ledgers in order over int keys that arrive almost
     sorted, instead of sorting (ledger, entry) tuples."""
 
-    ledgers: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    ledgers: dict[int, _LedgerEntries] = field(default_factory=dict)
     last_entry: dict[int, int] = field(default_factory=dict)
     dirty_ledgers: set[int] = field(default_factory=set)
     new_ledgers: set[int] = field(default_factory=set)  # created here, not in the index yet
@@ -94,10 +186,10 @@ def _merge_into(current: _Generation, older: _Generation) -> None:
     for ledger_id, entries in older.ledgers.items():
         target = current.ledgers.get(ledger_id)
         if target is None:
-            current.ledgers[ledger_id] = target = {}
+            current.ledgers[ledger_id] = target = _LedgerEntries()
         for entry_id, entry in entries.items():
-            if entry_id not in target:
-                target[entry_id] = entry
+            if target.get(entry_id) is None:
+                target.put(entry_id, entry)
                 current.size_bytes += len(entry)
                 current.count += 1
         last = older.last_entry.get(ledger_id, -1)
@@ -134,23 +226,17 @@ def _resting_pause(hurry: threading.Event | None) -> Callable[[], None]:
     return pause
 
 
-_discard = deque[object](maxlen=0).extend  # consumes an iterator in C, keeping nothing
-
-
 def _release(generation: _Generation, pause: Callable[[], None] = _pause_for_gil) -> None:
-    """Frees a flushed generation a slice at a time, pausing for the GIL between slices: dropped
-    at once, its entries (a write cache's worth) are freed in one C-level call holding the GIL
-    for milliseconds, which the bookie's loop and journal threads wait for. A slice is taken off
-    its ledger's dict by ``popitem`` calls run in C (a Python-level ``del`` per key cost twice as
-    much: ~0.15 against ~0.07 us per 100-byte entry)."""
+    """Frees a flushed generation a chunk of a ledger at a time, pausing for the GIL after each:
+    dropped at once, its entries (a write cache's worth) are freed in one C-level call holding
+    the GIL for milliseconds, which the bookie's loop and journal threads wait for."""
     ledgers = generation.ledgers
     while ledgers:
         _, entries = ledgers.popitem()
-        while len(entries) > _RELEASE_SLICE:
-            _discard(starmap(entries.popitem, repeat((), _RELEASE_SLICE)))
+        chunks = entries.chunks
+        while chunks:
+            chunks.popitem()[1].clear()
             pause()
-        entries.clear()
-        pause()
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +432,7 @@ class LedgerStorage:
             current = self._current
             cached = current.ledgers.get(ledger_id)
             if cached is None:
-                cached = current.ledgers[ledger_id] = {}
+                cached = current.ledgers[ledger_id] = _LedgerEntries()
                 current.last_entry[ledger_id] = entry_ids[0] - 1
             last = max(entry_ids)
             increasing = all(map(lt, entry_ids, islice(entry_ids, 1, None)))
@@ -354,16 +440,14 @@ class LedgerStorage:
                 current.unordered.add(ledger_id)
             if last > current.last_entry[ledger_id]:
                 current.last_entry[ledger_id] = last
-            if increasing and cached.keys().isdisjoint(entry_ids):  # each new: in C
-                cached.update(zip(entry_ids, entries, strict=True))
+            if increasing and cached.add_new(entry_ids, entries):  # each new: in C
                 current.size_bytes += sum(map(len, entries))
                 current.count += len(entries)
                 return
-            get = cached.get
+            put = cached.put
             grown = added = 0
             for entry_id, entry in zip(entry_ids, entries, strict=True):
-                previous = get(entry_id)
-                cached[entry_id] = entry
+                previous = put(entry_id, entry)
                 if previous is None:
                     grown += len(entry)
                     added += 1
@@ -552,13 +636,12 @@ class LedgerStorage:
                 # cache's locations were 56-72 ms of one core in each of three bookies at once.)
                 with self.index.writing() as index:
                     for ledger_id in sorted(flushing.ledgers):
-                        entries = flushing.ledgers[ledger_id]
                         # Entries that came in increasing order (one writer's plain adds) are
                         # taken in that order a slice at a time, pausing between slices: sorting
                         # and gathering a write cache's worth at once held the GIL for 10-24 ms.
-                        keys = iter(sorted(entries) if ledger_id in flushing.unordered else entries)
-                        while entry_ids := list(islice(keys, _GATHER_SLICE)):
-                            in_order = list(map(entries.__getitem__, entry_ids))
+                        ordered = ledger_id not in flushing.unordered
+                        runs = flushing.ledgers[ledger_id].runs(ordered, _GATHER_SLICE)
+                        for entry_ids, in_order in runs:
                             placed = self.entry_logger.add_many(ledger_id, in_order)
                             index.put_locations(ledger_id, entry_ids, placed, pause)
                     self.entry_logger.flush()
