@@ -376,9 +376,10 @@ def test_zeros_ahead_stop_while_syncs_are_large_and_resume_once_they_are_small(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, roll: bool
 ) -> None:
     """Zeros ahead write the journal's bytes twice: they are written only while a sync covers
-    at most ZERO_AHEAD_MAX_SYNC_BYTES of records on average. Records of 300 KB each, synced one
-    by one, outrun the zeros; once small records follow (``roll``: in a new file), the zeros
-    come back. Every zero write lands past the records, and every record replays as written."""
+    at most ZERO_AHEAD_MAX_SYNC_BYTES of records on average. Records of 9 times that each,
+    synced one by one, outrun the zeros; once small records follow (``roll``: in a new file),
+    the zeros come back. Every zero write lands past the records, and every record replays as
+    written."""
     collector = Collector()
     journal = Journal(str(tmp_path), collector, preallocate_bytes=16 * 1024 * 1024)
     zero_writes: list[tuple[int, int]] = []  # (offset, end of the records then)
@@ -390,7 +391,8 @@ def test_zeros_ahead_stop_while_syncs_are_large_and_resume_once_they_are_small(
 
     monkeypatch.setattr(os, "pwrite", pwrite)
     journal.open(0)
-    large = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * 300_000)) for i in range(8)]
+    large_size = 9 * ZERO_AHEAD_MAX_SYNC_BYTES  # past the average from the first sync
+    large = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * large_size)) for i in range(8)]
     small = [(RecordType.ENTRY, entry(1, 8 + i, b"s" * 100)) for i in range(40)]
     for index, (record_type, body) in enumerate(large):
         journal.append(record_type, body, index)

@@ -395,9 +395,9 @@ def test_zeros_ahead_on_the_loop_land_past_the_records_and_are_synced(
 def test_zeros_ahead_on_the_loop_stop_while_syncs_are_large(
     tmp_path: Path, loop_thread: LoopThread, syncer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Groups of 300 KB synced one by one (by the syncer) outrun the zeros ahead, which are
-    written again once small groups follow (see ZERO_AHEAD_MAX_SYNC_BYTES); every record
-    replays as written."""
+    """Groups of 9 times ZERO_AHEAD_MAX_SYNC_BYTES synced one by one (by the syncer) outrun the
+    zeros ahead, which are written again once small groups follow; every record replays as
+    written."""
     collector = LoopCollector()
     zero_writes: list[tuple[int, int]] = []
     journal = Journal(str(tmp_path), collector, preallocate_bytes=16 * 1024 * 1024)
@@ -410,7 +410,8 @@ def test_zeros_ahead_on_the_loop_stop_while_syncs_are_large(
     monkeypatch.setattr(os, "pwrite", pwrite)
     journal.write_on(loop_thread.loop, lambda: False, partial(call_on, loop_thread.loop))
     journal.open(0)
-    large = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * 300_000)) for i in range(8)]
+    large_size = 9 * ZERO_AHEAD_MAX_SYNC_BYTES  # past the average from the first sync
+    large = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * large_size)) for i in range(8)]
     small = [(RecordType.ENTRY, entry(1, 8 + i, b"s" * 100)) for i in range(40)]
     for index, (_, body) in enumerate(large):
         loop_thread.call(partial(journal.append_entries, [body], index))

@@ -90,12 +90,15 @@ _GATHER_MIN_RECORD = 4096
 # record waits).
 _ZERO_CHUNK = 256 * 1024
 _ZERO_AHEAD = 1024 * 1024
-# ... but only while the syncs are small: zeros ahead write every byte of the journal twice, and
-# a sync over unwritten space costs ~70 us more. With syncs of more than this many bytes of
-# records on average (a loaded journal, whose syncs each cover many records) the second write
-# costs the disk more than the syncs save (32 KiB at ~220-450 MB/s is 70-150 us), and at full
-# speed they were a quarter of the disk's writes (3/2/2: ~4.6 against ~3.4 KB written per add).
-ZERO_AHEAD_MAX_SYNC_BYTES = 32 * 1024
+# ... but only while the syncs are not large: zeros ahead write every byte of the journal twice.
+# What a sync over unwritten space costs more grows with the load: on ext4 its fdatasync also
+# writes the extent tree's block and the inode, each a round trip of the disk after the data's
+# (two more waits of the syncer thread), ~70 us on an idle disk but a third of a sync at half the
+# 3/2/2 rate (~60 KiB a sync there: sync mean 0.62-0.82 -> 0.38-0.54 ms with the zeros, no more
+# CPU). With syncs of more than this many bytes of records on average (a journal at full speed,
+# ~300 KiB a sync) the zeros were a quarter of the disk's writes (3/2/2: ~4.6 against ~3.4 KB
+# written per add) and ~7 % of the bookies' CPU, for syncs that each cover hundreds of records.
+ZERO_AHEAD_MAX_SYNC_BYTES = 128 * 1024
 _ZEROS = memoryview(bytes(_ZERO_CHUNK))
 _PAGE = 4096  # page cache granularity for dropping written pages (a multiple of any page size)
 # Synced pages are dropped once this many have gathered: one posix_fadvise costs ~10 µs (it may
