@@ -120,23 +120,27 @@ class _LedgerEntries:
         """Adds entries whose ids increase, if it holds none of them yet (a dict update per
         chunk they fall in, in C); returns False, changing nothing, if it holds one already."""
         chunks = self.chunks
-        pieces: list[tuple[int, int, int]] = []
+        pieces: list[tuple[int, list[int], list[bytes]]] = []
         start, count = 0, len(entry_ids)
         while start < count:
             key = entry_ids[start] >> _CHUNK_BITS
             end = count
             if entry_ids[-1] >> _CHUNK_BITS != key:
                 end = bisect_left(entry_ids, (key + 1) << _CHUNK_BITS, start)
+            if end - start == count:  # the usual batch: all in one chunk, no copies
+                ids, values = entry_ids, entries
+            else:
+                ids, values = entry_ids[start:end], entries[start:end]
             chunk = chunks.get(key)
-            if chunk is not None and not chunk.keys().isdisjoint(entry_ids[start:end]):
+            if chunk is not None and not chunk.keys().isdisjoint(ids):
                 return False
-            pieces.append((key, start, end))
+            pieces.append((key, ids, values))
             start = end
-        for key, start, end in pieces:
+        for key, ids, values in pieces:
             chunk = chunks.get(key)
             if chunk is None:
                 chunk = chunks[key] = {}
-            chunk.update(zip(entry_ids[start:end], entries[start:end], strict=True))
+            chunk.update(zip(ids, values, strict=True))
         self.count += count
         return True
 
