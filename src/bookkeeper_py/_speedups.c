@@ -518,24 +518,38 @@ static PyObject *entry_log_record(PyObject *self, PyObject *const *args, Py_ssiz
     return result;
 }
 
-/* entry_log_frame(out, entries, location) -> locations: a checkpoint's batch of entry-log
- * records (storage/entry_log.py add_many), each [uint32 length][uint32 CRC32C of the entry]
- * [entry], written back to back into the bytearray ``out`` (resized to fit them: kept by the
- * caller from one batch to the next, so its pages are not found afresh each time), and the
- * location of each record, the first at ``location`` (a log id in the high 32 bits and an
- * offset in the low ones; the records of one call stay in one log). One system call then writes
- * them, where the Python path built two pieces per record for writev. The checksums and copies
- * run without the GIL (the bookie's loop needs it meanwhile), on entries held by a reference of
- * the call's own and into ``out``'s buffer, which cannot be resized while it is held. */
+/* entry_log_frame(out, entries, location[, at]) -> locations: a checkpoint's batch of
+ * entry-log records (storage/entry_log.py add_many), each [uint32 length][uint32 CRC32C of the
+ * entry][entry], written back to back into ``out``, and the location of each record, the first
+ * at ``location`` (a log id in the high 32 bits and an offset in the low ones; the records of one
+ * call stay in one log). Without ``at``, ``out`` is a bytearray resized to fit them (kept by the
+ * caller from one batch to the next, so its pages are not found afresh each time); with it,
+ * ``out`` is any writable buffer (the page-aligned buffer of direct writes) and the records go
+ * from byte ``at`` on, a ValueError if they do not fit. One system call then writes them, where
+ * the Python path built two pieces per record for writev. The checksums and copies run without
+ * the GIL (the bookie's loop needs it meanwhile), on entries held by a reference of the call's
+ * own and into ``out``'s buffer, which cannot be resized while it is held. */
 static PyObject *entry_log_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyByteArray_Check(args[0]) || !PyList_Check(args[1])) {
+    if (nargs < 3 || nargs > 4 || (nargs == 3 && !PyByteArray_Check(args[0])) ||
+        !PyList_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError,
-                        "entry_log_frame(out: bytearray, entries: list, location: int)");
+                        "entry_log_frame(out: bytearray, entries: list, location: int) or "
+                        "entry_log_frame(out: writable buffer, entries: list, location: int, "
+                        "at: int)");
         return NULL;
     }
     PyObject *out = args[0], *entries = args[1];
     long long location = PyLong_AsLongLong(args[2]);
     if (location == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t at_offset = -1; /* -1: resize the bytearray to fit */
+    if (nargs == 4) {
+        at_offset = PyLong_AsSsize_t(args[3]);
+        if (at_offset == -1 && PyErr_Occurred()) return NULL;
+        if (at_offset < 0) {
+            PyErr_SetString(PyExc_ValueError, "entry_log_frame: a negative offset");
+            return NULL;
+        }
+    }
     Py_ssize_t count = PyList_GET_SIZE(entries), total = 0, held_count = 0;
     PyObject **held = PyMem_Malloc(sizeof(*held) * (size_t)(count ? count : 1));
     if (held == NULL) return PyErr_NoMemory();
@@ -557,7 +571,7 @@ static PyObject *entry_log_frame(PyObject *self, PyObject *const *args, Py_ssize
         held[held_count] = entry;
         total += 8 + PyBytes_GET_SIZE(entry);
     }
-    if (PyByteArray_Resize(out, total) < 0) goto done;
+    if (at_offset < 0 && PyByteArray_Resize(out, total) < 0) goto done;
     locations = PyList_New(count);
     if (locations == NULL) goto done;
     long long offset = 0;
@@ -568,7 +582,12 @@ static PyObject *entry_log_frame(PyObject *self, PyObject *const *args, Py_ssize
         offset += 8 + PyBytes_GET_SIZE(held[i]);
     }
     if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE) < 0) goto done;
-    uint8_t *at = (uint8_t *)view.buf;
+    if (at_offset >= 0 && view.len - at_offset < total) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "entry_log_frame: the records do not fit the buffer");
+        goto done;
+    }
+    uint8_t *at = (uint8_t *)view.buf + (at_offset < 0 ? 0 : at_offset);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(held[i]);

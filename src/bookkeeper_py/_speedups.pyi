@@ -1,5 +1,6 @@
 """Types of the C speedups (``_speedups.c``)."""
 
+import mmap
 from array import array
 from collections import deque
 from typing import Any, TypeVar
@@ -21,7 +22,9 @@ def crc32c_package_run(
 def entry_log_record(
     block: bytes | memoryview, at: int, ledger_id: int, entry_id: int, /
 ) -> bytes | None: ...
-def entry_log_frame(out: bytearray, entries: list[bytes], location: int, /) -> list[int]: ...
+def entry_log_frame(
+    out: bytearray | mmap.mmap, entries: list[bytes], location: int, at: int = ..., /
+) -> list[int]: ...
 def index_pairs(
     ledger_id: int, entry_ids: list[int], locations: list[int], start: int, stop: int, /
 ) -> list[tuple[bytes, bytes]]: ...

@@ -61,20 +61,38 @@ _SIZES = [
 ]
 
 
-@pytest.mark.parametrize("path", ["c", "python"])
-@pytest.mark.parametrize("sizes", _SIZES)
+def direct_logger(directory: Path, **options: int) -> EntryLogger:
+    """A logger writing with O_DIRECT (the C framing in use); the test is skipped where the file
+    system refuses direct I/O (the logger then writes through the page cache)."""
+    if entry_log._c_frame is None:
+        pytest.skip("C speedups not built here")
+    logger = EntryLogger(str(directory), direct_writes=True, **options)
+    logger.add(1, entry(1, 0, 10))  # starts the first log: direct or not
+    if logger._direct is None:
+        logger.close()
+        pytest.skip(f"{directory} takes no direct writes")
+    return logger
+
+
+@pytest.mark.parametrize("path", ["c", "python", "direct"])
+@pytest.mark.parametrize("sizes", [*_SIZES, [3 * 1024 * 1024, 100, 2 * 1024 * 1024]])
 def test_add_many_places_every_entry_where_it_reads_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int], path: str
 ) -> None:
-    take_path(monkeypatch, entry_log, "_c_frame", path)
-    logger = EntryLogger(str(tmp_path), flush_every_bytes=1024 * 1024)
+    """(The last sizes: entries larger than the direct writes' buffer, which grows for them.)"""
+    if path == "direct":
+        logger = direct_logger(tmp_path, flush_every_bytes=1024 * 1024)
+    else:
+        take_path(monkeypatch, entry_log, "_c_frame", path)
+        logger = EntryLogger(str(tmp_path), flush_every_bytes=1024 * 1024)
+        logger.add(1, entry(1, 0, 10))
     entries = [entry(7, index, size) for index, size in enumerate(sizes)]
     locations = logger.add_many(7, entries)
     logger.flush()
     assert [logger.read(location, 7, index) for index, location in enumerate(locations)] == entries
     log_id = split_location(locations[0])[0]
-    assert [body for _, _, _, body in logger.records(log_id)] == entries
-    assert logger.scan_ledgers(log_id) == {7: sum(len(e) + 8 for e in entries)}
+    assert [body for _, _, _, body in logger.records(log_id)] == [entry(1, 0, 10), *entries]
+    assert logger.scan_ledgers(log_id) == {1: 34, 7: sum(len(e) + 8 for e in entries)}
     logger.close()
 
 
@@ -99,6 +117,109 @@ def test_the_c_and_python_framings_write_the_same_log(
         logs.append((locations, Path(logger.path(split_location(locations[0])[0])).read_bytes()))
         logger.close()
     assert logs[0] == logs[1]
+
+
+def write_logs(logger: EntryLogger) -> list[int]:
+    """Batches large and small, entries one at a time (as compaction adds them), and rolls."""
+    locations = logger.add_many(5, [entry(5, i, 100) for i in range(3)])
+    locations += logger.add_many(7, [entry(7, i, 3000 + i) for i in range(300)])
+    locations += [logger.add(9, entry(9, i, 777)) for i in range(50)]
+    logger.roll()
+    locations += logger.add_many(7, [entry(7, 300 + i, 50_000) for i in range(30)])
+    locations += logger.add_many(11, [entry(11, i, 1) for i in range(5)])
+    return locations
+
+
+def test_direct_writes_leave_the_same_logs_as_writes_through_the_page_cache(
+    tmp_path: Path,
+) -> None:
+    """The same adds, written with O_DIRECT and through the page cache, over rolls (a closed log
+    cut back to its last record): the same locations, and byte for byte the same files once
+    closed. Before, the active log written directly ends in zeros up to a 4 KiB bound, which
+    every reader takes for the end of the log."""
+    (tmp_path / "direct").mkdir()
+    (tmp_path / "cached").mkdir()
+    direct = direct_logger(tmp_path / "direct", log_size_limit=400_000)
+    cached = EntryLogger(str(tmp_path / "cached"), log_size_limit=400_000)
+    cached.add(1, entry(1, 0, 10))
+    assert write_logs(direct) == write_logs(cached)
+    direct.flush()
+    cached.flush()
+    assert direct.log_ids() == cached.log_ids() and len(direct.log_ids()) > 2
+    active = direct.active_log_id
+    for log_id in direct.log_ids():
+        direct_bytes = Path(direct.path(log_id)).read_bytes()
+        cached_bytes = Path(cached.path(log_id)).read_bytes()
+        if log_id == active:
+            assert len(direct_bytes) % 4096 == 0 and len(direct_bytes) > len(cached_bytes)
+            assert direct_bytes == cached_bytes.ljust(len(direct_bytes), b"\0")
+        else:
+            assert direct_bytes == cached_bytes
+        assert list(direct.records(log_id)) == list(cached.records(log_id))
+        assert direct.scan_ledgers(log_id) == cached.scan_ledgers(log_id)
+    direct.close()
+    cached.close()
+    for log_id in direct.log_ids():
+        assert Path(direct.path(log_id)).read_bytes() == Path(cached.path(log_id)).read_bytes()
+
+
+def test_a_log_written_directly_and_left_by_a_crash_reads_to_its_last_record(
+    tmp_path: Path,
+) -> None:
+    """A bookie that stops without closing its log leaves it ending in zeros: a new logger starts
+    a log of its own, and the old one's records (and its ledgers, scanned) read back whole."""
+    logger = direct_logger(tmp_path, flush_every_bytes=64 * 1024)
+    entries = [entry(3, i, 5000 + i) for i in range(100)]
+    locations = logger.add_many(3, entries)
+    logger.flush()
+    log_id = logger.active_log_id
+    assert logger.file_size(log_id) % 4096 == 0
+    logger._close_direct()  # the process gone: its descriptors closed, nothing else done
+    os.close(logger._active_fd)
+    again = EntryLogger(str(tmp_path), direct_writes=True)
+    assert [body for _, _, _, body in again.records(log_id)] == [entry(1, 0, 10), *entries]
+    assert again.scan_ledgers(log_id) == {1: 34, 3: sum(len(e) + 8 for e in entries)}
+    assert [again.read(place, 3, i) for i, place in enumerate(locations)] == entries
+    newer = again.add(4, entry(4, 0, 10))
+    assert split_location(newer)[0] == log_id + 1
+    again.close()
+
+
+def test_a_direct_write_that_fails_leaves_the_log_at_what_was_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A direct write refused (a full disk) or cut short raises; the log is cut back to what was
+    synced (what the index may point at) and the next write starts a new log."""
+    logger = direct_logger(tmp_path)
+    kept = logger.add_many(3, [entry(3, i, 2000) for i in range(50)])
+    logger.flush()
+    log_id = logger.active_log_id
+    synced = logger.file_size(log_id)
+    real = os.pwrite
+    for failure in ("refused", "short"):
+
+        def failing(fd: int, data: memoryview, offset: int, failure: str = failure) -> int:
+            if failure == "refused":
+                raise OSError(28, "No space left on device")
+            return real(fd, data[:4096], offset)
+
+        monkeypatch.setattr(os, "pwrite", failing)
+        with pytest.raises(OSError, match=r"No space|short direct write"):
+            logger.add_many(3, [entry(3, 50 + i, 2000) for i in range(50)])
+            logger.flush()  # written (and refused) here at the latest
+        monkeypatch.undo()
+        logger.abandon_active()
+        assert os.path.getsize(logger.path(log_id)) <= synced
+        assert [logger.read(place, 3, i) for i, place in enumerate(kept)] == [
+            entry(3, i, 2000) for i in range(50)
+        ]
+        again = logger.add_many(3, [entry(3, 50, 2000)])
+        logger.flush()
+        assert split_location(again[0])[0] == log_id + 1
+        assert logger.read(again[0], 3, 50) == entry(3, 50, 2000)
+        log_id = logger.active_log_id
+        synced = logger.file_size(log_id)
+    logger.close()
 
 
 @pytest.mark.parametrize("path", ["c", "python"])

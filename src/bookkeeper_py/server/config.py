@@ -171,6 +171,14 @@ SETTINGS: tuple[Setting, ...] = (
         "drop synced pages of the active entry log from the page cache (not a BookKeeper key)",
     ),
     Setting(
+        "dbStorage_directIOEntryLogger",
+        "--direct-io-entry-logger",
+        _bool,
+        True,
+        "write entry logs with O_DIRECT, not through the page cache (the same file format; "
+        "where the file system refuses direct I/O, through the page cache)",
+    ),
+    Setting(
         "checkpointPace",
         "--checkpoint-pace",
         float,
@@ -748,6 +756,7 @@ def build(values: dict[str, Any]) -> BookieConfig:
         log_size_limit=log_size_limit,
         flush_entrylog_bytes=max(0, values["flushEntrylogBytes"]),
         entry_log_remove_from_page_cache=values["entryLogRemoveFromPageCache"],
+        entry_log_direct_writes=values["dbStorage_directIOEntryLogger"],
         checkpoint_pace=pace,
         write_cache_max_bytes=positive("dbStorage_writeCacheMaxSizeMb") * MiB,
         flush_interval_s=positive("flushInterval") / 1000.0,

@@ -35,8 +35,9 @@ _ROCKSDB = (
     "(docs/formats/index.md), which needs no such tuning"
 )
 _DIRECT_IO = (
-    "DbLedgerStorage's direct-I/O entry logger: this bookie's entry logs go through the page "
-    "cache (synced pages dropped, see entryLogRemoveFromPageCache)"
+    "buffers of DbLedgerStorage's direct-I/O entry logger: this bookie writes its entry logs "
+    "with O_DIRECT (dbStorage_directIOEntryLogger) from one buffer of ~1 MiB per ledger "
+    "directory, and reads them through the page cache"
 )
 _READ_AHEAD_CACHE = (
     "DbLedgerStorage's read-ahead cache: this bookie reads a ledger's following entries in "

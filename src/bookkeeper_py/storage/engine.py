@@ -97,6 +97,9 @@ class StorageConfig:
     flush_entrylog_bytes: int = 1024 * 1024
     # ours: drop the active entry log's pages from the page cache once synced (entry_log.py)
     entry_log_remove_from_page_cache: bool = True
+    # dbStorage_directIOEntryLogger (BookKeeper: false, another file format there; here the same
+    # format): entry logs written with O_DIRECT, where the file system takes it (entry_log.py)
+    entry_log_direct_writes: bool = True
     # checkpointPace (ours): a periodic checkpoint spreads its entry-log writes over this
     # fraction of flushInterval, so that the journal's fsyncs are not queued behind it; 0: at
     # full speed. A checkpoint of a write cache half full always runs at full speed.
@@ -253,6 +256,7 @@ class StorageEngine:
                     flush_entrylog_bytes=config.flush_entrylog_bytes,
                     ledger_cache_size=config.ledger_cache_size,
                     remove_from_page_cache=config.entry_log_remove_from_page_cache,
+                    direct_writes=config.entry_log_direct_writes,
                 )
             )
         # One journal (and syncer or journal thread) per directory; a ledger always uses the same

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -62,6 +63,10 @@ _BATCH_BYTES = 1024 * 1024
 _WRITEV_MIN = 32  # fewer entries than this are buffered instead,
 _WRITEV_MIN_BYTES = 64 * 1024  # unless they hold this many bytes (copying them costs more)
 _PAGE = 4096  # page cache granularity for dropping written pages (a multiple of any page size)
+# Direct writes (``_DirectAppender``) start at offsets and write sizes that are multiples of this
+# (a multiple of any device's logical block size), from a page-aligned buffer this big at first.
+_ALIGN = 4096
+_DIRECT_BUFFER_BYTES = 2 * _BATCH_BYTES + 2 * _ALIGN
 
 
 class EntryLogError(Exception):
@@ -83,9 +88,86 @@ _c_record: Callable[[bytes | memoryview, int, int, int], bytes | None] | None = 
     native.entry_log_record if native is not None else None
 )
 # The C framing of a batch of records into one buffer (``add_many``), where it is in use.
-_c_frame: Callable[[bytearray, list[bytes], int], list[int]] | None = (
-    native.entry_log_frame if native is not None else None
-)
+_c_frame: Callable[..., list[int]] | None = native.entry_log_frame if native is not None else None
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+class _DirectAppender:
+    """Appends records to the active log with ``O_DIRECT``: from a page-aligned buffer straight to
+    the disk, never through the page cache. Buffered, every 4 KiB written took a fresh page of the
+    page cache, the kernel's delayed-allocation bookkeeping for it, its writeback at the next
+    fdatasync and its dropping after (``remove_from_page_cache``): about half of a checkpoint's
+    CPU. Direct writes must start and end on ``_ALIGN`` bounds, so the buffer starts with the
+    log's last partial block (the bytes already written from the block's start), new records go
+    after it until ``write`` (at the log's next flush, or when the buffer is full: about one
+    write per ``flushEntrylogBytes``), the rest of the last block is written as zeros, and the
+    next write writes that block again with more records in it. The file may so end in up to
+    ``_ALIGN - 1`` zero bytes past the last record until the log is closed (``trim``); a zero
+    length is a torn tail to every reader. Records are durable after the next fdatasync, as
+    buffered ones (that also writes the file's size and the disk's cache)."""
+
+    def __init__(self, fd: int, size: int, head: bytes) -> None:
+        """``fd`` is the log opened with ``O_DIRECT``; ``size`` its size so far; ``head`` its bytes
+        from the last ``_ALIGN`` bound before ``size`` to ``size``."""
+        self.fd = fd
+        self.base = size - size % _ALIGN  # the file offset of the buffer's first byte
+        self.tail = size - self.base  # bytes of the buffer in the file already
+        self.end = self.tail  # bytes of the buffer in use: the tail, then records to write
+        assert len(head) == self.tail
+        self.buffer = mmap.mmap(-1, _DIRECT_BUFFER_BYTES)
+        self.buffer[: self.tail] = head
+
+    def _room(self, size: int) -> None:
+        """Makes room for ``size`` more bytes: writes what waits if they would not fit, and grows
+        the buffer for a batch of entries larger than it."""
+        if self.end + size + _ALIGN > len(self.buffer):
+            self.write()
+        needed = self.end + size + _ALIGN
+        if needed > len(self.buffer):
+            grown = mmap.mmap(-1, needed + _ALIGN - needed % _ALIGN)
+            grown[: self.end] = self.buffer[: self.end]
+            self.buffer.close()
+            self.buffer = grown
+
+    def frame(self, entries: list[bytes], location: int, size: int) -> list[int]:
+        """Frames ``entries`` (``size`` bytes of records) into the buffer, in C."""
+        self._room(size)
+        assert _c_frame is not None
+        locations = _c_frame(self.buffer, entries, location, self.end)
+        self.end += size
+        return locations
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Puts ``data`` (records framed already) into the buffer."""
+        self._room(len(data))
+        self.buffer[self.end : self.end + len(data)] = data
+        self.end += len(data)
+
+    def write(self) -> None:
+        """Writes the records in the buffer, with the tail's block before them and zeros to the
+        next ``_ALIGN`` bound after; keeps their last partial block as the new tail."""
+        end = self.end
+        if end == self.tail:
+            return
+        padded = end + (-end % _ALIGN)
+        self.buffer[end:padded] = bytes(padded - end)
+        with memoryview(self.buffer) as whole, whole[:padded] as view:
+            written = os.pwrite(self.fd, view, self.base)
+        if written != padded:  # a direct write is all or nothing but for a full disk
+            raise OSError(errno.ENOSPC, f"short direct write ({written} of {padded} bytes)")
+        keep = end - end % _ALIGN
+        if keep:
+            self.buffer[: end - keep] = self.buffer[keep:end]
+            self.base += keep
+        self.tail = self.end = end - keep
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        finally:
+            self.buffer.close()
+
+
 # A walk over a ledger's records (a batch read, a striped read's share) reads spans of at most
 # this many bytes.
 READ_RUN_BYTES = 1024 * 1024
@@ -143,6 +225,7 @@ class EntryLogger:
         flush_every_bytes: int = 0,
         *,
         remove_from_page_cache: bool = False,
+        direct_writes: bool = False,
     ) -> None:
         if log_size_limit >= 2**32:
             raise ValueError("logSizeLimit must stay below 4 GiB: offsets are 32 bits")
@@ -154,6 +237,10 @@ class EntryLogger:
         self._flush_every = flush_every_bytes
         self._flushed_size = 0
         self._drop_pages = remove_from_page_cache and hasattr(os, "posix_fadvise")
+        # Records written with O_DIRECT where the file system takes it and the C framing is in
+        # use (``_DirectAppender``); otherwise through the page cache.
+        self._direct_writes = direct_writes and bool(_O_DIRECT) and _c_frame is not None
+        self._direct: _DirectAppender | None = None
         self._dropped = 0  # bytes at the start of the active log dropped from the page cache
         # Bytes a read takes at first: the size of the last record read (header and entry).
         self._record_guess = _RECORD.size + 1024
@@ -217,10 +304,25 @@ class EntryLogger:
         log_id = max(existing[-1] + 1 if existing else 0, self._next_id)
         self._next_id = log_id + 1
         fd = os.open(self.path(log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, _header(log_id, 0, 0))
+        header = _header(log_id, 0, 0)
+        os.write(fd, header)
         os.fsync(fd)
         fsync_directory(self.directory)
         self._active_fd, self._active_id, self._size = fd, log_id, HEADER_SIZE
+        if self._direct_writes:
+            try:
+                direct_fd = os.open(self.path(log_id), os.O_WRONLY | _O_DIRECT)
+            except OSError as error:  # e.g. EINVAL: a file system without direct I/O
+                log.info(
+                    "entry logs in %s are written through the page cache: %s does not take "
+                    "direct writes (%s)",
+                    self.directory,
+                    self.path(log_id),
+                    error,
+                )
+                self._direct_writes = False
+            else:
+                self._direct = _DirectAppender(direct_fd, HEADER_SIZE, header)
         self._synced_size = self._flushed_size = HEADER_SIZE
         self._active_bound = (log_id, HEADER_SIZE)
         self._dropped = 0
@@ -264,6 +366,10 @@ class EntryLogger:
             self._size += batch_size
             self.written += batch_size
             self._ledger_bytes[ledger_id] += batch_size
+            if self._direct is not None:
+                locations += self._direct.frame(batch, first, batch_size)
+                self._wrote()
+                continue
             if _c_frame is not None:
                 # the records framed back to back in C (checksums without the GIL): one write
                 frame = self._frame
@@ -315,6 +421,13 @@ class EntryLogger:
         return locations
 
     def _write_buffer(self) -> None:
+        if self._direct is not None:
+            if self._buffer:
+                self._direct.append(self._buffer)
+                self._buffer.clear()
+            self._direct.write()
+            self._wrote()
+            return
         with memoryview(self._buffer) as whole:
             view = whole
             try:
@@ -329,6 +442,8 @@ class EntryLogger:
     def _wrote(self) -> None:
         """After the records up to ``_size`` were written: flush if flushEntrylogBytes says so."""
         if 0 < self._flush_every <= self._size - self._flushed_size:
+            if self._direct is not None:
+                self._direct.write()
             os.fdatasync(self._active_fd)
             self._flushed_size = self._size
             self._drop_synced_pages()
@@ -349,7 +464,7 @@ class EntryLogger:
         """Drops the whole pages of the active log synced since the last call from the page cache
         (the page the next record continues stays, or the kernel would read it back first)."""
         end = self._size - self._size % _PAGE
-        if not self._drop_pages or end <= self._dropped:
+        if not self._drop_pages or self._direct is not None or end <= self._dropped:
             return
         try:
             os.posix_fadvise(
@@ -363,6 +478,7 @@ class EntryLogger:
         """After a failed write or sync: cut the active log back to what was synced (the index
         points only there) and start a new log at the next write, so offsets stay right."""
         self._buffer = bytearray()
+        self._close_direct()
         if self._active_fd >= 0:
             try:
                 os.ftruncate(self._active_fd, self._synced_size)
@@ -395,13 +511,27 @@ class EntryLogger:
         self._buffer += body
         self._size += _RECORD.size + len(body)
         self._write_buffer()
+        self._trim()
         os.fdatasync(self._active_fd)
         os.pwrite(self._active_fd, _header(self._active_id, map_offset, len(self._ledger_bytes)), 0)
         os.fdatasync(self._active_fd)
 
+    def _trim(self) -> None:
+        """Ends a log written directly at its last record (cuts the zeros of its last block)."""
+        if self._direct is not None:
+            self._close_direct()
+            os.ftruncate(self._active_fd, self._size)
+
+    def _close_direct(self) -> None:
+        direct, self._direct = self._direct, None
+        if direct is not None:
+            direct.close()
+
     def close(self) -> None:
         """Writes what is buffered and syncs; the log stays without a ledgers map (GC scans it)."""
         if self._active_fd >= 0:
+            self._write_buffer()
+            self._trim()
             self.flush()
             os.close(self._active_fd)
             self._active_fd = -1

@@ -321,6 +321,7 @@ class LedgerStorage:
         flush_entrylog_bytes: int = 0,
         ledger_cache_size: int = 100_000,
         remove_from_page_cache: bool = False,
+        direct_writes: bool = False,
     ) -> None:
         self.directory = directory
         self.entry_logger = EntryLogger(
@@ -328,6 +329,7 @@ class LedgerStorage:
             log_size_limit,
             flush_entrylog_bytes,
             remove_from_page_cache=remove_from_page_cache,
+            direct_writes=direct_writes,
         )
         self.index = LedgerIndex(directory)
         self._ledger_cache_size = ledger_cache_size
