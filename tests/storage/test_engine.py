@@ -579,6 +579,85 @@ def test_a_checkpoint_writes_each_ledger_in_entry_order_whatever_order_the_adds_
     engine.close()
 
 
+def test_a_checkpoint_commits_its_locations_and_frees_its_entries_in_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ``_INDEX_PART_BYTES`` of records a checkpoint syncs the log, commits the locations
+    put so far and frees those entries from the write cache: each part's entries then read
+    back from the log (through the index) while the checkpoint goes on, the later ones still
+    from the cache. A checkpoint that fails after some parts loses nothing: the parts stay
+    committed, the rest goes back to the write cache, and the next checkpoint writes it."""
+    from bookkeeper_py.storage import index as index_module
+    from bookkeeper_py.storage import ledger_storage
+
+    monkeypatch.setattr(ledger_storage, "_CHUNK_BITS", 3)  # runs of two chunks of 8
+    monkeypatch.setattr(ledger_storage, "_GATHER_SLICE", 16)
+    monkeypatch.setattr(ledger_storage, "_INDEX_PART_BYTES", 40 * 1024)
+    engine, durable = open_engine(tmp_path)
+    storage = engine.storage
+    for ledger_id in (1, 2):
+        engine.create_ledger(ledger_id, KEY)
+    for start in range(0, 200, 20):
+        for ledger_id in (1, 2):
+            ids = list(range(start, start + 20))
+            engine.add_entries(ledger_id, ids, [entry(ledger_id, i, 1000) for i in ids], start)
+    durable.wait_for(20)
+    seen: list[tuple[int, int, int]] = []  # (part, entries cached in the flushing generation, read)
+    real_commit_part = index_module.IndexWrite.commit_part
+
+    def commit_part(write: index_module.IndexWrite) -> None:
+        real_commit_part(write)
+        flushing = storage._flushing
+        assert flushing is not None
+        readable = sum(
+            engine.read(ledger_id, i) == entry(ledger_id, i, 1000)
+            for ledger_id in (1, 2)
+            for i in range(200)
+        )
+        seen.append((write.parts, sum(map(len, flushing.ledgers.values())), readable))
+        assert set(storage.entry_ids(2)) == set(range(200))  # in the cache, the index or both
+
+    monkeypatch.setattr(index_module.IndexWrite, "commit_part", commit_part)
+    engine.checkpoint()
+    assert len(seen) >= 5 and [part for part, _, _ in seen] == list(range(1, len(seen) + 1))
+    # every entry readable at every part; the flushing generation shrinks part after part (the
+    # entries of a part are freed right after the commit that the next part's record shows)
+    assert all(readable == 400 for _, _, readable in seen)
+    cached = [count for _, count, _ in seen]
+    assert cached[0] == 400 and cached == sorted(cached, reverse=True) and cached[-1] < 100
+    assert [engine.read(1, i) for i in range(200)] == [entry(1, i, 1000) for i in range(200)]
+    assert storage._current.count == 0
+
+    # A checkpoint that fails after its second part.
+    for start in range(200, 400, 20):
+        ids = list(range(start, start + 20))
+        engine.add_entries(1, ids, [entry(1, i, 1000) for i in ids], start)
+    durable.wait_for(30)
+    parts: list[int] = []
+
+    def failing_part(write: index_module.IndexWrite) -> None:
+        real_commit_part(write)
+        parts.append(write.parts)
+        if write.parts == 2:
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(index_module.IndexWrite, "commit_part", failing_part)
+    with pytest.raises(OSError):
+        storage.checkpoint()
+    assert parts == [1, 2]
+    assert storage._flushing is None and 0 < storage._current.count < 200
+    assert [engine.read(1, i) for i in range(400)] == [entry(1, i, 1000) for i in range(400)]
+    monkeypatch.setattr(index_module.IndexWrite, "commit_part", real_commit_part)
+    engine.checkpoint()
+    assert storage._current.count == 0
+    assert all(storage.index.location(1, i) is not None for i in range(400))
+    assert [engine.read(1, i) for i in range(400)] == [entry(1, i, 1000) for i in range(400)]
+    engine.close()
+    engine, _ = open_engine(tmp_path)
+    assert [engine.read(1, i) for i in range(400)] == [entry(1, i, 1000) for i in range(400)]
+    engine.close()
+
+
 @pytest.mark.parametrize(
     "batches",
     [
@@ -658,11 +737,12 @@ def test_a_flushed_generation_is_freed_a_chunk_at_a_time() -> None:
     assert generation.ledgers == {}
     assert big.chunks == {} and small.chunks == {}
     assert all(not entries for entries in big_chunks + small_chunks)
-    # The small ledger goes at once (a pause after it); the big one loses a chunk per pause.
+    # The small ledger goes at once (a pause after it); the big one loses a chunk per pause,
+    # in the order of its ids.
     assert held_at_pause == [
         (2 * chunk + 7, 0),
-        (2 * chunk, 0),
-        (chunk, 0),
+        (chunk + 7, 0),
+        (7, 0),
         (0, 0),
     ]
 
@@ -701,12 +781,21 @@ def test_a_ledgers_cached_entries_are_kept_in_bounded_chunks_and_read_back_in_or
     assert len(entries) == len(ids) + 1
 
     runs = list(entries.runs(False, 2 * chunk))
-    got = [i for run_ids, _ in runs for i in run_ids]
+    got = [i for run_ids, _, _ in runs for i in run_ids]
     assert got == sorted([*ids, 2])
-    assert all(len(run_ids) >= 2 * chunk for run_ids, _ in runs[:-1])
-    values = dict(zip(got, [v for _, run_values in runs for v in run_values], strict=True))
+    assert all(len(run_ids) >= 2 * chunk for run_ids, _, _ in runs[:-1])
+    values = dict(zip(got, [v for _, run_values, _ in runs for v in run_values], strict=True))
     assert values[ids[-1]] == b"replaced" and values[2] == b"2" and values[0] == b"0"
-    # In the order of arrival for a ledger whose entries all came in increasing order.
+    # Each run names the chunks it took whole, in order.
+    assert [key for _, _, keys in runs for key in keys] == sorted(entries.chunks)
+    assert all({i >> 10 for i in run_ids} == set(keys) for run_ids, _, keys in runs)
+    # In the order of arrival for a ledger whose entries all came in increasing order; the
+    # chunks of runs taken may be freed while the later runs are taken.
     plain = ledger_storage._LedgerEntries()
     assert plain.add_new(list(range(3 * chunk)), [b"x"] * (3 * chunk))
-    assert [i for run_ids, _ in plain.runs(True, chunk) for i in run_ids] == list(range(3 * chunk))
+    taken = []
+    for run_ids, _, keys in plain.runs(True, chunk):
+        taken += run_ids
+        plain.release(keys, lambda: None)
+    assert taken == list(range(3 * chunk))
+    assert plain.chunks == {} and len(plain) == 0

@@ -23,7 +23,6 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
-from typing import Any
 
 import lmdb
 
@@ -60,9 +59,13 @@ class _Run:
 class IndexWrite:
     """A write transaction of a ``LedgerIndex`` (``LedgerIndex.writing``)."""
 
-    def __init__(self, txn: lmdb.Transaction, cursor: lmdb.Cursor, ledgers: Any) -> None:
-        self._txn, self._cursor, self._ledgers = txn, cursor, ledgers
+    def __init__(self, index: LedgerIndex) -> None:
+        self._index = index
+        self._txn = index._env.begin(write=True)
+        self._cursor = self._txn.cursor(index._locations)
+        self._ledgers = index._ledgers
         self.committed = False
+        self.parts = 0  # commits of locations before the last one (``commit_part``)
 
     def put_locations(
         self,
@@ -95,12 +98,27 @@ class IndexWrite:
             if between_slices is not None:
                 between_slices()
 
+    def commit_part(self) -> None:
+        """Makes the locations put so far durable and goes on in a new transaction: a checkpoint
+        commits its locations in parts along its paced writes (each part's records synced
+        before it), so that its end does not commit a write cache's worth at once (an LMDB
+        commit writes every page the transaction dirtied, and syncs them). Readers see each part
+        as soon as it is committed, as they see a whole commit."""
+        self._txn.commit()
+        self._index._version += 1
+        self.parts += 1
+        self._txn = self._index._env.begin(write=True)
+        self._cursor = self._txn.cursor(self._index._locations)
+
     def commit(self, ledgers: Iterable[tuple[int, formats.LedgerData]] = ()) -> None:
         """Puts the ledger states and makes the whole transaction durable."""
         for ledger_id, data in ledgers:
             self._txn.put(_LEDGER.pack(ledger_id), data.SerializeToString(), db=self._ledgers)
         self._txn.commit()
         self.committed = True
+
+    def abort(self) -> None:
+        self._txn.abort()
 
 
 class LedgerIndex:
@@ -153,18 +171,18 @@ class LedgerIndex:
         """One write transaction, its locations put as they come and made durable, with the
         ledger states, by ``IndexWrite.commit``: a checkpoint puts each slice of locations right
         after writing its entries to the entry log, spread over the paced checkpoint, and
-        commits once the entry log is synced. Not committed (an exception, or no ``commit``),
-        it leaves the index as it was. Readers meanwhile see the last commit (LMDB's snapshots);
-        other writers wait, so the callers hold the storage's ``exclusive()`` lock."""
-        txn = self._env.begin(write=True)
-        write = IndexWrite(txn, txn.cursor(self._locations), self._ledgers)
+        commits once the entry log is synced (or in parts, ``IndexWrite.commit_part``). Not
+        committed (an exception, or no ``commit``), it leaves the index as it was at the last
+        part. Readers meanwhile see the last commit (LMDB's snapshots); other writers wait, so
+        the callers hold the storage's ``exclusive()`` lock."""
+        write = IndexWrite(self)
         try:
             yield write
         finally:
             if write.committed:
                 self._version += 1
             else:
-                txn.abort()
+                write.abort()
 
     @contextlib.contextmanager
     def read_run(self) -> Iterator[None]:

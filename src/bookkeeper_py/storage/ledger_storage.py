@@ -44,6 +44,9 @@ _GIL_PAUSE_S = 0.00005
 # a flushed generation is freed.
 _CHUNK_BITS = 10
 _GATHER_SLICE = 8192  # cached entries of a ledger a checkpoint writes to the entry log at a time
+# A checkpoint commits the locations it put to the index (and frees those entries from the write
+# cache) every this many bytes of records written, and at its end (see ``checkpoint``).
+_INDEX_PART_BYTES = 16 * 1024 * 1024
 # A paced checkpoint rests this many times as long as each slice of its long C-level steps took
 # (the index's puts, freeing the flushed generation), at most _MAX_REST_S a slice.
 _REST_PER_WORK = 3.0
@@ -144,27 +147,49 @@ class _LedgerEntries:
         self.count += count
         return True
 
-    def runs(self, ordered: bool, size: int) -> Iterator[tuple[list[int], list[bytes]]]:
-        """The entries in increasing id order, as (ids, entries) runs of about ``size`` (whole
-        chunks). ``ordered``: every entry was added in increasing order, so that the order they
-        were added in is the order of their ids, which needs no sort."""
+    def runs(self, ordered: bool, size: int) -> Iterator[tuple[list[int], list[bytes], list[int]]]:
+        """The entries in increasing id order, as (ids, entries, chunk keys) runs of about
+        ``size`` (whole chunks, whose keys come with them). ``ordered``: every entry was added in
+        increasing order, so that the order they were added in is the order of their ids, which
+        needs no sort. The chunks are taken from a list of them made first: ``release`` may drop
+        those of runs already taken meanwhile."""
         ids: list[int] = []
         entries: list[bytes] = []
+        keys: list[int] = []
         chunks = self.chunks
-        for key in chunks if ordered else sorted(chunks):
+        for key in list(chunks) if ordered else sorted(chunks):
             chunk = chunks[key]
             if ordered:
                 ids += chunk
                 entries += chunk.values()
             else:
-                keys = sorted(chunk)
-                ids += keys
-                entries += map(chunk.__getitem__, keys)
+                chunk_ids = sorted(chunk)
+                ids += chunk_ids
+                entries += map(chunk.__getitem__, chunk_ids)
+            keys.append(key)
             if len(ids) >= size:
-                yield ids, entries
-                ids, entries = [], []
+                yield ids, entries, keys
+                ids, entries, keys = [], [], []
         if ids:
-            yield ids, entries
+            yield ids, entries, keys
+
+    def release(
+        self, keys: list[int], pause: Callable[[], None], lock: threading.Lock | None = None
+    ) -> None:
+        """Frees the chunks ``keys`` (written and committed by a checkpoint), pausing for the GIL
+        after each. Each is taken out under ``lock`` where other threads may still iterate the
+        chunks (``LedgerStorage.entry_ids``, while the generation is flushing)."""
+        chunks = self.chunks
+        for key in keys:
+            if lock is None:
+                chunk = chunks.pop(key, None)
+            else:
+                with lock:
+                    chunk = chunks.pop(key, None)
+            if chunk is not None:
+                self.count -= len(chunk)
+                chunk.clear()
+                pause()
 
 
 @dataclass(slots=True)
@@ -237,10 +262,7 @@ def _release(generation: _Generation, pause: Callable[[], None] = _pause_for_gil
     ledgers = generation.ledgers
     while ledgers:
         _, entries = ledgers.popitem()
-        chunks = entries.chunks
-        while chunks:
-            chunks.popitem()[1].clear()
-            pause()
+        entries.release(list(entries.chunks), pause)
 
 
 @dataclass(frozen=True, slots=True)
@@ -640,16 +662,30 @@ class LedgerStorage:
                 # entries go to the entry log, so that they are put at the checkpoint's pace; the
                 # transaction commits after the entry log is synced. (Put all at the end, a write
                 # cache's locations were 56-72 ms of one core in each of three bookies at once.)
+                # Every _INDEX_PART_BYTES of records, the log is synced and the locations so far
+                # committed, and the cached entries they cover freed: the end of a checkpoint
+                # then commits and frees only its last part, where it committed a write cache's
+                # worth of index pages and freed every entry at once, in three bookies together.
                 with self.index.writing() as index:
+                    part_start = logger.written
+                    written: list[tuple[_LedgerEntries, list[int]]] = []
                     for ledger_id in sorted(flushing.ledgers):
                         # Entries that came in increasing order (one writer's plain adds) are
                         # taken in that order a slice at a time, pausing between slices: sorting
                         # and gathering a write cache's worth at once held the GIL for 10-24 ms.
                         ordered = ledger_id not in flushing.unordered
-                        runs = flushing.ledgers[ledger_id].runs(ordered, _GATHER_SLICE)
-                        for entry_ids, in_order in runs:
-                            placed = self.entry_logger.add_many(ledger_id, in_order)
+                        cached = flushing.ledgers[ledger_id]
+                        for entry_ids, in_order, keys in cached.runs(ordered, _GATHER_SLICE):
+                            placed = logger.add_many(ledger_id, in_order)
                             index.put_locations(ledger_id, entry_ids, placed, pause)
+                            written.append((cached, keys))
+                            if logger.written - part_start >= _INDEX_PART_BYTES:
+                                logger.flush()  # every record whose location was put: synced
+                                index.commit_part()
+                                part_start = logger.written
+                                for done, done_keys in written:
+                                    done.release(done_keys, release_pause, self._lock)
+                                written = []
                     self.entry_logger.flush()
                     states = []
                     for ledger_id in sorted(flushing.dirty_ledgers):
