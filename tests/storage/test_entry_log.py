@@ -4,6 +4,9 @@ checksums, and the pages it drops from the page cache once they are synced."""
 from __future__ import annotations
 
 import concurrent.futures
+import errno
+import fcntl
+import logging
 import os
 import struct
 from pathlib import Path
@@ -183,6 +186,40 @@ def test_a_log_written_directly_and_left_by_a_crash_reads_to_its_last_record(
     newer = again.add(4, entry(4, 0, 10))
     assert split_location(newer)[0] == log_id + 1
     again.close()
+
+
+@pytest.mark.parametrize("errno_name", ["EINVAL", "EOPNOTSUPP"])
+def test_a_file_system_that_refuses_direct_writes_gets_them_through_the_page_cache(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    errno_name: str,
+) -> None:
+    """Some file systems take ``O_DIRECT`` at the open and refuse the first write: the header is
+    that first write, and the logger then writes through the page cache, said once."""
+    if entry_log._c_frame is None:
+        pytest.skip("C speedups not built here")
+    real = os.pwrite
+    refused: list[int] = []
+
+    def pwrite(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & entry_log._O_DIRECT:
+            refused.append(offset)
+            raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    caplog.set_level(logging.INFO, logger=entry_log.__name__)
+    logger = EntryLogger(str(tmp_path), direct_writes=True, log_size_limit=100_000)
+    entries = [entry(7, i, 3000) for i in range(100)]  # rolls the log a few times
+    locations = logger.add_many(7, entries)
+    logger.flush()
+    assert refused == [0] and logger._direct is None
+    assert [logger.read(place, 7, i) for i, place in enumerate(locations)] == entries
+    assert len(logger.log_ids()) > 2
+    said = [r.getMessage() for r in caplog.records if "through the page cache" in r.getMessage()]
+    assert len(said) == 1 and "does not take direct writes" in said[0]
+    logger.close()
 
 
 def test_a_direct_write_that_fails_leaves_the_log_at_what_was_synced(

@@ -305,28 +305,47 @@ class EntryLogger:
         self._next_id = log_id + 1
         fd = os.open(self.path(log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         header = _header(log_id, 0, 0)
-        os.write(fd, header)
+        try:
+            self._direct = self._open_direct(log_id, header) if self._direct_writes else None
+            if self._direct is None:
+                os.write(fd, header)
+        except BaseException:
+            os.close(fd)
+            raise
         os.fsync(fd)
         fsync_directory(self.directory)
         self._active_fd, self._active_id, self._size = fd, log_id, HEADER_SIZE
-        if self._direct_writes:
-            try:
-                direct_fd = os.open(self.path(log_id), os.O_WRONLY | _O_DIRECT)
-            except OSError as error:  # e.g. EINVAL: a file system without direct I/O
-                log.info(
-                    "entry logs in %s are written through the page cache: %s does not take "
-                    "direct writes (%s)",
-                    self.directory,
-                    self.path(log_id),
-                    error,
-                )
-                self._direct_writes = False
-            else:
-                self._direct = _DirectAppender(direct_fd, HEADER_SIZE, header)
         self._synced_size = self._flushed_size = HEADER_SIZE
         self._active_bound = (log_id, HEADER_SIZE)
         self._dropped = 0
         self._ledger_bytes = defaultdict(int)
+
+    def _open_direct(self, log_id: int, header: bytes) -> _DirectAppender | None:
+        """The new log ``log_id`` opened for direct writes, its header written through it (the
+        first direct write, which proves the file system takes them: some refuse ``O_DIRECT`` at
+        the open, some only at the first write). None, and the page cache for this logger's
+        logs from now on (said once in the log), where they are refused."""
+        path = self.path(log_id)
+        direct: _DirectAppender | None = None
+        try:
+            direct = _DirectAppender(os.open(path, os.O_WRONLY | _O_DIRECT), 0, b"")
+            direct.append(header)
+            direct.write()
+        except OSError as error:
+            if direct is not None:
+                direct.close()
+            if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
+            log.info(
+                "entry logs in %s are written through the page cache: %s does not take direct "
+                "writes (%s)",
+                self.directory,
+                path,
+                error,
+            )
+            self._direct_writes = False
+            return None
+        return direct
 
     def add(self, ledger_id: int, entry: bytes) -> int:
         """Buffers ``entry`` in the active log and returns its location (durable after ``flush``)."""
