@@ -36,7 +36,7 @@ _ROCKSDB = (
 )
 _DIRECT_IO = (
     "buffers of DbLedgerStorage's direct-I/O entry logger: this bookie writes its entry logs "
-    "with O_DIRECT (dbStorage_directIOEntryLogger) from one buffer of ~1 MiB per ledger "
+    "with O_DIRECT (dbStorage_directIOEntryLogger) from one buffer of ~2 MiB per ledger "
     "directory, and reads them through the page cache"
 )
 _READ_AHEAD_CACHE = (
