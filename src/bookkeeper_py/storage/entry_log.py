@@ -102,20 +102,17 @@ class _DirectAppender:
     after it until ``write`` (at the log's next flush, or when the buffer is full: about one
     write per ``flushEntrylogBytes``), the rest of the last block is written as zeros, and the
     next write writes that block again with more records in it. The file may so end in up to
-    ``_ALIGN - 1`` zero bytes past the last record until the log is closed (``trim``); a zero
+    ``_ALIGN - 1`` zero bytes past the last record until the log is closed (``_trim``); a zero
     length is a torn tail to every reader. Records are durable after the next fdatasync, as
     buffered ones (that also writes the file's size and the disk's cache)."""
 
-    def __init__(self, fd: int, size: int, head: bytes) -> None:
-        """``fd`` is the log opened with ``O_DIRECT``; ``size`` its size so far; ``head`` its bytes
-        from the last ``_ALIGN`` bound before ``size`` to ``size``."""
+    def __init__(self, fd: int) -> None:
+        """``fd`` is a new, empty log opened with ``O_DIRECT``."""
         self.fd = fd
-        self.base = size - size % _ALIGN  # the file offset of the buffer's first byte
-        self.tail = size - self.base  # bytes of the buffer in the file already
-        self.end = self.tail  # bytes of the buffer in use: the tail, then records to write
-        assert len(head) == self.tail
+        self.base = 0  # the file offset of the buffer's first byte
+        self.tail = 0  # bytes of the buffer in the file already
+        self.end = 0  # bytes of the buffer in use: the tail, then records to write
         self.buffer = mmap.mmap(-1, _DIRECT_BUFFER_BYTES)
-        self.buffer[: self.tail] = head
 
     def _room(self, size: int) -> None:
         """Makes room for ``size`` more bytes: writes what waits if they would not fit, and grows
@@ -328,7 +325,7 @@ class EntryLogger:
         path = self.path(log_id)
         direct: _DirectAppender | None = None
         try:
-            direct = _DirectAppender(os.open(path, os.O_WRONLY | _O_DIRECT), 0, b"")
+            direct = _DirectAppender(os.open(path, os.O_WRONLY | _O_DIRECT))
             direct.append(header)
             direct.write()
         except OSError as error:
