@@ -20,6 +20,10 @@ Beside the raw limits, the disk alone under three journals' write pattern (``dis
 ``--stall-seconds``; 0 skips it): the worst sync and how many times every journal's sync stalled
 over 20 ms at once. A latency row's p99 cannot be under the stalls of the disk it syncs on.
 
+Beside the half-rate row, what the disk alone allows at that rate (``commit_floor.py``): the p50
+and p99 add latency of three processes doing only the journals' group commits at that rate,
+measured just before that row's cluster starts. The row's p99 cannot be under it.
+
 Before each cluster starts, the disk settles (``--settle-seconds``, at most; 0 skips it): the
 script waits until it syncs 4 KiB appends at two thirds of the rate measured at the start again.
 The gigabytes a row writes keep this virtual machine's disk slow for seconds after its cluster
@@ -38,7 +42,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
-import disk_stalls  # bench/, beside this script
+import commit_floor  # bench/, beside this script
+import disk_stalls
 
 from bookkeeper_py import aio
 from bookkeeper_py import loop as event_loop
@@ -303,13 +308,29 @@ def main() -> None:
     half = f"--rate={reached / 2:.0f}"
     argv = ["writes", half, seconds, "--warmup=1"]
     quiet_disk()
+    # What the disk alone allows at that rate (no bookie code: three processes doing the
+    # journals' group commits), measured just before the cluster starts: a p99 over the target
+    # here leaves no room for any code (bench/commit_floor.py).
+    floors = []
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as directory:
+        for _ in range(args.runs):
+            floors.append(commit_floor.measure(directory, reached / 2, args.seconds))
     with LocalCluster(3) as fresh:
+        name = f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)"
         row(
-            f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)",
+            name,
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
             lambda: measure(fresh, argv),
             lambda report: latency(report, "p99_ms"),
+        )
+    rows[name]["disk_alone"] = floors
+    if not args.json:
+        p99s = [floor["add_p99_ms"] for floor in floors]
+        print(
+            f"    the disk alone at this rate (bench/commit_floor.py, just before): add p99 "
+            f"{statistics.median(p99s):.2f} ms (runs {[round(v, 2) for v in p99s]}), p50 "
+            f"{statistics.median(floor['add_p50_ms'] for floor in floors):.2f} ms"
         )
     # Catch-up reads, each run on a cluster of its own whose bookies keep a 32 MiB write cache:
     # with the default 256 MiB, much of what each bookie takes of the bench's writes would

@@ -26,6 +26,7 @@ import tempfile
 import time
 from array import array
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from log_bench import percentiles_ms  # bench/, beside this script
@@ -103,6 +104,28 @@ def stall_moments(
     return moments
 
 
+def run_writers(
+    processes: list[BaseProcess], pipes: list[tuple[Connection, Connection]], seconds: float
+) -> list[Any]:
+    """Starts the writer ``processes``, takes what each of the first ``len(pipes)`` sends on
+    its pipe, and waits for every one (killing any still alive a minute after its ``seconds``);
+    exits with the failed ones' codes if any failed."""
+    for process in processes:
+        process.start()
+    try:
+        results = [receiver.recv() for receiver, _ in pipes]
+    finally:
+        for process in processes:
+            process.join(seconds + 60)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    failed = [process.exitcode for process in processes if process.exitcode != 0]
+    if failed:
+        raise SystemExit(f"a writer process failed (exit codes {failed}): see its error above")
+    return results
+
+
 def measure(args: argparse.Namespace, directory: str) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     pipes = [context.Pipe(duplex=False) for _ in range(args.journals)]
@@ -118,19 +141,7 @@ def measure(args: argparse.Namespace, directory: str) -> dict[str, Any]:
             context.Process(target=bulk, args=(directory, args.seconds, args.bulk_mb_s))
             for _ in range(args.journals)
         ]
-    for process in processes:
-        process.start()
-    try:
-        per_journal: list[list[tuple[float, float]]] = [receiver.recv() for receiver, _ in pipes]
-    finally:
-        for process in processes:
-            process.join(args.seconds + 60)
-            if process.is_alive():
-                process.kill()
-                process.join()
-    failed = [process.exitcode for process in processes if process.exitcode != 0]
-    if failed:
-        raise SystemExit(f"a writer process failed (exit codes {failed}): see its error above")
+    per_journal: list[list[tuple[float, float]]] = run_writers(processes, pipes, args.seconds)
     stall_s = args.stall_ms / 1000
     first = min((syncs[0][0] for syncs in per_journal if syncs), default=0.0)
     journals = []

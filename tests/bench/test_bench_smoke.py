@@ -44,6 +44,10 @@ def test_cluster_benchmark_runs() -> None:
     assert all(wait >= 0 for waits in settled.values() for wait in waits), settled
     assert report["limits"]["fsyncs_per_s"] > 0 and len(report["rows"]) == 11
     assert report["limits"]["disk_sync_max_ms"] > 0 and report["limits"]["disk_stall_moments"] >= 0
+    # The half-rate row carries what the disk alone allowed at its rate, run by run.
+    (half,) = [row for name, row in report["rows"].items() if "at half that rate" in name]
+    (floor,) = half["disk_alone"]
+    assert floor["adds"] > 0 and floor["add_p99_ms"] >= floor["add_p50_ms"] > 0
     for name, row in report["rows"].items():
         assert row["median"] > 0, name
         if "recovery" not in name and row["unit"] != "x":  # x: a ratio of two rows
@@ -243,6 +247,43 @@ def test_disk_stall_probe_runs() -> None:
     for figures in report["journals"]:
         assert figures["syncs"] > 0 and figures["max_ms"] >= figures["p50_ms"] > 0
     assert isinstance(report["stall_moments"], list)
+
+
+def test_commit_floor_runs() -> None:
+    """bench/commit_floor.py: every add due is counted, and its latency is at least one sync."""
+    import json
+
+    out = run("commit_floor.py", "--rate", "2000", "--seconds", "0.3", "--json")
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["adds"] == 600 and report["syncs_per_s"] > 0
+    assert report["add_max_ms"] >= report["add_p99_ms"] >= report["add_p50_ms"] > 0
+    assert report["add_p50_ms"] >= report["sync_p50_ms"] * 0.5
+
+
+def test_commit_floor_stripes_entries_as_a_ledger_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entry i has copies on journals i mod E to i + Qw - 1 mod E, and the count of a journal's
+    entries in a span is the count of those."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(BENCH)
+    spec = importlib.util.spec_from_file_location(
+        "commit_floor", os.path.join(BENCH, "commit_floor.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert [j for j in range(3) if module.served(j, 3, 2, 4)] == [1, 2]
+    assert [j for j in range(3) if module.served(j, 3, 2, 5)] == [0, 2]
+    assert [j for j in range(5) if module.served(j, 5, 3, 3)] == [0, 3, 4]
+    for journals, quorum in ((3, 2), (3, 3), (5, 3), (1, 1)):
+        for journal in range(journals):
+            for first in range(0, 12):
+                for last in range(first - 1, 20):
+                    expected = sum(
+                        module.served(journal, journals, quorum, i) for i in range(first, last + 1)
+                    )
+                    got = module.served_between(journal, journals, quorum, first, last)
+                    assert got == expected, (journal, journals, quorum, first, last)
 
 
 def test_disk_stall_probe_refuses_a_wrong_flag() -> None:
