@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 from array import array
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -105,7 +106,7 @@ def stall_moments(
 
 
 def run_writers(
-    processes: list[BaseProcess], pipes: list[tuple[Connection, Connection]], seconds: float
+    processes: Sequence[BaseProcess], pipes: Sequence[tuple[Connection, Connection]], seconds: float
 ) -> list[Any]:
     """Starts the writer ``processes``, takes what each of the first ``len(pipes)`` sends on
     its pipe, and waits for every one (killing any still alive a minute after its ``seconds``);
