@@ -22,7 +22,11 @@ over 20 ms at once. A latency row's p99 cannot be under the stalls of the disk i
 
 Beside the half-rate row, what the disk alone allows at that rate (``commit_floor.py``): the p50
 and p99 add latency of three processes doing only the journals' group commits at that rate,
-measured just before that row's cluster starts. The row's p99 cannot be under it.
+measured just before that row's cluster starts. The row's p99 cannot be under it. Beside that
+row and the one-add-in-flight row, the same figure of the ideal C cluster (``ideal_cluster.py``:
+three C bookies and a C client doing only what an add needs, on the row's schedule) and its CPU
+per entry, measured just before the row's cluster starts: the latency of the disk, the wake-ups
+and loopback TCP, which no bookie or client code on this machine avoids.
 
 Before each cluster starts, the disk settles (``--settle-seconds``, at most; 0 skips it): the
 script waits until it syncs 4 KiB appends at two thirds of the rate measured at the start again.
@@ -38,12 +42,15 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import commit_floor  # bench/, beside this script
 import disk_stalls
+import ideal_cluster
 
 from bookkeeper_py import aio
 from bookkeeper_py import loop as event_loop
@@ -80,6 +87,31 @@ def settle(fsyncs_per_s: float, limit_s: float) -> float:
                 break
             time.sleep(0.25)
     return time.monotonic() - started
+
+
+def ideal(
+    runs: int, seconds: float, rate: float = 0.0, in_flight: int = 0
+) -> list[dict[str, Any]] | None:
+    """``runs`` runs of the ideal C cluster (``ideal_cluster.py``) at ``rate`` or with
+    ``in_flight`` adds outstanding; None (and why, on stderr) where it cannot be built."""
+    try:
+        return ideal_cluster.measure(rate, seconds, 1.0, runs, in_flight=in_flight)
+    except SystemExit as error:
+        print(f"the ideal C cluster was not run: {error}", file=sys.stderr)
+        return None
+
+
+def ideal_line(results: list[dict[str, Any]], quantile: str) -> str:
+    """The ideal C cluster's figure for a row: the median of its runs' ``quantile``."""
+    values = [result[quantile] for result in results]
+    cpu = [result["cpu_per_entry_us"] for result in results]
+    return (
+        f"the ideal C cluster, the same schedule (bench/ideal_cluster.py, just before): "
+        f"{quantile.removesuffix('_ms')} {statistics.median(values):.3f} ms (runs "
+        f"{[round(v, 3) for v in values]}); CPU per entry (us): client "
+        f"{statistics.median(c['client'] for c in cpu):.1f}, bookie "
+        f"{statistics.median(c['bookie'] for c in cpu):.1f}"
+    )
 
 
 def latency(report: bench.Report, quantile: str) -> float:
@@ -279,16 +311,23 @@ def main() -> None:
     if not args.json:
         print(f"{'100-byte / 1 KiB entry rate (3/2/2)':<46} {small / reached:>12,.2f} x")
     quiet_disk()
+    # What C code doing only what an add needs reaches here, just before (ideal_cluster.py).
+    alone = ideal(args.runs, args.seconds, in_flight=1)
     with LocalCluster(3) as three:
         uri = three.metadata_uri
         argv = ["writes", "--in-flight=1", seconds]
+        name = "3/2/2 p50 add latency, one add in flight"
         row(
-            "3/2/2 p50 add latency, one add in flight",
+            name,
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
             lambda: measure(three, argv),
             lambda report: latency(report, "p50_ms"),
         )
+        if alone is not None:
+            rows[name]["ideal_c_cluster"] = alone
+            if not args.json:
+                print(f"    {ideal_line(alone, 'p50_ms')}")
         argv = ["reads", "--tail", "--rate=10000", seconds]
         row(
             "tailing reader p99 lag at 10,000 adds/s (3/2/2)",
@@ -315,6 +354,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as directory:
         for _ in range(args.runs):
             floors.append(commit_floor.measure(directory, reached / 2, args.seconds))
+    paced = ideal(args.runs, args.seconds, rate=reached / 2)
     with LocalCluster(3) as fresh:
         name = f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)"
         row(
@@ -325,6 +365,8 @@ def main() -> None:
             lambda report: latency(report, "p99_ms"),
         )
     rows[name]["disk_alone"] = floors
+    if paced is not None:
+        rows[name]["ideal_c_cluster"] = paced
     if not args.json:
         p99s = [floor["add_p99_ms"] for floor in floors]
         print(
@@ -332,6 +374,8 @@ def main() -> None:
             f"{statistics.median(p99s):.2f} ms (runs {[round(v, 2) for v in p99s]}), p50 "
             f"{statistics.median(floor['add_p50_ms'] for floor in floors):.2f} ms"
         )
+        if paced is not None:
+            print(f"    {ideal_line(paced, 'p99_ms')}")
     # Catch-up reads, each run on a cluster of its own whose bookies keep a 32 MiB write cache:
     # with the default 256 MiB, much of what each bookie takes of the bench's writes would
     # still be in the write cache when the reads start (its checkpoint is paced), and the rows

@@ -48,6 +48,12 @@ def test_cluster_benchmark_runs() -> None:
     (half,) = [row for name, row in report["rows"].items() if "at half that rate" in name]
     (floor,) = half["disk_alone"]
     assert floor["adds"] > 0 and floor["add_p99_ms"] >= floor["add_p50_ms"] > 0
+    # ... and the ideal C cluster's figures on that schedule, as the one-add-in-flight row does.
+    (one,) = [row for name, row in report["rows"].items() if "one add in flight" in name]
+    for figures in (half["ideal_c_cluster"], one["ideal_c_cluster"]):
+        (ideal,) = figures
+        assert ideal["adds"] > 0 and ideal["p99_ms"] >= ideal["p50_ms"] > 0
+        assert ideal["cpu_per_entry_us"]["client"] > 0 and ideal["cpu_per_entry_us"]["bookie"] > 0
     for name, row in report["rows"].items():
         assert row["median"] > 0, name
         if "recovery" not in name and row["unit"] != "x":  # x: a ratio of two rows
@@ -258,6 +264,41 @@ def test_commit_floor_runs() -> None:
     assert report["adds"] == 600 and report["syncs_per_s"] > 0
     assert report["add_max_ms"] >= report["add_p99_ms"] >= report["add_p50_ms"] > 0
     assert report["add_p50_ms"] >= report["sync_p50_ms"] * 0.5
+
+
+@pytest.mark.parametrize("schedule", [["--rate", "3000"], ["--in-flight", "4"]])
+def test_ideal_cluster_runs(schedule: list[str]) -> None:
+    """bench/ideal_cluster.py: the C cluster builds, every add measured is acknowledged by two
+    bookies (the client waits for both), open loop and closed."""
+    import json
+
+    out = run("ideal_cluster.py", *schedule, "--seconds", "0.4", "--warmup", "0.1", "--json")
+    (result,) = json.loads(out.strip().splitlines()[-1])
+    if schedule[0] == "--rate":
+        # the adds due after the warm-up (the one due at its very end either side of it)
+        assert abs(result["adds"] - (int(3000 * 0.5) - int(3000 * 0.1))) <= 1
+    else:
+        assert result["adds"] > 0 and result["in_flight"] == 4
+    assert result["max_ms"] >= result["p99_ms"] >= result["p50_ms"] > 0
+    assert result["cpu_per_entry_us"]["client"] > 0
+
+
+def test_ideal_cluster_refuses_a_wrong_schedule() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(BENCH, "ideal_cluster.py"),
+            "--rate",
+            "10",
+            "--in-flight",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "either --rate" in result.stderr
 
 
 def test_commit_floor_stripes_entries_as_a_ledger_does(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,252 @@
+/* The least a replicated write can cost on this machine: three "bookies" and a client in C that
+ * do nothing but what every add needs (the client sends each entry to two of three bookies on
+ * an open-loop schedule; a bookie reads what arrived, appends it to its file, fdatasyncs it and
+ * acknowledges every entry; the client takes an add as done at its second acknowledgement).
+ * No protocol, no checksum, no index, no event loop library, no interpreter: whatever latency
+ * and CPU this costs, the bookies' and client's own code cannot have been the cause.
+ *
+ *   ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE
+ *       listens on a free port of 127.0.0.1 for one client and prints "ready PORT"; appends to
+ *       FILE (written over RING_BYTES once at the start, then overwritten in a ring, as a journal
+ *       over space already written); prints "cpu SECONDS" when the client is gone.
+ *   ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US PORT0 PORT1 PORT2
+ *       with RATE above 0, adds fall due every 1/RATE s for WARMUP + SECONDS and at least
+ *       every TICK_US those due are sent, as bench writes --rate sends them (the latency
+ *       counts from the due time); with RATE 0, IN_FLIGHT adds are kept outstanding (the
+ *       latency counts from the send). Entry i goes to bookies i mod 3 and i + 1 mod 3. Prints
+ *       one line: adds measured (those due or sent after the warm-up), adds sent, p50_ms,
+ *       p99_ms, max_ms, and the client's CPU seconds over the whole run.
+ *
+ * Built and run by bench/ideal_cluster.py. Linux only. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+
+#define BOOKIES 3
+#define QUORUM 2
+#define ID_BYTES 8
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static double cpu_seconds(void) {
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "ideal_cluster: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static void write_all(int fd, const char *data, size_t size) {
+    while (size > 0) {
+        ssize_t n = write(fd, data, size);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            die("write");
+        }
+        data += n;
+        size -= (size_t)n;
+    }
+}
+
+static int bookie(const char *path, long ring, int entry_size) {
+    int file = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (file < 0) die("open");
+    char *block = calloc(1, 1 << 20);
+    for (long at = 0; at < ring; at += 1 << 20)
+        if (pwrite(file, block, 1 << 20, at) != 1 << 20) die("pwrite");
+    if (fdatasync(file) < 0) die("fdatasync");
+    posix_fadvise(file, 0, 0, POSIX_FADV_DONTNEED);
+    int server = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(server, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = 0};
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(server, (struct sockaddr *)&address, sizeof address) < 0) die("bind");
+    if (listen(server, 1) < 0) die("listen");
+    socklen_t length = sizeof address;
+    if (getsockname(server, (struct sockaddr *)&address, &length) < 0) die("getsockname");
+    printf("ready %d\n", ntohs(address.sin_port));
+    fflush(stdout);
+    int client = accept(server, NULL, NULL);
+    if (client < 0) die("accept");
+    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    size_t capacity = 64 << 20, have = 0;
+    char *buffer = malloc(capacity);
+    char *acks = malloc(capacity / entry_size * ID_BYTES + ID_BYTES);
+    long position = 0;
+    for (;;) {
+        ssize_t n = read(client, buffer + have, capacity - have);
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            die("read");
+        }
+        have += (size_t)n;
+        size_t whole = have / entry_size;
+        if (whole == 0) continue;
+        size_t bytes = whole * entry_size;
+        if (position + (long)bytes > ring) position = 0;
+        for (size_t done = 0; done < bytes;) {
+            ssize_t w = pwrite(file, buffer + done, bytes - done, position + done);
+            if (w < 0) die("pwrite");
+            done += (size_t)w;
+        }
+        if (fdatasync(file) < 0) die("fdatasync");
+        position += (long)bytes;
+        for (size_t i = 0; i < whole; i++) memcpy(acks + i * ID_BYTES, buffer + i * entry_size, ID_BYTES);
+        write_all(client, acks, whole * ID_BYTES);
+        memmove(buffer, buffer + bytes, have - bytes);
+        have -= bytes;
+    }
+    printf("cpu %.3f\n", cpu_seconds());
+    return 0;
+}
+
+static int compare(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int client(double rate, long in_flight, double seconds, double warmup, int entry_size,
+                  long tick_us, int ports[BOOKIES]) {
+    /* Open loop (rate > 0): entry i falls due at start + i / rate, and its latency counts from
+     * then. Closed loop (rate 0): in_flight adds are kept outstanding, each timed from its send. */
+    int closed = rate <= 0;
+    long total = closed ? (long)((warmup + seconds) * 200000) : (long)(rate * (warmup + seconds));
+    int sockets[BOOKIES];
+    int one = 1;
+    for (int b = 0; b < BOOKIES; b++) {
+        sockets[b] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(ports[b])};
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(sockets[b], (struct sockaddr *)&address, sizeof address) < 0) die("connect");
+        setsockopt(sockets[b], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    unsigned char *copies = calloc(total, 1);
+    double *sent_at = malloc(sizeof(double) * total); /* due (open loop) or sent (closed) */
+    double *latency = malloc(sizeof(double) * total);
+    char *out[BOOKIES];
+    size_t out_size[BOOKIES];
+    long batch_limit = closed ? in_flight : (long)(rate * 0.5) + 16; /* half a second's sends */
+    size_t out_capacity = (size_t)batch_limit * entry_size;
+    for (int b = 0; b < BOOKIES; b++) out[b] = calloc(1, out_capacity);
+    static char in[BOOKIES][ID_BYTES * 4096];
+    size_t in_have[BOOKIES] = {0};
+    double cpu_start = cpu_seconds();
+    double start = now() + 0.05;
+    double measure_from = start + warmup, end = start + warmup + seconds;
+    long issued = 0, done = 0, measured = 0;
+    while (done < issued || (issued < total && (closed ? now() < end : 1))) {
+        double t = now();
+        long due;
+        if (closed)
+            due = t < end ? done + in_flight : issued;
+        else
+            due = (long)((t - start) * rate) + 1;
+        if (due > total) due = total;
+        if (due - issued > batch_limit) due = issued + batch_limit;
+        if (due > issued) {
+            for (int b = 0; b < BOOKIES; b++) out_size[b] = 0;
+            for (long i = issued; i < due; i++) {
+                sent_at[i] = closed ? t : start + i / rate;
+                for (int c = 0; c < QUORUM; c++) {
+                    int b = (int)((i + c) % BOOKIES);
+                    memcpy(out[b] + out_size[b], &i, ID_BYTES);
+                    out_size[b] += entry_size;
+                }
+            }
+            for (int b = 0; b < BOOKIES; b++)
+                if (out_size[b]) write_all(sockets[b], out[b], out_size[b]);
+            issued = due;
+        }
+        /* Wait for answers: closed loop, until one arrives; open loop, until the next add is
+         * due, at least one tick (what fell due meanwhile goes out together). */
+        double wait;
+        if (closed) {
+            wait = 1.0;
+        } else {
+            double next = issued < total ? start + issued / rate : t + 1.0;
+            wait = next - now();
+            if (wait < tick_us / 1e6) wait = tick_us / 1e6;
+        }
+        double until = now() + wait;
+        struct pollfd polls[BOOKIES];
+        for (int b = 0; b < BOOKIES; b++) polls[b] = (struct pollfd){.fd = sockets[b], .events = POLLIN};
+        long done_before = done;
+        while (closed ? done < issued : done < total) {
+            double left = until - now();
+            if (left <= 0) break;
+            struct timespec timeout = {(time_t)left, (long)((left - (time_t)left) * 1e9)};
+            int ready = ppoll(polls, BOOKIES, &timeout, NULL);
+            if (ready < 0 && errno != EINTR) die("ppoll");
+            double at = now();
+            for (int b = 0; b < BOOKIES && ready > 0; b++) {
+                if (!(polls[b].revents & POLLIN)) continue;
+                ssize_t n = read(sockets[b], in[b] + in_have[b], sizeof in[b] - in_have[b]);
+                if (n <= 0) die("read from a bookie");
+                in_have[b] += (size_t)n;
+                size_t whole = in_have[b] / ID_BYTES;
+                for (size_t k = 0; k < whole; k++) {
+                    long id;
+                    memcpy(&id, in[b] + k * ID_BYTES, ID_BYTES);
+                    if (++copies[id] == QUORUM) {
+                        done++;
+                        if (sent_at[id] >= measure_from) latency[measured++] = at - sent_at[id];
+                    }
+                }
+                memmove(in[b], in[b] + whole * ID_BYTES, in_have[b] - whole * ID_BYTES);
+                in_have[b] -= whole * ID_BYTES;
+            }
+            if (closed && done > done_before) break; /* the next adds go out at once */
+        }
+        if (!closed && issued >= total && done >= total) break;
+    }
+    double cpu = cpu_seconds() - cpu_start;
+    if (measured == 0) {
+        fprintf(stderr, "ideal_cluster: no add measured (too short a run)\n");
+        return 1;
+    }
+    qsort(latency, measured, sizeof(double), compare);
+    printf("%ld %ld %.3f %.3f %.3f %.3f\n", measured, issued, latency[measured / 2] * 1e3,
+           latency[(long)(measured * 0.99)] * 1e3, latency[measured - 1] * 1e3, cpu);
+    for (int b = 0; b < BOOKIES; b++) close(sockets[b]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "bookie") == 0 && atoi(argv[4]) >= ID_BYTES)
+        return bookie(argv[2], atol(argv[3]), atoi(argv[4]));
+    if (argc == 8 + BOOKIES && strcmp(argv[1], "client") == 0 && atoi(argv[6]) >= ID_BYTES &&
+        (atof(argv[2]) > 0 || atol(argv[3]) > 0)) {
+        int ports[BOOKIES];
+        for (int b = 0; b < BOOKIES; b++) ports[b] = atoi(argv[8 + b]);
+        return client(atof(argv[2]), atol(argv[3]), atof(argv[4]), atof(argv[5]), atoi(argv[6]),
+                      atol(argv[7]), ports);
+    }
+    fprintf(stderr,
+            "usage: ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE\n"
+            "       ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US PORT0 "
+            "PORT1 PORT2\n"
+            "(an entry holds at least %d bytes; RATE 0 keeps IN_FLIGHT adds outstanding)\n",
+            ID_BYTES);
+    return 2;
+}
