@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -405,9 +406,12 @@ class Progress:
         self._last_index = len(self.latencies_us)
 
     def histogram(self) -> HdrHistogram:
+        """The run's latencies, folded by value: a run's take a few thousand distinct values
+        (in µs), so each is recorded once with its count (one pure-Python ``record_value`` per
+        add took 1.5 s for 600,000 adds after every run)."""
         h = histogram()
-        for latency_us in self.latencies_us:
-            h.record_value(min(max(latency_us, LOWEST_US), HIGHEST_US))
+        for latency_us, count in collections.Counter(self.latencies_us).items():
+            h.record_value(min(max(latency_us, LOWEST_US), HIGHEST_US), count)
         return h
 
 
