@@ -98,7 +98,14 @@ def run(
         adds, sent, p50, p99, worst, client_cpu = client.stdout.split()
         bookie_cpu = []
         for bookie in bookies:
-            out, _ = bookie.communicate(timeout=60)
+            try:
+                out, _ = bookie.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise SystemExit(
+                    "ideal_cluster: a bookie did not stop within 60 s of its client's end"
+                ) from None
+            if bookie.returncode != 0 or not out.split()[-1:]:
+                raise SystemExit(f"ideal_cluster: a bookie failed (exit {bookie.returncode})")
             bookie_cpu.append(float(out.split()[-1]))
     finally:
         for bookie in bookies:
