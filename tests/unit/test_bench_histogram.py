@@ -1,5 +1,6 @@
-"""`bookkeeper bench` folds a run's raw latencies into its HdrHistogram by value: the figures
-are those of recording every latency on its own, out-of-range ones clamped the same way."""
+"""`bookkeeper bench` folds a run's raw latencies (and a tail's lags) into its HdrHistogram by
+value: the figures are those of recording every latency on its own, out-of-range ones clamped
+the same way."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def test_latencies_folded_by_value_give_the_figures_of_one_record_each() -> None
 
     assert folded.get_total_count() == len(values)
     assert bench.summary(folded) == bench.summary(one_by_one)
+    assert bench.summary(bench.folded(values)) == bench.summary(one_by_one)  # the tail's lags
     for quantile in (0.0, 10.0, 50.0, 90.0, 99.0, 99.9, 100.0):
         assert folded.get_value_at_percentile(quantile) == one_by_one.get_value_at_percentile(
             quantile

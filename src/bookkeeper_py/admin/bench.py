@@ -55,7 +55,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
@@ -406,13 +406,17 @@ class Progress:
         self._last_index = len(self.latencies_us)
 
     def histogram(self) -> HdrHistogram:
-        """The run's latencies, folded by value: a run's take a few thousand distinct values
-        (in µs), so each is recorded once with its count (one pure-Python ``record_value`` per
-        add took 1.5 s for 600,000 adds after every run)."""
-        h = histogram()
-        for latency_us, count in collections.Counter(self.latencies_us).items():
-            h.record_value(min(max(latency_us, LOWEST_US), HIGHEST_US), count)
-        return h
+        return folded(self.latencies_us)
+
+
+def folded(latencies_us: Iterable[int]) -> HdrHistogram:
+    """A histogram of ``latencies_us`` (clamped to its range), folded by value: a run's take a
+    few thousand distinct values, so each is recorded once with its count (one pure-Python
+    ``record_value`` per add took 1.5 s for 600,000 adds after every run)."""
+    h = histogram()
+    for latency_us, count in collections.Counter(latencies_us).items():
+        h.record_value(min(max(latency_us, LOWEST_US), HIGHEST_US), count)
+    return h
 
 
 # -- writes ------------------------------------------------------------------------------------
@@ -735,12 +739,9 @@ async def run_tail(
         if reader.is_alive():
             reader.kill()
             reader.join(10)
-    lags = histogram()
-    negative = 0
-    for i in range(measured_count):
-        lag_us = int((seen[i] - acked[i]) * 1e6)
-        negative += lag_us < 0
-        lags.record_value(min(max(lag_us, LOWEST_US), HIGHEST_US))
+    lags_us = [int((seen[i] - acked[i]) * 1e6) for i in range(measured_count)]
+    negative = sum(lag_us < 0 for lag_us in lags_us)
+    lags = folded(lags_us)
     report = Report(
         "tail", count, elapsed, args.entry_size, summary(lags), settings(args), cpu_s=cpu
     )
