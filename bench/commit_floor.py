@@ -54,12 +54,14 @@ def journal(
     directory: str,
     journal_id: int,
     settings: tuple[int, int, float, int, int],
-    start: float,
+    together: Any,
+    start_at: Any,
     out: Connection,
 ) -> None:
-    """One journal's group commits; sends (first index, last index, end of sync, sync seconds)
-    per group: every entry of this journal due from the first to the last index became durable
-    at the end of that sync."""
+    """One journal's group commits, from a start common to every journal once each has written
+    its file (``together``: a barrier of the journals; ``start_at``: a shared double); sends the
+    start and (first index, last index, end of sync, sync seconds) per group: every entry of this
+    journal due from the first to the last index became durable at the end of that sync."""
     journals, write_quorum, rate, total, entry_size = settings
     path = os.path.join(directory, f"journal-{journal_id}")
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
@@ -73,9 +75,11 @@ def journal(
         groups: list[tuple[int, int, float, float]] = []
         position = 0
         first = 0  # the next entry index not yet written (of any journal: skipped if not ours)
-        delay = start - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        if together.wait(timeout=120) == 0:
+            start_at.value = time.monotonic() + 0.05
+        together.wait(timeout=120)
+        start = start_at.value
+        time.sleep(max(start - time.monotonic(), 0.0))
         while first < total:
             now = time.monotonic()
             last = min(int((now - start) * rate), total - 1)
@@ -97,7 +101,7 @@ def journal(
                 position += size
                 groups.append((first, last, ended, ended - began))
             first = last + 1
-        out.send(groups)
+        out.send((start, groups))
     finally:
         os.close(fd)
         os.unlink(path)
@@ -115,14 +119,16 @@ def measure(
     total = int(rate * seconds)
     context = multiprocessing.get_context("spawn")
     pipes = [context.Pipe(duplex=False) for _ in range(journals)]
-    # The start leaves each journal time to write its file (16 MiB) and settle.
-    start = time.monotonic() + 1.5
     settings = (journals, write_quorum, rate, total, entry_size)
+    # The journals start together once each has written its file (16 MiB).
+    together, start_at = context.Barrier(journals), context.Value("d", 0.0)
     processes = [
-        context.Process(target=journal, args=(directory, j, settings, start, sender))
+        context.Process(target=journal, args=(directory, j, settings, together, start_at, sender))
         for j, (_, sender) in enumerate(pipes)
     ]
-    per_journal = run_writers(processes, pipes, seconds)
+    reports = run_writers(processes, pipes, seconds)
+    start = reports[0][0]
+    per_journal = [groups for _, groups in reports]
     durable = array("d", bytes(8 * total))  # the latest copy's end of sync, per entry
     syncs = array("d")
     for journal_id, groups in enumerate(per_journal):

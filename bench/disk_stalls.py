@@ -110,11 +110,16 @@ def run_writers(
 ) -> list[Any]:
     """Starts the writer ``processes``, takes what each of the first ``len(pipes)`` sends on
     its pipe, and waits for every one (killing any still alive a minute after its ``seconds``);
-    exits with the failed ones' codes if any failed."""
+    exits with the failed ones' codes if any failed (one that died before sending ends the
+    wait for its answer: this process keeps no end of the pipe it sends on)."""
     for process in processes:
         process.start()
+    for _, sender in pipes:
+        sender.close()
     try:
         results = [receiver.recv() for receiver, _ in pipes]
+    except EOFError:
+        results = []  # a writer died before it sent: its exit code says so below
     finally:
         for process in processes:
             process.join(seconds + 60)
@@ -122,7 +127,7 @@ def run_writers(
                 process.kill()
                 process.join()
     failed = [process.exitcode for process in processes if process.exitcode != 0]
-    if failed:
+    if failed or len(results) < len(pipes):
         raise SystemExit(f"a writer process failed (exit codes {failed}): see its error above")
     return results
 
