@@ -44,6 +44,7 @@ from bookkeeper_py.storage.ledger_storage import (
 )
 from bookkeeper_py.tls import TlsConfig
 from bookkeeper_py.wire import availability
+from bookkeeper_py.wire.output import PassFlusher
 from bookkeeper_py.wire.status import StatusCode
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,8 @@ class Bookie:
         very request handling on a simulated disk and clock."""
         self.config = config
         self._loop = loop
+        # The connections' answers of a pass, written together (see ``_journal_synced``).
+        self.output_flusher = PassFlusher(loop)
         self.metrics: Metrics = metrics or NullMetrics()
         self.engine = engine_factory(config.storage, self._journal_synced, self.metrics)
         self._read_at = -READERS_QUIET_S  # perf_counter() of the last read request
@@ -426,11 +429,18 @@ class Bookie:
     # -- journal plumbing ----------------------------------------------------------------------
 
     def _journal_synced(self, tokens: list[Any], error: Exception | None) -> None:
-        # Called on the loop, which writes the journals (completed in a callback of their own,
-        # after the answers this pass made so far), or on a journal thread where a journal
-        # has one (hop to the loop once per group).
+        # Called on the loop, which writes the journals, at the end of its step (the journal's
+        # state is whole: a token's answer may append more records), or on a journal thread
+        # where a journal has one (hop to the loop once per group). On the loop, the answers
+        # go out at once, not a loop iteration later: an add's latency ends at the socket.
         if asyncio._get_running_loop() is self._loop:
-            self._loop.call_soon(self._complete, tokens, error)
+            try:
+                self._complete(tokens, error)
+            except Exception as raised:  # as the loop reports a callback that raised
+                self._loop.call_exception_handler(
+                    {"message": "a journal sync's answer raised", "exception": raised}
+                )
+            self.output_flusher.flush_now()
             return
         if self._loop.is_closed():
             return

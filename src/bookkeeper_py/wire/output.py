@@ -4,7 +4,12 @@ in one ``transport.write`` (one syscall, one TLS record run) at the end of that 
 A pipelined writer sends an add to each bookie of its write set per entry, and a bookie answers
 a whole journal group at once; writing each frame on its own costs a syscall per frame, which
 the profile of ``bookkeeper bench writes`` showed as a fifth of the client's time. The delay is
-one loop iteration (``call_soon``)."""
+one loop iteration (``call_soon``).
+
+A ``PassFlusher`` shared by the buffers of one loop (a bookie's connections) flushes every buffer
+written in a pass with one callback, and lets the owner send them at once where the answers are
+complete before the pass ends (a bookie right after a journal sync it made on the loop: the
+acknowledgements of that sync go out without waiting for another loop iteration)."""
 
 from __future__ import annotations
 
@@ -12,20 +17,60 @@ import asyncio
 from collections.abc import Callable
 
 
-class OutputBuffer:
-    """Collects frames; ``send`` gets them joined once per loop iteration (or at ``flush``)."""
+class PassFlusher:
+    """The buffers of one loop that hold frames of this pass: flushed together by one callback
+    at the pass's end, or at once by ``flush_now``."""
 
-    __slots__ = ("_buffered", "_chunks", "_loop", "_max_buffered", "_scheduled", "_send")
+    __slots__ = ("_dirty", "_loop", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._dirty: list[OutputBuffer] = []
+        self._scheduled = False
+
+    def mark(self, buffer: OutputBuffer) -> None:
+        """``buffer`` took its first frame of this pass."""
+        self._dirty.append(buffer)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._at_pass_end)
+
+    def _at_pass_end(self) -> None:
+        self._scheduled = False
+        self.flush_now()
+
+    def flush_now(self) -> None:
+        """Sends what every buffer collected so far (the callback, if due, finds them empty)."""
+        dirty, self._dirty = self._dirty, []
+        for buffer in dirty:
+            buffer.flush()  # a buffer written again meanwhile is marked again
+
+
+class OutputBuffer:
+    """Collects frames; ``send`` gets them joined once per loop iteration (or at ``flush``),
+    through the loop's ``PassFlusher`` where one is given."""
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_flusher",
+        "_loop",
+        "_max_buffered",
+        "_scheduled",
+        "_send",
+    )
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         send: Callable[[bytes], None],
         max_buffered: int = 64 * 1024,
+        flusher: PassFlusher | None = None,
     ) -> None:
         self._loop = loop
         self._send = send
         self._max_buffered = max_buffered
+        self._flusher = flusher
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._scheduled = False
@@ -39,7 +84,10 @@ class OutputBuffer:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self.flush)
+            if self._flusher is not None:
+                self._flusher.mark(self)
+            else:
+                self._loop.call_soon(self.flush)
 
     def send(self, chunks: list[bytes]) -> None:
         """Sends ``chunks`` now, after what was collected before them, in one write (a batch
