@@ -362,3 +362,30 @@ def test_disk_stall_moments_are_those_every_journal_shares(
     # from the first one's start to the second one's end.
     two = module.stall_moments([[(1.0, 0.2)], [(1.02, 0.03), (1.1, 0.05)]], 0.02)
     assert [(round(m["at_s"], 6), round(m["ms"], 6)) for m in two] == [(1.02, 30.0), (1.1, 50.0)]
+
+
+def test_add_path_benchmark_runs() -> None:
+    """bench/add_path.py: every batch answered (it checks the answers' bytes itself), a time
+    for hot and cold caches, and the calls counted, the package's among them."""
+    import json
+
+    out = run(
+        "add_path.py", "--adds", "200", "--runs", "1", "--batch", "1", "--batch", "4", "--json"
+    )
+    results = json.loads(out.strip().splitlines()[-1])
+    assert [result["batch"] for result in results] == [1, 4]
+    for result in results:
+        assert result["hot_us_per_batch"] > 0 and result["cold_us_per_batch"] > 0
+        assert result["calls_per_batch"] > result["our_calls_per_batch"] > 0
+
+
+def test_add_path_benchmark_refuses_a_wrong_flag() -> None:
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "add_path.py"), "--batch", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--batch, --adds and --runs must be at least 1" in result.stderr

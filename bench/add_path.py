@@ -1,0 +1,205 @@
+"""The fixed cost of a bookie's add path, without the machine's noise: one bookie in this process
+takes batches of plain v2 adds on one connection (a transport that keeps what is written), and
+each batch is answered before the next is given: ``data_received``, the checks, the write cache,
+the journal's group written and synced (on a RAM-backed file system where there is one, so the
+sync costs nothing), the answers encoded and written.
+
+Three figures per batch size, medians of ``--runs`` runs:
+
+- **hot**: the time per batch when batches follow each other, the caches warm;
+- **cold**: the same with ``--pollute`` MiB of memory written between batches, as the other
+  processes on a CPU evict the bookie's working set between its wake-ups on a busy machine (a
+  bookie at 10,000 adds/s wakes ~2,000 times a second, each time after others ran);
+- **calls**: the function calls the interpreter makes per batch (to Python functions and into
+  C; the harness's few loop passes included), and those to the package's own Python functions:
+  counts that do not move with the machine.
+
+``bench writes --in-flight=1`` on a local cluster shows the same path's time in a live bookie
+between the read of an add and the journal's write (``perf trace``: ~50 us on 2026-12-07) and
+from the sync's end to the answer's write (~27 us); this benchmark says how much of that is the
+interpreter's work and how much the cold caches add, and counts the calls a compiled path would
+remove.
+
+    python bench/add_path.py [--batch 1] [--batch 8] [--adds 20000] [--pollute 16] [--runs 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bookkeeper_py import loop as event_loop
+from bookkeeper_py.server.bookie import Bookie, BookieConfig
+from bookkeeper_py.server.connection import BookieConnection
+from bookkeeper_py.storage.engine import StorageConfig
+from bookkeeper_py.wire import v2
+from bookkeeper_py.wire.digest import DigestManager, DigestType
+from bookkeeper_py.wire.status import StatusCode
+
+KEY = b"k" * 20
+WARMUP_BATCHES = 500
+
+
+class _KeptTransport(asyncio.Transport):
+    """A connection's transport that keeps the byte count of what is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+
+    def write(self, data: Any) -> None:
+        self.written += len(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+def _directory() -> str:
+    """RAM-backed where the machine has it: the journal's sync is not what is measured."""
+    shm = "/dev/shm"
+    return tempfile.mkdtemp(prefix="pbk-add-path-", dir=shm if os.access(shm, os.W_OK) else None)
+
+
+async def _run(batches: int, batch: int, pollute_bytes: int, count_calls: bool) -> dict[str, float]:
+    directory = _directory()
+    storage = StorageConfig(
+        os.path.join(directory, "journal"),
+        os.path.join(directory, "ledgers"),
+        flush_interval_s=3600,
+    )
+    bookie = Bookie(BookieConfig(storage), asyncio.get_running_loop())
+    bookie.start()
+    try:
+        connection = BookieConnection(bookie, set())
+        transport = _KeptTransport()
+        connection.connection_made(transport)
+        digest = DigestManager(7, DigestType.CRC32C, b"")
+        payload = b"x" * 1024
+        total = WARMUP_BATCHES + batches
+        requests = [
+            v2.encode_add_request(KEY, digest.package(entry_id, entry_id - 1, 0, payload))
+            for entry_id in range(total * batch)
+        ]
+        chunks = [b"".join(requests[i * batch : (i + 1) * batch]) for i in range(total)]
+        junk = bytearray(pollute_bytes or 1)
+        stride = bytes(len(junk[::64]))
+
+        async def serve(chunk: bytes) -> None:
+            connection.data_received(chunk)
+            # A few loop passes (the journal's step, the answers' flush), or the syncer thread's
+            # sync when the journal hands it one: bounded in passes and in time.
+            deadline = time.monotonic() + 10
+            for _ in range(10_000_000):
+                if not connection.pending:
+                    return
+                if time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0)
+            raise SystemExit("add_path: a batch was not answered within 10 s")
+
+        for chunk in chunks[:WARMUP_BATCHES]:
+            await serve(chunk)
+        calls = ours = 0
+        package = os.path.dirname(sys.modules["bookkeeper_py"].__file__ or "")
+
+        def counter(frame: Any, event: str, arg: Any) -> None:
+            nonlocal calls, ours
+            if event in ("call", "c_call"):
+                calls += 1
+                if event == "call" and frame.f_code.co_filename.startswith(package):
+                    ours += 1
+
+        spent = 0.0
+        cpu = time.process_time()
+        for chunk in chunks[WARMUP_BATCHES:]:
+            if pollute_bytes:
+                junk[::64] = stride  # one write per cache line: another working set
+            started = time.perf_counter()
+            if count_calls:
+                sys.setprofile(counter)
+            await serve(chunk)
+            if count_calls:
+                sys.setprofile(None)
+            spent += time.perf_counter() - started
+        cpu_all = time.process_time() - cpu
+        expected = total * batch * len(v2.encode_add_responses(StatusCode.EOK, 7, [0]))
+        if transport.written != expected:
+            raise SystemExit(f"add_path: {transport.written} bytes of answers, {expected} expected")
+        return {
+            "us_per_batch": spent / batches * 1e6,
+            "calls_per_batch": calls / batches,
+            "our_calls_per_batch": ours / batches,
+            "cpu_us_per_batch_with_pollution": cpu_all / batches * 1e6,
+        }
+    finally:
+        bookie.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def measure(batch: int, adds: int, pollute_mib: int, runs: int) -> dict[str, Any]:
+    """Medians of ``runs`` runs of ``adds`` adds in batches of ``batch``."""
+    batches = max(1, adds // batch)
+    event_loop.run(_run(batches, batch, 0, False))  # not counted: the process's first run
+    hot: list[float] = []
+    cold: list[float] = []
+    for _ in range(runs):  # alternated, so that a slower stretch of the machine hits both
+        hot.append(event_loop.run(_run(batches, batch, 0, False))["us_per_batch"])
+        polluted = _run(batches, batch, pollute_mib * 1024 * 1024, False)
+        cold.append(event_loop.run(polluted)["us_per_batch"])
+    counted = event_loop.run(_run(min(batches, 2000), batch, 0, True))
+    return {
+        "batch": batch,
+        "hot_us_per_batch": statistics.median(hot),
+        "hot_runs": hot,
+        "cold_us_per_batch": statistics.median(cold),
+        "cold_runs": cold,
+        "pollute_mib": pollute_mib,
+        "calls_per_batch": counted["calls_per_batch"],
+        "our_calls_per_batch": counted["our_calls_per_batch"],
+    }
+
+
+def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, action="append", help="adds per batch (repeat)")
+    parser.add_argument("--adds", type=int, default=20000)
+    parser.add_argument("--pollute", type=int, default=16, help="MiB written between batches")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = args.batch or [1, 8]
+    if min(sizes) < 1 or args.adds < 1 or args.runs < 1 or args.pollute < 0:
+        parser.error("--batch, --adds and --runs must be at least 1, --pollute at least 0")
+    results = [measure(size, args.adds, args.pollute, args.runs) for size in sizes]
+    if args.json:
+        out(json.dumps(results))
+        return 0
+    for result in results:
+        size = result["batch"]
+        out(
+            f"bookie add path, batches of {size}: hot {result['hot_us_per_batch']:.1f} us "
+            f"({result['hot_us_per_batch'] / size:.1f} per add), cold ({result['pollute_mib']} "
+            f"MiB between batches) {result['cold_us_per_batch']:.1f} us, "
+            f"{result['calls_per_batch']:.0f} calls per batch ({result['our_calls_per_batch']:.0f} "
+            "of them to the package's Python functions)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
