@@ -283,22 +283,21 @@ def test_ideal_cluster_runs(schedule: list[str]) -> None:
     assert result["cpu_per_entry_us"]["client"] > 0
 
 
-def test_ideal_cluster_refuses_a_wrong_schedule() -> None:
+def refused(script: str, *args: str) -> str:
+    """The one-line complaint of ``script`` about a wrong flag (exit status 2, argparse's)."""
     result = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(BENCH, "ideal_cluster.py"),
-            "--rate",
-            "10",
-            "--in-flight",
-            "1",
-        ],
+        [sys.executable, os.path.join(BENCH, script), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert result.returncode == 2 and "either --rate" in result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
+    return result.stderr
+
+
+def test_ideal_cluster_refuses_a_wrong_schedule() -> None:
+    assert "either --rate" in refused("ideal_cluster.py", "--rate", "10", "--in-flight", "1")
 
 
 def test_commit_floor_stripes_entries_as_a_ledger_does(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -328,14 +327,7 @@ def test_commit_floor_stripes_entries_as_a_ledger_does(monkeypatch: pytest.Monke
 
 
 def test_disk_stall_probe_refuses_a_wrong_flag() -> None:
-    result = subprocess.run(
-        [sys.executable, os.path.join(BENCH, "disk_stalls.py"), "--journals", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2 and "must be positive" in result.stderr
+    assert "must be positive" in refused("disk_stalls.py", "--journals", "0")
 
 
 def test_disk_stall_moments_are_those_every_journal_shares(
@@ -380,12 +372,4 @@ def test_add_path_benchmark_runs() -> None:
 
 
 def test_add_path_benchmark_refuses_a_wrong_flag() -> None:
-    result = subprocess.run(
-        [sys.executable, os.path.join(BENCH, "add_path.py"), "--batch", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2
-    assert "--batch, --adds and --runs must be at least 1" in result.stderr
+    assert "--batch, --adds and --runs must be at least 1" in refused("add_path.py", "--batch", "0")
