@@ -147,7 +147,11 @@ def bookies_line(reports: list[bench.Report]) -> str:
     if not {"add_p99_ms", "journal_sync_p99_ms"} & keys:
         return ""  # no adds in the window (catch-up reads)
     medians = {key: statistics.median(report.bookies[key] for report in reports) for key in keys}
-    return bench.BookieScrapes.text(medians)
+    line = bench.BookieScrapes.text(medians)
+    if "journal_stalls_per_bookie" in keys:  # which runs met the disk's stalls
+        runs = [round(report.bookies["journal_stalls_per_bookie"], 1) for report in reports]
+        line += f" (runs {runs})"
+    return line
 
 
 async def recovery_seconds(uri: str, entries: int) -> float:

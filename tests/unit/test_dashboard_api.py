@@ -332,6 +332,15 @@ bookkeeper_server_ADD_ENTRY_REQUEST_sum{{success="true"}} 1.0
     assert metrics.quantile_ms(((0.001, 0.0), (math.inf, 10.0))) == 1.0  # all above the last bound
 
 
+def test_events_over_a_bound_are_counted_from_the_buckets() -> None:
+    cumulative = ((0.001, 2.0), (0.01, 5.0), (0.025, 7.0), (math.inf, 10.0))
+    assert metrics.count_over(cumulative, 0.025) == 3.0  # a bound: the events above it
+    assert metrics.count_over(cumulative, 0.005) == 5.0  # the next bound up, 10 ms
+    assert metrics.count_over(cumulative, 0.0) == 8.0
+    assert metrics.count_over(((0.025, 0.0), (math.inf, 0.0)), 0.025) == 0.0  # no events
+    assert metrics.count_over((), 0.025) is None  # no buckets: no bound at or above it
+
+
 def test_history_keeps_the_last_points() -> None:
     history = metrics.History(limit=3)
     for t in range(5):

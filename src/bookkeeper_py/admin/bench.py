@@ -27,7 +27,7 @@ Catch-up reads stop after ``--seconds`` of reading if the entries are not all re
 ``--local N`` starts N bookie processes on an embedded SQLite metadata store for the run; their
 own metrics over the measured window are reported too (``BookieScrapes``): the p99 of their add
 requests and of their journals' fdatasyncs, which say how much of an add's latency the bookies
-and the disk account for.
+and the disk account for, and how many syncs a bookie took 25 ms or more (the disk's stalls).
 
 CPU per entry: the CPU time (user + system) that the client (this process), and with
 ``--local`` each bookie, used over the measured window, divided by the entries measured; a
@@ -221,6 +221,9 @@ class BookieScrapes:
 
     NAMES = (dashboard_metrics.ADD, dashboard_metrics.JOURNAL_SYNC)
     TIMEOUT_S = 10.0
+    # A journal sync this long is a stall of the disk (a bucket bound of the sync histogram):
+    # the count of them per bookie says whether a run's tail met one, which no code avoids.
+    STALL_S = 0.025
 
     def __init__(self, urls: Mapping[str, str]) -> None:
         """``urls``: bookie name -> the base URL of its HTTP server."""
@@ -291,6 +294,14 @@ class BookieScrapes:
                 i.counts.get(sync, 0.0) / i.seconds for i in intervals
             ) / len(intervals)
             figures["journal_sync_mean_ms"] = sync_mean
+        stalls = [
+            over
+            for i in intervals
+            if sync in i.deltas
+            and (over := dashboard_metrics.count_over(i.deltas[sync], self.STALL_S)) is not None
+        ]
+        if stalls:
+            figures["journal_stalls_per_bookie"] = sum(stalls) / len(stalls)
         return figures
 
     @staticmethod
@@ -304,6 +315,11 @@ class BookieScrapes:
                 f"journal fdatasync p99 {figures['journal_sync_p99_ms']:.3f}, mean "
                 f"{figures['journal_sync_mean_ms']:.3f} "
                 f"({figures['journal_syncs_per_s']:,.0f}/s a bookie)"
+            )
+        if "journal_stalls_per_bookie" in figures:
+            parts.append(
+                f"{figures['journal_stalls_per_bookie']:.1f} syncs over "
+                f"{BookieScrapes.STALL_S * 1000:.0f} ms a bookie"
             )
         return f"bookies' own metrics (ms, {figures['bookies_measured']:.0f} bookies): " + (
             "  ".join(parts) or "no adds or syncs"

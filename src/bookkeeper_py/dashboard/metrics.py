@@ -181,6 +181,15 @@ def quantile_ms(cumulative: tuple[tuple[float, float], ...], q: float = QUANTILE
     return lower_bound * 1000.0
 
 
+def count_over(cumulative: tuple[tuple[float, float], ...], bound_s: float) -> float | None:
+    """How many events of cumulative bucket counts took longer than the first bucket bound at
+    or above ``bound_s`` (exactly ``bound_s`` when it is a bound); None without such a bound."""
+    for bound, count in cumulative:
+        if bound >= bound_s:
+            return cumulative[-1][1] - count
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Interval:
     """What happened on one bookie between two scrapes: counts and bucket differences."""
