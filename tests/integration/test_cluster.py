@@ -366,3 +366,46 @@ def test_simpletest_with_a_larger_ensemble_than_the_bookies_leaves_nothing(
         assert "Traceback" not in result.stderr
         assert "need 5 writable bookies for the ensemble" in result.stderr, result.stderr
         assert client.list_ledgers() == before  # no ledger left behind
+
+
+def test_bookies_stop_cleanly_when_the_process_that_started_them_is_killed(
+    tmp_path: object,
+) -> None:
+    """A LocalCluster's bookies do not outlive the process that started them: killed without
+    a chance to stop them (SIGKILL), it leaves none running (each watches it, --stop-with-pid)."""
+    import psutil
+
+    script = (
+        "import sys, time\n"
+        "from bookkeeper_py.testing import LocalCluster\n"
+        f"cluster = LocalCluster(2, base_directory={str(tmp_path)!r})\n"
+        "cluster.start()\n"
+        "print(' '.join(str(b.process.pid) for b in cluster.bookies), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    ) as starter:
+        try:
+            assert starter.stdout is not None
+            pids = [int(pid) for pid in starter.stdout.readline().split()]
+            assert len(pids) == 2
+            bookies = [psutil.Process(pid) for pid in pids]
+        finally:
+            starter.kill()
+            starter.wait(30)
+
+    def running(process: psutil.Process) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    for _ in range(300):  # each stops within a second or two; 30 s at most
+        if not any(map(running, bookies)):
+            break
+        time.sleep(0.1)
+    left = [b.pid for b in bookies if running(b)]
+    for pid in left:  # the test's own processes: not left behind even when it fails
+        os.kill(pid, 9)
+    assert not left, f"bookies {left} outlived the process that started them"

@@ -573,6 +573,13 @@ def add_arguments(
     )
     parser.add_argument("--ready-file", help="file to write the bookie id to once serving")
     parser.add_argument(
+        "--stop-with-pid",
+        type=int,
+        metavar="PID",
+        help="stop cleanly once process PID exits (a tool that starts bookies passes its own: "
+        "they do not outlive it when it is killed)",
+    )
+    parser.add_argument(
         "--standalone",
         action="store_true",
         help="serve without a metadata store: no registration, no cookie in the store, no "

@@ -8,9 +8,11 @@ import contextlib
 import errno
 import gc
 import logging
+import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -534,17 +536,82 @@ async def stop_autorecovery(service: AutoRecovery) -> None:
         await service.client.close()
 
 
+def _nothing() -> None:
+    pass
+
+
+PARENT_CHECK_S = 1.0  # how often a bookie without pidfds looks whether --stop-with-pid lives
+
+
+def watch_process(pid: int, gone: Callable[[], None]) -> Callable[[], None]:
+    """Calls ``gone()`` on the running loop once process ``pid`` exited (at once if it is not
+    running now); returns what stops watching. A pidfd where the system has them (Linux 5.3+:
+    readable when the process exits, nothing to poll), else a look every ``PARENT_CHECK_S``."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        loop.call_soon(gone)
+        return _nothing
+    except (AttributeError, OSError):  # no pidfds here: look now and then
+        handle: asyncio.TimerHandle | None = None
+
+        def look() -> None:
+            nonlocal handle
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                gone()
+                return
+            except PermissionError:
+                pass  # alive, someone else's
+            handle = loop.call_later(PARENT_CHECK_S, look)
+
+        look()
+
+        def stop_looking() -> None:
+            if handle is not None:
+                handle.cancel()
+
+        return stop_looking
+
+    watching = True
+
+    def stop_watching() -> None:
+        nonlocal watching
+        if watching:  # once: the fd's number may be another file's after it is closed
+            watching = False
+            loop.remove_reader(fd)
+            os.close(fd)
+
+    def exited() -> None:
+        stop_watching()
+        gone()
+
+    loop.add_reader(fd, exited)
+    return stop_watching
+
+
 async def serve(
     config: BookieConfig,
     metadata_uri: str | None,
     ready_file: str | None,
     autorecovery: AutoRecoveryOptions | None = None,
+    stop_with_pid: int | None = None,
 ) -> None:
     server = BookieServer(config, metadata_uri, autorecovery)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    unwatch: Callable[[], None] = _nothing
+    if stop_with_pid is not None:
+
+        def parent_gone() -> None:
+            log.warning("process %d, which this bookie stops with, exited: stopping", stop_with_pid)
+            stop.set()
+
+        unwatch = watch_process(stop_with_pid, parent_gone)
     await server.start()
     # What start-up built (modules, protobuf descriptors, configuration: ~50,000 objects) lives
     # as long as the process: moved out of the collector's sight, a full collection takes ~0.3
@@ -563,6 +630,7 @@ async def serve(
         return_when=asyncio.FIRST_COMPLETED,
     )
     log.info("bookie %s stopping", config.effective_bookie_id)
+    unwatch()
     await server.stop()
     if server.failure is not None:
         raise server.failure
@@ -594,4 +662,10 @@ def main(args: argparse.Namespace) -> None:
             "autoRecoveryDaemonEnabled needs the metadata store it audits; pass --metadata-uri "
             "or set autoRecoveryDaemonEnabled=false"
         )
-    event_loop.run(serve(bookie_config, metadata_uri, args.ready_file, autorecovery))
+    if args.stop_with_pid is not None and args.stop_with_pid <= 0:
+        raise config.ConfigError(
+            f"--stop-with-pid must be a process id (above 0), got {args.stop_with_pid}"
+        )
+    event_loop.run(
+        serve(bookie_config, metadata_uri, args.ready_file, autorecovery, args.stop_with_pid)
+    )

@@ -259,6 +259,9 @@ class LocalCluster:
             bookie.ready_file,
             "--http-port",
             str(bookie.http_port),
+            # stopped by ``stop`` as a rule; stopped anyway if this process dies without it
+            "--stop-with-pid",
+            str(os.getpid()),
             *self._bookie_args,
         ]
         with open(bookie.log_file, "ab") as log_handle:
