@@ -180,6 +180,63 @@ def test_callback_adds_are_answered_in_order_and_may_add_more(
     assert ids[10] == 49 + len(pending) - len(failed)
 
 
+def test_an_add_a_callback_calls_goes_out_at_once_with_few_outstanding_with_the_pass_else(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer with few adds outstanding sends the adds its callbacks called as they end (the
+    pass's own send then finds none left); one with many still sends a pass's adds together at
+    its end (``SEND_AT_ONCE_MAX_PENDING``)."""
+    from bookkeeper_py.client import ledger
+
+    found: list[bool] = []  # whether the pass's send found adds still to send
+    in_callbacks = False
+    real_send, real_call_back = ledger.WriteHandle._send_pushed, ledger.WriteHandle._call_back
+
+    def send(self: ledger.WriteHandle) -> None:
+        if not in_callbacks:  # the pass's own send (the loop runs it), not the one at once
+            found.append(self._pushed)
+        real_send(self)
+
+    def call_back(self: ledger.WriteHandle) -> None:
+        nonlocal in_callbacks
+        in_callbacks = True
+        try:
+            real_call_back(self)
+        finally:
+            in_callbacks = False
+
+    monkeypatch.setattr(ledger.WriteHandle, "_send_pushed", send)
+    monkeypatch.setattr(ledger.WriteHandle, "_call_back", call_back)
+
+    async def chained(in_flight: int, total: int) -> list[int]:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        answered: list[int] = []
+        async with aio.BookKeeper(cluster.metadata_uri) as bk:
+            writer = await bk.create_ledger(3, 2, 2, password="pw")
+
+            def answer(entry_id: int, error: object) -> None:
+                assert error is None
+                if not answered:  # the first adds went with a pass, as any called outside one
+                    found.clear()
+                answered.append(entry_id)
+                if len(answered) + in_flight <= total:
+                    writer.add_entry_callback(b"next", answer)
+                elif len(answered) == total and not done.done():
+                    done.set_result(None)
+
+            for _ in range(in_flight):
+                writer.add_entry_callback(b"first", answer)
+            await asyncio.wait_for(done, 60)
+            await writer.close()
+        return answered
+
+    assert asyncio.run(chained(1, 30)) == list(range(30))
+    assert found and not any(found)  # each went at once: the pass's send had nothing left
+    assert asyncio.run(chained(200, 2000)) == list(range(2000))
+    assert any(found)  # many outstanding: adds waited for the pass's end, together
+
+
 def test_adds_of_a_slice_fail_with_the_writer_s_error_if_it_failed_before_they_went_out(
     cluster: LocalCluster,
 ) -> None:

@@ -90,6 +90,12 @@ UNKNOWN_LEDGER_MAX_PAUSE_S = 1.0
 # adds/s without slices, 110,000-146,000 with 256, 148,000-156,000 with 512; 1 KiB 67,000-86,000,
 # 78,000-89,000, 90,000-94,000. Slices of 128 made the bookies' journal groups small.
 SEND_SLICE_ADDS = 512
+# Adds that answers' callbacks called are sent as those callbacks end, not at the end of the pass,
+# while the writer has at most this many outstanding: a writer with one add in flight waited a loop
+# pass (the next poll of the loop and the other callbacks due) between an add's acknowledgement and
+# its next add's send, for batching that few adds do not need. Many outstanding: the pass's adds
+# still go together.
+SEND_AT_ONCE_MAX_PENDING = 8
 
 
 def _changed(
@@ -1104,7 +1110,9 @@ class WriteHandle(ReadHandle):
 
     def _send_pushed(self) -> None:
         """Sends the adds pushed in this loop pass (as far as the in-flight bound allows): one
-        writer step, one clock read."""
+        writer step, one clock read. Nothing if they went already (``_call_back``)."""
+        if not self._pushed:
+            return
         self._pushed = False
         self._send_slice()
 
@@ -1237,6 +1245,8 @@ class WriteHandle(ReadHandle):
                         "exception": raised,
                     }
                 )
+        if self._pushed and not self._sending and len(self._futures) <= SEND_AT_ONCE_MAX_PENDING:
+            self._send_pushed()  # the adds the callbacks called (see SEND_AT_ONCE_MAX_PENDING)
 
     def _force_on(self, force_id: int, bookie_id: str) -> None:
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
