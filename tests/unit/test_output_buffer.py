@@ -31,9 +31,8 @@ def _pass() -> asyncio.Future[None]:
 async def test_frames_of_a_pass_go_out_together_at_its_end() -> None:
     loop = asyncio.get_running_loop()
     sent: list[tuple[str, bytes]] = []
-    flusher = PassFlusher(loop)
-    one = OutputBuffer(loop, lambda data: sent.append(("one", data)), flusher=flusher)
-    two = OutputBuffer(loop, lambda data: sent.append(("two", data)), flusher=flusher)
+    one = OutputBuffer(loop, lambda data: sent.append(("one", data)))
+    two = OutputBuffer(loop, lambda data: sent.append(("two", data)))
     one.write(b"a")
     two.write(b"x")
     one.write(b"b")
@@ -46,8 +45,8 @@ async def test_frames_of_a_pass_go_out_together_at_its_end() -> None:
 async def test_flush_now_sends_at_once_and_a_later_write_waits_for_its_pass() -> None:
     loop = asyncio.get_running_loop()
     sent: list[bytes] = []
-    flusher = PassFlusher(loop)
-    buffer = OutputBuffer(loop, sent.append, flusher=flusher)
+    flusher = PassFlusher.of(loop)
+    buffer = OutputBuffer(loop, sent.append)
     buffer.write(b"answer")
     flusher.flush_now()
     assert sent == [b"answer"]
@@ -61,8 +60,7 @@ async def test_flush_now_sends_at_once_and_a_later_write_waits_for_its_pass() ->
 async def test_a_buffer_flushed_on_its_own_is_not_sent_twice() -> None:
     loop = asyncio.get_running_loop()
     sent: list[bytes] = []
-    flusher = PassFlusher(loop)
-    buffer = OutputBuffer(loop, sent.append, max_buffered=4, flusher=flusher)
+    buffer = OutputBuffer(loop, sent.append, max_buffered=4)
     buffer.write(b"ab")
     buffer.write(b"cd")  # past max_buffered: out at once
     buffer.write(b"e")
@@ -71,10 +69,11 @@ async def test_a_buffer_flushed_on_its_own_is_not_sent_twice() -> None:
 
 
 @_on_loop
-async def test_without_a_flusher_each_buffer_flushes_itself() -> None:
+async def test_a_batch_sent_goes_out_at_once_after_what_came_before() -> None:
     loop = asyncio.get_running_loop()
     sent: list[bytes] = []
     buffer = OutputBuffer(loop, sent.append)
+    assert PassFlusher.of(loop) is PassFlusher.of(loop)  # one per loop, shared by its buffers
     buffer.write(b"a")
     buffer.send([b"b", b"c"])  # a batch goes out now, after what came before it
     assert sent == [b"abc"]

@@ -173,7 +173,7 @@ class Bookie:
         self.config = config
         self._loop = loop
         # The connections' answers of a pass, written together (see ``_journal_synced``).
-        self.output_flusher = PassFlusher(loop)
+        self._output_flusher = PassFlusher.of(loop)
         self.metrics: Metrics = metrics or NullMetrics()
         self.engine = engine_factory(config.storage, self._journal_synced, self.metrics)
         self._read_at = -READERS_QUIET_S  # perf_counter() of the last read request
@@ -440,7 +440,7 @@ class Bookie:
                 self._loop.call_exception_handler(
                     {"message": "a journal sync's answer raised", "exception": raised}
                 )
-            self.output_flusher.flush_now()
+            self._output_flusher.flush_now()
             return
         if self._loop.is_closed():
             return

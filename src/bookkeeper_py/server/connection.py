@@ -100,9 +100,7 @@ class BookieConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
-        self._output = OutputBuffer(
-            self._bookie.loop, self._send_now, flusher=self._bookie.output_flusher
-        )
+        self._output = OutputBuffer(self._bookie.loop, self._send_now)
         self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self._peer = str(transport.get_extra_info("peername"))
         self._set_socket_options(transport.get_extra_info("socket"))

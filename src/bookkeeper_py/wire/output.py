@@ -6,22 +6,34 @@ a whole journal group at once; writing each frame on its own costs a syscall per
 the profile of ``bookkeeper bench writes`` showed as a fifth of the client's time. The delay is
 one loop iteration (``call_soon``).
 
-A ``PassFlusher`` shared by the buffers of one loop (a bookie's connections) flushes every buffer
-written in a pass with one callback, and lets the owner send them at once where the answers are
-complete before the pass ends (a bookie right after a journal sync it made on the loop: the
-acknowledgements of that sync go out without waiting for another loop iteration)."""
+The loop's one ``PassFlusher`` (``PassFlusher.of(loop)``), shared by every buffer on that loop,
+flushes every buffer written in a pass with one callback, and lets the owner send them at once
+where the answers are complete before the pass ends (a bookie right after a journal sync it made
+on the loop: the acknowledgements of that sync go out without waiting for another iteration)."""
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 
 
 class PassFlusher:
     """The buffers of one loop that hold frames of this pass: flushed together by one callback
-    at the pass's end, or at once by ``flush_now``."""
+    at the pass's end, or at once by ``flush_now``. One per loop (``of``)."""
 
-    __slots__ = ("_dirty", "_loop", "_scheduled")
+    __slots__ = ("__weakref__", "_dirty", "_loop", "_scheduled")
+    _of_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PassFlusher] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> PassFlusher:
+        """The flusher of ``loop``'s buffers (made on first use, gone with the loop)."""
+        flusher = cls._of_loop.get(loop)
+        if flusher is None:
+            flusher = cls._of_loop[loop] = cls(loop)
+        return flusher
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -47,14 +59,13 @@ class PassFlusher:
 
 
 class OutputBuffer:
-    """Collects frames; ``send`` gets them joined once per loop iteration (or at ``flush``),
-    through the loop's ``PassFlusher`` where one is given."""
+    """Collects frames; ``send`` gets them joined once per loop iteration, through the loop's
+    ``PassFlusher`` (or at ``flush``)."""
 
     __slots__ = (
         "_buffered",
         "_chunks",
         "_flusher",
-        "_loop",
         "_max_buffered",
         "_scheduled",
         "_send",
@@ -65,12 +76,10 @@ class OutputBuffer:
         loop: asyncio.AbstractEventLoop,
         send: Callable[[bytes], None],
         max_buffered: int = 64 * 1024,
-        flusher: PassFlusher | None = None,
     ) -> None:
-        self._loop = loop
         self._send = send
         self._max_buffered = max_buffered
-        self._flusher = flusher
+        self._flusher = PassFlusher.of(loop)
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._scheduled = False
@@ -84,10 +93,7 @@ class OutputBuffer:
             self.flush()
         elif not self._scheduled:
             self._scheduled = True
-            if self._flusher is not None:
-                self._flusher.mark(self)
-            else:
-                self._loop.call_soon(self.flush)
+            self._flusher.mark(self)
 
     def send(self, chunks: list[bytes]) -> None:
         """Sends ``chunks`` now, after what was collected before them, in one write (a batch
