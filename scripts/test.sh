@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh Debian machine with Python 3.11 (Java, a real
 # ZooKeeper server and the Java BookKeeper kit's libraries from the OS packages, headless Chromium
-# and chromedriver for the dashboard's browser tests, the package with its test extras and PySpark
+# and chromedriver for the dashboard's browser tests, valgrind for a benchmark's smoke test, the package with its test extras and PySpark
 # in .venv), then runs the linters and the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,12 +15,13 @@ if [ ! -f "$kit/setup.sh" ]; then
 fi
 bash "$kit/setup.sh"
 
-# Headless Chromium and its driver from the OS packages, for the dashboard's browser tests
-# (idempotent: nothing is done when both are installed).
-if ! dpkg -s chromium chromium-driver >/dev/null 2>&1; then
+# Headless Chromium and its driver from the OS packages, for the dashboard's browser tests, and
+# valgrind, with which bench/add_path.py counts instructions (idempotent: nothing is done when
+# all are installed).
+if ! dpkg -s chromium chromium-driver valgrind >/dev/null 2>&1; then
     sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver valgrind >/dev/null
 fi
 
 python3 -m venv .venv

@@ -373,5 +373,19 @@ def test_add_path_benchmark_runs() -> None:
         assert result["calls_per_batch"] > result["our_calls_per_batch"] > 0
 
 
+def test_add_path_benchmark_counts_instructions() -> None:
+    """bench/add_path.py --instructions: two runs under valgrind, and a count per batch of a
+    size an add path has (tens of thousands to a few million instructions)."""
+    import json
+
+    out = run(
+        "add_path.py",
+        *("--adds", "100", "--runs", "1", "--batch", "1", "--instructions", "50", "--json"),
+    )
+    (result,) = json.loads(out.strip().splitlines()[-1])
+    assert 10_000 < result["instructions_per_batch"] < 5_000_000, result
+
+
 def test_add_path_benchmark_refuses_a_wrong_flag() -> None:
     assert "--batch, --adds and --runs must be at least 1" in refused("add_path.py", "--batch", "0")
+    assert "--instructions must be at least 0" in refused("add_path.py", "--instructions", "-1")

@@ -121,16 +121,25 @@ class IndexWrite:
         self._txn.abort()
 
 
+# The address space an index reserves (LMDB maps it; only what is written takes memory or disk).
+# A process whose address space is smaller (under valgrind: bench/add_path.py --instructions)
+# sets a smaller one before opening an index.
+MAP_SIZE = 1 << 40
+
+
 class LedgerIndex:
     """Entry locations and ledger states of one ledger directory. Thread-safe."""
 
-    def __init__(self, directory: str, map_size: int = 1 << 40, *, readonly: bool = False) -> None:
+    def __init__(
+        self, directory: str, map_size: int | None = None, *, readonly: bool = False
+    ) -> None:
         """``readonly``: for tools; creates nothing (the directory and the index must exist),
-        and takes LMDB's reader lock only if a bookie made the lock file."""
+        and takes LMDB's reader lock only if a bookie made the lock file. ``map_size``: the
+        address space LMDB reserves (``MAP_SIZE`` unless given)."""
         try:
             self._env = lmdb.open(
                 directory,
-                map_size=map_size,
+                map_size=map_size or MAP_SIZE,
                 max_dbs=4,
                 sync=True,
                 metasync=True,

@@ -533,7 +533,8 @@ class Journal:
         self._sync_bytes = 0.0
         self._synced_end = 0
         self._idle_since = 0.0  # time.monotonic() when the last sync ended
-        self._failure: Exception | None = None
+        # Why the journal takes no more records (a write or sync failed), if it does not.
+        self.failure: Exception | None = None
         self._fd = -1
         self._file_id = -1
         self._size = 0
@@ -607,10 +608,6 @@ class Journal:
             self._syncer = make_syncer(self._fd)
             self._call_on_loop(lambda: loop.add_reader(self._syncer.eventfd, self._take_synced))
         self._writing = True
-
-    @property
-    def failure(self) -> Exception | None:
-        return self._failure
 
     def _roll(self, file_id: int) -> None:
         """Starts file ``file_id``; the current file stays in use if the new one cannot be made.
@@ -725,7 +722,7 @@ class Journal:
         since = self._gathered_at
         if self._queue_stats is not None and self._gather:
             self._queue_stats.successes(time.monotonic() - since, len(self._gather))
-        if self._failure is not None:
+        if self.failure is not None:
             everything = True  # nothing more is written: every record waiting fails now
         batch, self._gather = self._gather, []
         self._gathered_bytes = 0
@@ -777,7 +774,7 @@ class Journal:
             os.fdatasync(self._fd)
         except OSError as error:
             self._fail(error)
-            self._on_synced(tokens, self._failure)
+            self._on_synced(tokens, self.failure)
             return
         self._idle_since = time.monotonic()
         self._last_sync_s = self._idle_since - started
@@ -836,22 +833,22 @@ class Journal:
             self._count_synced(end, max(1, len(times) - zeros))
         if error:
             self._fail(OSError(error, os.strerror(error)))
-            self._on_synced(tokens, self._failure)
+            self._on_synced(tokens, self.failure)
         elif tokens or records:
             self._done(tokens, records, end)
         if idle_work and self._writing and self._flush_handle is None:
             if self._background:
                 self._flush_soon()  # the next copies (or, after a failure, their failure)
-            elif not unsynced and not self._gather and self._failure is None:
+            elif not unsynced and not self._gather and self.failure is None:
                 self._zeros_ahead_on_loop()
 
     def _fail(self, error: OSError) -> None:
-        if self._failure is None:
-            self._failure = JournalError(
+        if self.failure is None:
+            self.failure = JournalError(
                 f"journal {journal_name(self._file_id)} in {self.directory}: write or fsync "
                 f"failed: {error}; the bookie takes no more writes on this journal"
             )
-            log.error("%s", self._failure)
+            log.error("%s", self.failure)
 
     def _zeros_ahead_on_loop(self) -> None:
         """An idle journal written by the loop writes the next stretch of zeros ahead (see
@@ -862,7 +859,7 @@ class Journal:
     def _roll_on_loop(self) -> None:
         if not self._writing:
             return  # closed since the roll was asked for
-        if self._failure is None and self._size > FILE_HEADER.size:
+        if self.failure is None and self._size > FILE_HEADER.size:
             try:
                 self._roll(self._file_id + 1)
             except OSError as error:
@@ -946,7 +943,7 @@ class Journal:
         if any(record[0] < 0 for record in batch):
             rolls = any(record[0] == _ROLL for record in batch)
             batch = [item for item in batch if item[0] >= 0]
-            if rolls and self._failure is None and self._size > FILE_HEADER.size:
+            if rolls and self.failure is None and self._size > FILE_HEADER.size:
                 try:
                     self._roll(self._file_id + 1)
                 except OSError as error:
@@ -966,8 +963,8 @@ class Journal:
         """Writes ``batch`` as one group (rolling or growing the file first if need be) and
         returns its tokens; None if it failed (its tokens then reported failed)."""
         pieces, tokens = _group(batch, _GATHER_MIN_RECORD)
-        if self._failure is not None:
-            self._on_synced(tokens, self._failure)
+        if self.failure is not None:
+            self._on_synced(tokens, self.failure)
             return None
         try:
             if self._size >= self._max_file_size:
@@ -985,8 +982,8 @@ class Journal:
                     )
                     self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
                     return None
-                if self._failure is not None:  # the roll took a failed sync's report
-                    self._on_synced(tokens, self._failure)
+                if self.failure is not None:  # the roll took a failed sync's report
+                    self._on_synced(tokens, self.failure)
                     return None
             total = sum(map(len, pieces))
             try:
@@ -1025,7 +1022,7 @@ class Journal:
                 return None
         except OSError as error:
             self._fail(error)
-            self._on_synced(tokens, self._failure)
+            self._on_synced(tokens, self.failure)
             return None
         self._size += total
         self.position = (self._file_id, self._size)
@@ -1041,7 +1038,7 @@ class Journal:
         allocated so far. True if zeros were written."""
         if (
             not self._zero_ahead
-            or self._failure is not None
+            or self.failure is not None
             or self._sync_bytes > ZERO_AHEAD_MAX_SYNC_BYTES
         ):
             return False
