@@ -2,7 +2,8 @@
 takes batches of plain v2 adds on one connection (a transport that keeps what is written), and
 each batch is answered before the next is given: ``data_received``, the checks, the write cache,
 the journal's group written and synced (on a RAM-backed file system where there is one, so the
-sync costs nothing), the answers encoded and written.
+sync costs nothing), the answers encoded and written; the bookie keeps its metrics as a bookie
+process does.
 
 Three figures per batch size, medians of ``--runs`` runs:
 
@@ -45,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bookkeeper_py import loop as event_loop
+from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.server.bookie import Bookie, BookieConfig
 from bookkeeper_py.server.connection import BookieConnection
 from bookkeeper_py.storage import index
@@ -95,7 +97,8 @@ async def _run(
         os.path.join(directory, "ledgers"),
         flush_interval_s=3600,
     )
-    bookie = Bookie(BookieConfig(storage), asyncio.get_running_loop())
+    # With the metrics a bookie process keeps (its latency histograms are on the path).
+    bookie = Bookie(BookieConfig(storage), asyncio.get_running_loop(), PrometheusMetrics())
     bookie.start()
     try:
         connection = BookieConnection(bookie, set())

@@ -1750,6 +1750,214 @@ static PyTypeObject SyncerType = {
     .tp_new = syncer_new,
 };
 
+/* A latency histogram (prometheus.py's _Buckets): counts per bucket of upper bounds, and the sum
+ * of the latencies. A bookie records several per journal group (its adds, the group's wait and
+ * sync); these are its methods as C calls, without a Python frame each. Updated from one thread
+ * (under the GIL), read at scrape time. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;      /* bounds; counts has n + 1 (the last: above every bound) */
+    double *bounds;    /* increasing */
+    long long *counts;
+    double total;
+} BucketsObject;
+
+static PyObject *buckets_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *bounds;
+    static char *kwlist[] = {"bounds", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:LatencyBuckets", kwlist, &PyTuple_Type,
+                                     &bounds))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(bounds);
+    BucketsObject *b = (BucketsObject *)type->tp_alloc(type, 0);
+    if (b == NULL) return NULL;
+    b->bounds = PyMem_Calloc((size_t)(n ? n : 1), sizeof(double));
+    b->counts = PyMem_Calloc((size_t)n + 1, sizeof(long long));
+    if (b->bounds == NULL || b->counts == NULL) {
+        Py_DECREF(b);
+        return PyErr_NoMemory();
+    }
+    b->n = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        b->bounds[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i));
+        if (b->bounds[i] == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(b);
+            return NULL;
+        }
+        if (i > 0 && !(b->bounds[i] > b->bounds[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "LatencyBuckets: the bounds must increase");
+            Py_DECREF(b);
+            return NULL;
+        }
+    }
+    return (PyObject *)b;
+}
+
+static void buckets_dealloc(BucketsObject *b) {
+    PyMem_Free(b->bounds);
+    PyMem_Free(b->counts);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+/* bisect_left: the first bucket whose bound is >= seconds (n: above them all; NaN: 0, as there). */
+static Py_ssize_t buckets_index(const BucketsObject *b, double seconds) {
+    Py_ssize_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (b->bounds[mid] < seconds) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static PyObject *buckets_observe(BucketsObject *b, PyObject *arg) {
+    double seconds = PyFloat_AsDouble(arg);
+    if (seconds == -1.0 && PyErr_Occurred()) return NULL;
+    b->counts[buckets_index(b, seconds)] += 1;
+    b->total += seconds;
+    Py_RETURN_NONE;
+}
+
+static PyObject *buckets_observe_many(BucketsObject *b, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "observe_many(seconds, count)");
+        return NULL;
+    }
+    double seconds = PyFloat_AsDouble(args[0]);
+    if (seconds == -1.0 && PyErr_Occurred()) return NULL;
+    long long count = PyLong_AsLongLong(args[1]);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    b->counts[buckets_index(b, seconds)] += count;
+    b->total += seconds * (double)count;
+    Py_RETURN_NONE;
+}
+
+static PyObject *buckets_counts(BucketsObject *b, void *Py_UNUSED(closure)) {
+    PyObject *out = PyList_New(b->n + 1);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i <= b->n; i++) {
+        PyObject *count = PyLong_FromLongLong(b->counts[i]);
+        if (count == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, count);
+    }
+    return out;
+}
+
+static PyObject *buckets_total(BucketsObject *b, void *Py_UNUSED(closure)) {
+    return PyFloat_FromDouble(b->total);
+}
+
+static PyMethodDef buckets_methods[] = {
+    {"observe", (PyCFunction)buckets_observe, METH_O, "Counts one latency, in seconds."},
+    {"observe_many", (PyCFunction)(void (*)(void))buckets_observe_many, METH_FASTCALL,
+     "Counts count latencies of the same seconds."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef buckets_getset[] = {
+    {"counts", (getter)buckets_counts, NULL,
+     "the count per bucket (a list; the last: above every bound)", NULL},
+    {"total", (getter)buckets_total, NULL, "the sum of the latencies counted, in seconds", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject BucketsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bookkeeper_py._speedups.LatencyBuckets",
+    .tp_basicsize = sizeof(BucketsObject),
+    .tp_dealloc = (destructor)buckets_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A latency histogram: counts per bucket of increasing upper bounds, and the sum.",
+    .tp_methods = buckets_methods,
+    .tp_getset = buckets_getset,
+    .tp_new = buckets_new,
+};
+
+/* A bookie's batch of adds into its write cache (storage/ledger_storage.py's _LedgerEntries
+ * .add_new and the bytes it adds): chunks maps entry id >> bits to a dict entry id -> entry.
+ * Only when the ids increase and none is held yet: every entry is put in its chunk (a chunk
+ * made where there is none) and the sum of their lengths returned. Otherwise nothing changes:
+ * -1 when an id is held already, -2 when the ids do not increase or an entry is not bytes (the
+ * Python path then handles the batch). */
+static PyObject *cache_add_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyList_Check(args[1]) ||
+        !PyList_Check(args[2]) || PyList_GET_SIZE(args[1]) != PyList_GET_SIZE(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "cache_add_new(chunks: dict, entry_ids: list, entries: list of the same "
+                        "length, chunk_bits: int)");
+        return NULL;
+    }
+    PyObject *chunks = args[0], *ids = args[1], *entries = args[2];
+    long bits = PyLong_AsLong(args[3]);
+    if (bits == -1 && PyErr_Occurred()) return NULL;
+    if (bits < 0 || bits > 62) {
+        PyErr_SetString(PyExc_ValueError, "cache_add_new: chunk_bits out of range");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    long long previous = LLONG_MIN, size = 0;
+    /* First pass: the ids increase, the entries are bytes, and no id is held (each chunk
+     * looked up once per run of ids in it). */
+    PyObject *chunk = NULL;
+    long long chunk_key = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = PyList_GET_ITEM(ids, i), *entry = PyList_GET_ITEM(entries, i);
+        if (!PyLong_CheckExact(id) || !PyBytes_CheckExact(entry)) return PyLong_FromLong(-2);
+        long long entry_id = PyLong_AsLongLong(id);
+        if (entry_id == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return PyLong_FromLong(-2);
+        }
+        if (i > 0 && entry_id <= previous) return PyLong_FromLong(-2);
+        previous = entry_id;
+        size += PyBytes_GET_SIZE(entry);
+        long long key = entry_id >> bits;
+        if (i == 0 || key != chunk_key) {
+            chunk_key = key;
+            PyObject *key_object = PyLong_FromLongLong(key);
+            if (key_object == NULL) return NULL;
+            chunk = PyDict_GetItemWithError(chunks, key_object); /* borrowed */
+            Py_DECREF(key_object);
+            if (chunk == NULL && PyErr_Occurred()) return NULL;
+            if (chunk != NULL && !PyDict_CheckExact(chunk)) return PyLong_FromLong(-2);
+        }
+        if (chunk != NULL) {
+            int held = PyDict_Contains(chunk, id);
+            if (held < 0) return NULL;
+            if (held) return PyLong_FromLong(-1);
+        }
+    }
+    /* Second pass: put them. */
+    chunk = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = PyList_GET_ITEM(ids, i);
+        long long key = PyLong_AsLongLong(id) >> bits;
+        if (chunk == NULL || key != chunk_key) {
+            chunk_key = key;
+            PyObject *key_object = PyLong_FromLongLong(key);
+            if (key_object == NULL) return NULL;
+            chunk = PyDict_GetItemWithError(chunks, key_object);
+            if (chunk == NULL) {
+                if (PyErr_Occurred() || (chunk = PyDict_New()) == NULL) {
+                    Py_DECREF(key_object);
+                    return NULL;
+                }
+                int failed = PyDict_SetItem(chunks, key_object, chunk);
+                Py_DECREF(chunk); /* the chunks dict holds it */
+                if (failed < 0) {
+                    Py_DECREF(key_object);
+                    return NULL;
+                }
+            }
+            Py_DECREF(key_object);
+        }
+        if (PyDict_SetItem(chunk, id, PyList_GET_ITEM(entries, i)) < 0) return NULL;
+    }
+    return PyLong_FromLongLong(size);
+}
+
 static PyMethodDef methods[] = {
     {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,
      "A writer's pass over one bookie's durable acks of pending adds."},
@@ -1765,6 +1973,8 @@ static PyMethodDef methods[] = {
      "A framed BATCH_READ_ENTRY answer: the fixed part, then each entry with its length."},
     {"take_plain_adds", (PyCFunction)(void (*)(void))take_plain_adds, METH_FASTCALL,
      "A bookie's run of plain v2 adds taken off its backlog, grouped by ledger and key."},
+    {"cache_add_new", (PyCFunction)(void (*)(void))cache_add_new, METH_FASTCALL,
+     "A batch of increasing, new entry ids put in a write cache's chunks; their bytes."},
     {"journal_group", (PyCFunction)(void (*)(void))journal_group, METH_FASTCALL,
      "A journal group's pieces to write, and its records' tokens."},
     {"group_adds", (PyCFunction)(void (*)(void))group_adds, METH_FASTCALL,
@@ -1810,12 +2020,9 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         return NULL;
     }
     make_shifts();
-    if (PyType_Ready(&SyncerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    Py_INCREF(&SyncerType);
-    if (PyModule_AddObject(m, "JournalSyncer", (PyObject *)&SyncerType) < 0) {
-        Py_DECREF(&SyncerType);
+    if (PyModule_AddType(m, &SyncerType) < 0 || PyModule_AddType(m, &BucketsType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -17,7 +17,7 @@ import bisect
 import math
 import time
 from collections.abc import Callable, Collection, Iterator
-from typing import cast
+from typing import Protocol, cast
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -28,6 +28,7 @@ from prometheus_client.core import (
 )
 
 from bookkeeper_py.metrics import LATENCY_BUCKETS_S, CounterMetric, Labels, OpStats
+from bookkeeper_py.speedups import native
 
 STYLES = ("histograms", "bookkeeper")
 QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)  # BookKeeper's, labelled as Java prints
@@ -59,13 +60,38 @@ class _Buckets:
         self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += count
         self.total += seconds * count
 
-    def cumulative(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, count in zip((*LATENCY_BUCKETS_S, math.inf), self.counts, strict=True):
-            running += count
-            out.append(("+Inf" if bound == math.inf else repr(bound), running))
-        return out
+
+class _Histogram(Protocol):
+    """``_Buckets``, or the C speedups' ``LatencyBuckets``: the same counts."""
+
+    @property
+    def counts(self) -> list[int]: ...
+
+    @property
+    def total(self) -> float: ...
+
+    def observe(self, seconds: float) -> None: ...
+
+    def observe_many(self, seconds: float, count: int) -> None: ...
+
+
+def _latency_buckets() -> _Histogram:
+    """A histogram over ``LATENCY_BUCKETS_S``: the C speedups' ``LatencyBuckets`` where they are
+    built (the same counts, without a Python frame per update), else ``_Buckets``."""
+    if native is not None:
+        buckets: _Histogram = native.LatencyBuckets(LATENCY_BUCKETS_S)
+        return buckets
+    return _Buckets()
+
+
+def _cumulative(buckets: _Histogram) -> list[tuple[str, float]]:
+    """A histogram's cumulative counts by bound, as Prometheus' ``le`` labels want them."""
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip((*LATENCY_BUCKETS_S, math.inf), buckets.counts, strict=True):
+        running += count
+        out.append(("+Inf" if bound == math.inf else repr(bound), running))
+    return out
 
 
 class _Window:
@@ -142,21 +168,24 @@ class _PrometheusOpStats:
     """An operation's latencies by outcome: a histogram in seconds (``histograms`` style) or
     BookKeeper's windowed summary (``bookkeeper`` style)."""
 
-    __slots__ = ("_failure", "_success", "failure", "success")
+    __slots__ = ("_failure", "_success", "failure", "success", "successes")
 
     def __init__(self, style: str) -> None:
-        self._success: _Buckets | _Window = _Window() if style == "bookkeeper" else _Buckets()
-        self._failure: _Buckets | _Window = _Window() if style == "bookkeeper" else _Buckets()
+        self._success: _Histogram | _Window = (
+            _Window() if style == "bookkeeper" else _latency_buckets()
+        )
+        self._failure: _Histogram | _Window = (
+            _Window() if style == "bookkeeper" else _latency_buckets()
+        )
+        # The recorders' own methods: an update is one call, no frame of this class's.
         self.success: Callable[[float], None] = self._success.observe
         self.failure: Callable[[float], None] = self._failure.observe
-
-    def successes(self, seconds: float, count: int) -> None:
-        self._success.observe_many(seconds, count)
+        self.successes: Callable[[float, int], None] = self._success.observe_many
 
     def add_to(self, family: HistogramMetricFamily, values: list[str]) -> None:
         for label, buckets in (("true", self._success), ("false", self._failure)):
-            assert isinstance(buckets, _Buckets)
-            family.add_metric([label, *values], buckets.cumulative(), buckets.total)
+            assert not isinstance(buckets, _Window)
+            family.add_metric([label, *values], _cumulative(buckets), buckets.total)
 
     def roll(self, now: float, rollover_s: float) -> None:
         """Ends the windows once ``rollover_s`` passed (once a scrape: aliases share them)."""

@@ -14,6 +14,8 @@ from types import ModuleType
 # Every name of the C module the Python code uses (``native.NAME`` across the package).
 REQUIRED = (
     "JournalSyncer",
+    "LatencyBuckets",
+    "cache_add_new",
     "complete_adds",
     "crc32c_batch_entries",
     "crc32c_package",

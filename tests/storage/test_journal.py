@@ -236,9 +236,12 @@ def test_a_group_is_written_byte_for_byte_as_documented(tmp_path: Path, sizes: l
     assert replayed(tmp_path) == records
 
 
+@pytest.mark.parametrize("count", [100, 1100])  # a group one writev could take; one it cannot
 def test_short_writes_and_more_pieces_than_one_writev_takes_are_finished(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
+    """The first writev of a group falls short (or the group has more pieces than one takes):
+    the rest is written from where it stopped."""
     real_writev = os.writev
     calls: list[int] = []
 
@@ -248,7 +251,7 @@ def test_short_writes_and_more_pieces_than_one_writev_takes_are_finished(
         return real_writev(fd, [bytes(b"".join(buffers)[:10_000])])
 
     monkeypatch.setattr(os, "writev", short_writev)
-    records = [(RecordType.ENTRY, entry(1, i, bytes([i % 256]) * 5000)) for i in range(1100)]
+    records = [(RecordType.ENTRY, entry(1, i, bytes([i % 256]) * 5000)) for i in range(count)]
     data = write_one_group(tmp_path, records)
     monkeypatch.undo()
     assert len(calls) > 1

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookkeeper_py import errors, speedups
+from bookkeeper_py import errors, metrics, prometheus, speedups
 from bookkeeper_py.client.ledger import LedgerEntry
 from bookkeeper_py.storage import journal
 from bookkeeper_py.wire import digest, framing, v2
@@ -554,7 +554,7 @@ def test_c_and_python_make_the_same_journal_group(
     # a body of another buffer type: left to the Python path, which gives the same bytes
     other = [(kind, bytearray(body), token, background) for kind, body, token, background in batch]
     assert native.journal_group(list(other), gather_min) is None
-    assert b"".join(journal._group(list(other), gather_min)[0]) == b"".join(pieces)
+    assert b"".join(journal._group_pieces(list(other), gather_min)[0]) == b"".join(pieces)
 
 
 @needs_speedups
@@ -599,6 +599,44 @@ def test_a_writers_adds_grouped_in_c_are_grouped_as_the_long_way_groups_them(
         assert stop == len(entry_ids) or len(entries[entry_ids[stop]]) != len(entry)
         at = stop
     assert got == expected
+
+
+@needs_speedups
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(
+                st.floats(allow_nan=False, allow_infinity=True),
+                st.sampled_from(metrics.LATENCY_BUCKETS_S),  # on a bound: that bucket
+            ),
+            st.integers(0, 1000),
+        ),
+        max_size=40,
+    )
+)
+def test_a_latency_histogram_in_c_counts_as_the_python_one(
+    latencies: list[tuple[float, int]],
+) -> None:
+    """``LatencyBuckets``: the same count in the same bucket as ``prometheus._Buckets`` (a
+    latency on a bound in that bound's bucket, below every bound in the first, above them in
+    the last), and the same sum."""
+    native = speedups.native
+    assert native is not None
+    c_buckets = native.LatencyBuckets(metrics.LATENCY_BUCKETS_S)
+    python_buckets = prometheus._Buckets()
+    for seconds, count in latencies:
+        if count == 1:
+            c_buckets.observe(seconds)
+            python_buckets.observe(seconds)
+        else:
+            c_buckets.observe_many(seconds, count)
+            python_buckets.observe_many(seconds, count)
+    assert c_buckets.counts == python_buckets.counts
+    assert c_buckets.total == pytest.approx(python_buckets.total, nan_ok=True)
+    with pytest.raises(ValueError, match="the bounds must increase"):
+        native.LatencyBuckets((0.1, 0.1))
+    with pytest.raises(TypeError):
+        c_buckets.observe("0.1")  # type: ignore[arg-type]
 
 
 @needs_speedups

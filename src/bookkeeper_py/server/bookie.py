@@ -435,7 +435,8 @@ class Bookie:
         # go out at once, not a loop iteration later: an add's latency ends at the socket.
         if asyncio._get_running_loop() is self._loop:
             try:
-                self._complete(tokens, error)
+                for token in tokens:  # _complete, inline
+                    token(error)
             except Exception as raised:  # as the loop reports a callback that raised
                 self._loop.call_exception_handler(
                     {"message": "a journal sync's answer raised", "exception": raised}
@@ -593,12 +594,17 @@ class Bookie:
         highest LAC the entries carry, every entry holding one and every id at least 0."""
         count = len(entries)
         checked = last_add_confirmed is not None
+        engine = self.engine
+        # (read_only and _refuses_writes inline, as the LAC's update below: this runs for every
+        # batch, and a call is a good part of a check's time.)
         if (
-            self.read_only
-            or self._refuses_writes()
+            self.disk_full
+            or self.forced_read_only
+            or self._closed
+            or engine.failure is not None
             or self.pending_adds + count > self.config.max_pending_adds
             or self._throttled
-            or self.engine.write_cache_full
+            or engine.write_cache_full
             or ledger_id < 0
             or (not checked and min(entry_ids) < 0)
             or (not checked and min(map(len, entries)) < 24)  # no LAC to read (see add_entry)
@@ -625,7 +631,12 @@ class Bookie:
         if last_add_confirmed is None:
             lac_at = _LAC_AT.unpack_from
             last_add_confirmed = max(lac_at(entry, 16)[0] for entry in entries)
-        self._advance_lac(ledger_id, last_add_confirmed)
+        lacs = self._lacs
+        known = lacs.get(ledger_id)
+        if known is None or ledger_id in self._lac_waiters:
+            self._advance_lac(ledger_id, last_add_confirmed)
+        elif last_add_confirmed > known:
+            lacs[ledger_id] = last_add_confirmed  # _advance_lac, with no one to wake
 
         def durable(error: Exception | None) -> None:
             self.pending_adds -= count
@@ -640,7 +651,7 @@ class Bookie:
                 done(StatusCode.EIO, entry_ids)
 
         self.pending_adds += count
-        self.engine.add_entries(ledger_id, entry_ids, entries, durable)
+        engine.add_entries(ledger_id, entry_ids, entries, durable)
 
     def _drain_throttled(self) -> None:
         """Resumes held-back adds while the write cache has room; refuses those that waited

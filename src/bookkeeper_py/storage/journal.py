@@ -332,20 +332,18 @@ def _group_pieces(batch: list[_Record], gather_min: int) -> tuple[list[bytes], l
     return [GROUP_HEADER.pack(len(prefix) + size, crc), prefix, *bodies], tokens
 
 
-def _group(batch: list[_Record], gather_min: int) -> tuple[list[bytes], list[Any]]:
-    """``_group_pieces`` in one C call where the speedups are built (and every body is bytes)."""
-    if native is not None:
-        made: tuple[list[bytes], list[Any]] | None = native.journal_group(batch, gather_min)
-        if made is not None:
-            return made
-    return _group_pieces(batch, gather_min)
-
-
-def _write_all(fd: int, pieces: list[bytes]) -> None:
+def _write_all(fd: int, pieces: list[bytes], written: int = 0) -> None:
     """Writes ``pieces`` in order with as few ``writev`` calls as IOV_MAX allows, going on after
-    a short write from where it stopped."""
+    a short write from where it stopped; ``written``: the bytes of them written already (by a
+    first ``writev`` that fell short)."""
     views: list[bytes | memoryview] = list(pieces)
     start = 0
+    while written:
+        if written < len(views[start]):
+            views[start] = memoryview(views[start])[written:]
+            break
+        written -= len(views[start])
+        start += 1
     while start < len(views):
         batch = views[start : start + _IOV_MAX]
         written = os.writev(fd, batch)
@@ -748,7 +746,7 @@ class Journal:
             and not self._unsynced
             and len(batch) <= INLINE_MAX_RECORDS
             and self._last_sync_s <= INLINE_SYNC_LIMIT_S
-            and self.idle_past_a_sync
+            and time.monotonic() - self._idle_since >= self._last_sync_s  # idle_past_a_sync
             and self._inline_ok()
         ):
             self._sync_here(tokens, len(batch), since)
@@ -795,16 +793,12 @@ class Journal:
         self, tokens: list[Any], records: int, synced_end: int = 0, since: float | None = None
     ) -> None:
         """A group's records are durable (appended ``since``, when known): reported."""
-        if self._drop_pages and synced_end:
+        # (Whether pages are due to be dropped, and the adds' stats, inline: once a group.)
+        if self._drop_pages and synced_end - self._dropped >= _DROP_EVERY:
             self._drop_durable_pages(synced_end)
         if self._add_stats is not None and since is not None:
-            self._record_adds(records, time.monotonic() - since)
+            self._add_stats.successes(time.monotonic() - since, records)
         self._on_synced(tokens, None)
-
-    def _record_adds(self, records: int, seconds: float) -> None:
-        add = self._add_stats
-        assert add is not None
-        add.successes(seconds, records)
 
     def _take_synced(self, idle_work: bool = True) -> None:
         """The syncer finished syncs (its eventfd is readable, or it was drained): the groups
@@ -827,7 +821,7 @@ class Journal:
             records += group_records
             zeros += not group_records  # a sync asked for zeros ahead only
             if self._add_stats is not None and group_records and not error:
-                self._record_adds(group_records, now - since)
+                self._add_stats.successes(now - since, group_records)
         self._unsynced_records -= records
         if records and not error:
             self._count_synced(end, max(1, len(times) - zeros))
@@ -962,7 +956,8 @@ class Journal:
     def _write_group(self, batch: list[_Record]) -> list[Any] | None:
         """Writes ``batch`` as one group (rolling or growing the file first if need be) and
         returns its tokens; None if it failed (its tokens then reported failed)."""
-        pieces, tokens = _group(batch, _GATHER_MIN_RECORD)
+        made = None if native is None else native.journal_group(batch, _GATHER_MIN_RECORD)
+        pieces, tokens = made if made is not None else _group_pieces(batch, _GATHER_MIN_RECORD)
         if self.failure is not None:
             self._on_synced(tokens, self.failure)
             return None
@@ -1006,7 +1001,10 @@ class Journal:
                         grow = total  # what the records need, no more
                         os.posix_fallocate(self._fd, self._allocated, grow)
                     self._allocated += grow
-                _write_all(self._fd, pieces)
+                # One writev where it can take the group whole (nearly always), else _write_all.
+                written = os.writev(self._fd, pieces) if len(pieces) <= _IOV_MAX else 0
+                if written != total:
+                    _write_all(self._fd, pieces, written)
             except OSError as error:
                 if error.errno != errno.ENOSPC or not self._cut_partial_group():
                     raise

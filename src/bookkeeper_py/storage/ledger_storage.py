@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from itertools import chain, islice
 from operator import lt, sub
 
+from bookkeeper_py.speedups import native
 from bookkeeper_py.storage.entry_log import EntryLogError, EntryLogger
 from bookkeeper_py.storage.index import LedgerIndex
 from bookkeeper_py.wire.proto import data_formats_pb2 as formats
@@ -462,6 +463,18 @@ class LedgerStorage:
             if cached is None:
                 cached = current.ledgers[ledger_id] = _LedgerEntries()
                 current.last_entry[ledger_id] = entry_ids[0] - 1
+            if native is not None:  # the usual batch (ids increasing, all new) in one C call
+                size = native.cache_add_new(cached.chunks, entry_ids, entries, _CHUNK_BITS)
+                if size >= 0:
+                    known = current.last_entry[ledger_id]
+                    if entry_ids[0] <= known:
+                        current.unordered.add(ledger_id)
+                    if entry_ids[-1] > known:
+                        current.last_entry[ledger_id] = entry_ids[-1]
+                    cached.count += len(entries)
+                    current.size_bytes += size
+                    current.count += len(entries)
+                    return
             last = max(entry_ids)
             increasing = all(map(lt, entry_ids, islice(entry_ids, 1, None)))
             if entry_ids[0] <= current.last_entry[ledger_id] or not increasing:
@@ -493,6 +506,12 @@ class LedgerStorage:
     def flushing_bytes(self) -> int:
         flushing = self._flushing
         return flushing.size_bytes if flushing is not None else 0
+
+    def cached_bytes(self) -> int:
+        """Bytes in the write cache, being flushed included (``write_cache_bytes +
+        flushing_bytes`` in one call: the engine asks on every add)."""
+        flushing = self._flushing
+        return self._current.size_bytes + (flushing.size_bytes if flushing is not None else 0)
 
     def last_entry_id(self, ledger_id: int) -> int:
         last = self._current.last_entry.get(ledger_id, -1)
