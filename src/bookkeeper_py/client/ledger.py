@@ -1005,6 +1005,8 @@ class WriteHandle(ReadHandle):
         )
         self._force_futures: dict[int, asyncio.Future[int]] = {}
         self._loop = asyncio.get_running_loop()
+        # The client's clock in ms (``BookKeeper.now_ms``, bound: read several times an add)
+        self._now: Callable[[], int] = client.now_ms
         # What waits for each pending add: its future, or its callback (add_entry_callback)
         self._futures: dict[int, asyncio.Future[int] | AddCallback] = {}
         # Callbacks of adds completed or failed in this writer step, called at its end
@@ -1047,9 +1049,6 @@ class WriteHandle(ReadHandle):
     def ensemble_changes(self) -> int:
         """Ensemble changes this writer made (a failed or slow bookie replaced)."""
         return self._writer.ensemble_changes
-
-    def _now(self) -> int:
-        return self._client.now_ms()
 
     def _record_adds(self, entry_ids: Iterable[int], succeeded: bool) -> None:
         """The client's ADD_ENTRY latencies of adds that completed (or failed)."""
@@ -1130,8 +1129,11 @@ class WriteHandle(ReadHandle):
         failed since they were called, they fail with its error."""
         run, self._run = self._run, []
         writer = self._writer
-        lengths = list(accumulate(map(len, run), initial=writer.pushed_length))
-        del lengths[0]
+        if len(run) == 1:  # one add (one in flight)
+            lengths = [writer.pushed_length + len(run[0])]
+        else:
+            lengths = list(accumulate(map(len, run), initial=writer.pushed_length))
+            del lengths[0]
         try:
             first = writer.push_run(lengths)
         except errors.BKError as error:

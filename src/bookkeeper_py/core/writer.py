@@ -283,6 +283,13 @@ class _Pending:
         id taken, holes included), in one extend per array."""
         count = len(lengths)
         assert first - self.base == len(self.sent), "a run starts right after the last id taken"
+        if count == 1:  # one add (one in flight): no arrays to make
+            self.acked.append(0)
+            self.failed.append(0)
+            self.lengths.append(lengths[0])
+            self.sent.append(WAITING)
+            self.taken += 1
+            return
         zeros = array("Q", bytes(8 * count)) if isinstance(self.acked, array) else [0] * count
         self.acked.extend(zeros)
         self.failed.extend(zeros)
@@ -517,6 +524,12 @@ class LedgerWriter:
         sent, base = self._pending.sent, self._pending.base
         table, start = self._write_set_table()
         size = len(table)
+        if count == 1 and waiting[0] >= start:  # one add (one in flight): no runs to make
+            entry_id = waiting.popleft()
+            sent[entry_id - base] = now
+            self._in_flight += 1
+            self._last_send = now
+            return [SendAdds([entry_id], [table[entry_id % size]])]
         entry_ids = list(starmap(waiting.popleft, repeat((), count)))
         first = entry_ids[0]
         if first >= start and entry_ids == [*range(first, first + count)]:
