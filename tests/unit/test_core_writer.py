@@ -440,6 +440,27 @@ def test_the_writer_names_its_next_deadline_instead_of_being_polled() -> None:
     assert of(writer.tick(170), ChangeEnsemble) and writer.next_deadline(170) is None
 
 
+def test_deadlines_only_grow_until_a_bookie_fails_or_an_explicit_lac_is_kept() -> None:
+    """While ``deadlines_only_grow`` holds, the next deadline never comes earlier as adds are
+    sent and answered (the runtime keeps its timer); a failed bookie's paced change, or an
+    explicit LAC, can bring one earlier, and then it does not hold."""
+    writer = LedgerWriter(metadata(3, 2, 2), add_timeout_ms=100, delay_ensemble_change=True)
+    deadlines = []
+    for now in range(0, 50, 10):
+        writer.add(1, now)
+        assert writer.deadlines_only_grow
+        deadlines.append(writer.next_deadline(now))
+        if now >= 20:
+            ack_all(writer, now // 10 - 2, now)
+            deadlines.append(writer.next_deadline(now))
+    assert deadlines == sorted(deadlines) and deadlines[0] == 100 and deadlines[-1] == 130
+    # a bookie fails: a change may now come due (paced), before the timeouts timed so far
+    writer.on_add_answer(4, 2, "b2", StatusCode.EIO, 50)
+    assert not writer.deadlines_only_grow
+    lac_writer = LedgerWriter(metadata(3, 2, 2), explicit_lac_interval_ms=50)
+    assert not lac_writer.deadlines_only_grow
+
+
 def test_the_close_rule_keeps_a_retried_close_and_refuses_anyone_elses_end() -> None:
     open_ledger = metadata(3, 2, 2)
     assert close_needed(open_ledger, 9, 100)

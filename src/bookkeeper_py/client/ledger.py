@@ -1265,8 +1265,16 @@ class WriteHandle(ReadHandle):
     def _schedule_tick(self) -> None:
         """One timer, for the writer's next deadline (timeouts, a paced ensemble change, the
         explicit LAC); none while nothing can come due before an event. Looked at once per
-        loop pass, not after every answer."""
+        loop pass, not after every answer; and not at all while the writer's deadlines can
+        only grow (``LedgerWriter.deadlines_only_grow``) and the timer set is due first, or
+        there is no deadline to time (no add timeout): a writer's steps then set no timer, as
+        they would not."""
         if self._closed or self._deadline_check:
+            return
+        writer = self._writer
+        if writer.deadlines_only_grow and (
+            self._ticker is not None or writer.add_timeout_ms is None
+        ):
             return
         self._deadline_check = True
         self._loop.call_soon(self._set_timer)

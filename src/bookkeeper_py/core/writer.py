@@ -836,6 +836,16 @@ class LedgerWriter:
             )
         return self.last_add_confirmed, self._confirmed_length, instructions
 
+    @property
+    def deadlines_only_grow(self) -> bool:
+        """Whether ``next_deadline`` can only move later (or vanish) as adds are sent and
+        answered: no failed bookie waits for a (paced) ensemble change, and no explicit LAC is
+        kept. The deadlines left are add timeouts, a fixed time after each send, so a later
+        send's is later. A timer set for the next deadline then stays right (it fires early at
+        worst, and ``tick`` finds nothing due), and the runtime need not look again after
+        every step; once a bookie fails, it must."""
+        return not self._failed and self.explicit_lac_interval_ms <= 0
+
     def next_deadline(self, now: int) -> int | None:
         """When ``tick`` may next do something (ms, on the caller's clock; at most ``now``
         when it is due already), or None: nothing will be due until an event (an add, an
