@@ -1019,6 +1019,10 @@ class WriteHandle(ReadHandle):
         # write per bookie, each bookie's answers coming back through one sink
         self._batched = not (client.config.use_v3 or deferred_sync)
         self._pushed = False  # adds were pushed this pass: _send_pushed is scheduled
+        # (unless they were pushed by the callbacks _call_back runs, which then sends them at
+        # once or schedules _send_pushed itself: no loop callback for an add sent at once)
+        self._calling_back = False
+        self._push_unscheduled = False
         # LedgerHandle's adds of this slice, numbered on from the writer's last_add_pushed and
         # not yet taken by the writer: it takes them, and they are packaged, in one step as the
         # slice is sent
@@ -1100,7 +1104,10 @@ class WriteHandle(ReadHandle):
         if not self._pushed:  # the pass's adds are sent together, at its end
             self._pushed = True
             self._slice = 1
-            self._loop.call_soon(self._send_pushed)
+            if self._calling_back:  # _call_back sends them at once, or schedules this, at its end
+                self._push_unscheduled = True
+            else:
+                self._loop.call_soon(self._send_pushed)
         else:
             self._slice += 1
             if self._slice >= SEND_SLICE_ADDS:  # a long pass: this slice goes now
@@ -1236,19 +1243,33 @@ class WriteHandle(ReadHandle):
         to the loop's exception handler, as a callback the loop runs would be; the rest are
         still called."""
         ready, self._ready = self._ready, []
-        for callback, entry_id, error in ready:
-            try:
-                callback(entry_id, error)
-            except Exception as raised:  # the caller's code: reported, not ours
-                self._loop.call_exception_handler(
-                    {
-                        "message": f"ledger {self.ledger_id}: the callback of entry "
-                        f"{entry_id} raised",
-                        "exception": raised,
-                    }
-                )
+        outer, self._calling_back = self._calling_back, True
+        try:
+            for callback, entry_id, error in ready:
+                try:
+                    callback(entry_id, error)
+                except Exception as raised:  # the caller's code: reported, not ours
+                    self._loop.call_exception_handler(
+                        {
+                            "message": f"ledger {self.ledger_id}: the callback of entry "
+                            f"{entry_id} raised",
+                            "exception": raised,
+                        }
+                    )
+        except BaseException:  # the loop is going down (KeyboardInterrupt...): sends as _push
+            self._calling_back = outer
+            if not outer and self._push_unscheduled:
+                self._push_unscheduled = False
+                self._loop.call_soon(self._send_pushed)
+            raise
+        self._calling_back = outer
+        if outer:
+            return  # the outermost call sends or schedules what the callbacks added
+        unscheduled, self._push_unscheduled = self._push_unscheduled, False
         if self._pushed and not self._sending and len(self._futures) <= SEND_AT_ONCE_MAX_PENDING:
             self._send_pushed()  # the adds the callbacks called (see SEND_AT_ONCE_MAX_PENDING)
+        elif unscheduled and self._pushed:
+            self._loop.call_soon(self._send_pushed)  # as _push would have: at the pass's end
 
     def _force_on(self, force_id: int, bookie_id: str) -> None:
         def answered(status: StatusCode | None, body: bytes | errors.BKError) -> None:
