@@ -721,9 +721,9 @@ def test_a_flushed_generation_is_freed_a_chunk_at_a_time() -> None:
     chunk = 1 << ledger_storage._CHUNK_BITS
     generation = ledger_storage._Generation()
     big = ledger_storage._LedgerEntries()
-    assert big.add_new(list(range(2 * chunk + 7)), [b"e%d" % i for i in range(2 * chunk + 7)])
+    assert big.add_new(list(range(2 * chunk + 7)), [b"e%d" % i for i in range(2 * chunk + 7)]) > 0
     small = ledger_storage._LedgerEntries()
-    assert small.add_new([0, 1, 2], [b"s0", b"s1", b"s2"])
+    assert small.add_new([0, 1, 2], [b"s0", b"s1", b"s2"]) == 6
     generation.ledgers = {1: big, 2: small}
     big_chunks = list(big.chunks.values())
     small_chunks = list(small.chunks.values())
@@ -760,7 +760,7 @@ def test_a_ledgers_cached_entries_are_kept_in_bounded_chunks_and_read_back_in_or
     ids = [i for i in range(5 * chunk) if i % 3 != 2]
     for start in range(0, len(ids), 700):
         batch = ids[start : start + 700]
-        assert entries.add_new(batch, [b"%d" % i for i in batch])
+        assert entries.add_new(batch, [b"%d" % i for i in batch]) > 0
     assert len(entries) == len(ids) and list(entries) == ids
     assert all(len(part) <= chunk for part in entries.chunks.values())
     assert [entries.get(i) for i in (0, 1, 2, chunk, 5 * chunk)] == [
@@ -773,7 +773,7 @@ def test_a_ledgers_cached_entries_are_kept_in_bounded_chunks_and_read_back_in_or
     # A batch one of whose ids is held already (on the far side of a chunk bound) adds nothing.
     hole = next(i for i in range(4 * chunk - 3, 4 * chunk) if i % 3 == 2)
     held = next(i for i in range(4 * chunk, 4 * chunk + 3) if i % 3 != 2)
-    assert not entries.add_new([hole, held], [b"new", b"again"])
+    assert entries.add_new([hole, held], [b"new", b"again"]) == ledger_storage.HELD
     assert entries.get(hole) is None and entries.get(held) == b"%d" % held
     assert len(entries) == len(ids)
     assert entries.put(ids[-1], b"replaced") == b"%d" % ids[-1]
@@ -792,7 +792,7 @@ def test_a_ledgers_cached_entries_are_kept_in_bounded_chunks_and_read_back_in_or
     # In the order of arrival for a ledger whose entries all came in increasing order; the
     # chunks of runs taken may be freed while the later runs are taken.
     plain = ledger_storage._LedgerEntries()
-    assert plain.add_new(list(range(3 * chunk)), [b"x"] * (3 * chunk))
+    assert plain.add_new(list(range(3 * chunk)), [b"x"] * (3 * chunk)) == 3 * chunk
     taken = []
     for run_ids, _, keys in plain.runs(True, chunk):
         taken += run_ids

@@ -1136,11 +1136,8 @@ class WriteHandle(ReadHandle):
         failed since they were called, they fail with its error."""
         run, self._run = self._run, []
         writer = self._writer
-        if len(run) == 1:  # one add (one in flight)
-            lengths = [writer.pushed_length + len(run[0])]
-        else:
-            lengths = list(accumulate(map(len, run), initial=writer.pushed_length))
-            del lengths[0]
+        lengths = list(accumulate(map(len, run), initial=writer.pushed_length))
+        del lengths[0]
         try:
             first = writer.push_run(lengths)
         except errors.BKError as error:

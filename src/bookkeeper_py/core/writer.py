@@ -283,13 +283,6 @@ class _Pending:
         id taken, holes included), in one extend per array."""
         count = len(lengths)
         assert first - self.base == len(self.sent), "a run starts right after the last id taken"
-        if count == 1:  # one add (one in flight): no arrays to make
-            self.acked.append(0)
-            self.failed.append(0)
-            self.lengths.append(lengths[0])
-            self.sent.append(WAITING)
-            self.taken += 1
-            return
         zeros = array("Q", bytes(8 * count)) if isinstance(self.acked, array) else [0] * count
         self.acked.extend(zeros)
         self.failed.extend(zeros)
@@ -524,12 +517,6 @@ class LedgerWriter:
         sent, base = self._pending.sent, self._pending.base
         table, start = self._write_set_table()
         size = len(table)
-        if count == 1 and waiting[0] >= start:  # one add (one in flight): no runs to make
-            entry_id = waiting.popleft()
-            sent[entry_id - base] = now
-            self._in_flight += 1
-            self._last_send = now
-            return [SendAdds([entry_id], [table[entry_id % size]])]
         entry_ids = list(starmap(waiting.popleft, repeat((), count)))
         first = entry_ids[0]
         if first >= start and entry_ids == [*range(first, first + count)]:
@@ -538,8 +525,11 @@ class LedgerWriter:
             # a step per entry.
             sent[first - base : first - base + count] = array("q", [now]) * count
             turn = first % size
-            targets = (table[turn:] + table[:turn]) * (count // size + 1)
-            del targets[count:]
+            if turn + count <= size:  # within one turn of the table (one add in flight: one)
+                targets = table[turn : turn + count]
+            else:
+                targets = (table[turn:] + table[:turn]) * (count // size + 1)
+                del targets[count:]
         else:  # caller-chosen ids out of order, or entries of an earlier fragment
             targets = []
             for entry_id in entry_ids:

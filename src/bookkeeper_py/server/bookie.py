@@ -435,8 +435,7 @@ class Bookie:
         # go out at once, not a loop iteration later: an add's latency ends at the socket.
         if asyncio._get_running_loop() is self._loop:
             try:
-                for token in tokens:  # _complete, inline
-                    token(error)
+                self._complete(tokens, error)
             except Exception as raised:  # as the loop reports a callback that raised
                 self._loop.call_exception_handler(
                     {"message": "a journal sync's answer raised", "exception": raised}
@@ -595,13 +594,9 @@ class Bookie:
         count = len(entries)
         checked = last_add_confirmed is not None
         engine = self.engine
-        # (read_only and _refuses_writes inline, as the LAC's update below: this runs for every
-        # batch, and a call is a good part of a check's time.)
         if (
-            self.disk_full
-            or self.forced_read_only
-            or self._closed
-            or engine.failure is not None
+            self.read_only
+            or self._refuses_writes()
             or self.pending_adds + count > self.config.max_pending_adds
             or self._throttled
             or engine.write_cache_full
@@ -631,12 +626,7 @@ class Bookie:
         if last_add_confirmed is None:
             lac_at = _LAC_AT.unpack_from
             last_add_confirmed = max(lac_at(entry, 16)[0] for entry in entries)
-        lacs = self._lacs
-        known = lacs.get(ledger_id)
-        if known is None or ledger_id in self._lac_waiters:
-            self._advance_lac(ledger_id, last_add_confirmed)
-        elif last_add_confirmed > known:
-            lacs[ledger_id] = last_add_confirmed  # _advance_lac, with no one to wake
+        self._advance_lac(ledger_id, last_add_confirmed)
 
         def durable(error: Exception | None) -> None:
             self.pending_adds -= count
@@ -757,9 +747,17 @@ class Bookie:
         self._lacs[ledger_id] = lac
 
     def _advance_lac(self, ledger_id: int, lac: int) -> None:
-        if lac <= self.last_add_confirmed(ledger_id):
+        # (Once per batch of adds: the LAC known, and kept, without a call where it is cached.)
+        lacs = self._lacs
+        known = lacs.get(ledger_id)
+        if known is None:
+            known = self.last_add_confirmed(ledger_id)
+        if lac <= known:
             return
-        self._remember_lac(ledger_id, lac)
+        if ledger_id in lacs:
+            lacs[ledger_id] = lac
+        else:
+            self._remember_lac(ledger_id, lac)
         waiters = self._lac_waiters.get(ledger_id)
         if not waiters:
             return

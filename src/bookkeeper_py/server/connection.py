@@ -151,11 +151,7 @@ class BookieConnection(asyncio.Protocol):
 
     def _answered(self, count: int) -> None:
         self.pending -= count
-        if self._held:
-            self._resume_if_room()
-
-    def _resume_if_room(self) -> None:
-        if self.pending <= self._resume_at:
+        if self._held and self.pending <= self._resume_at:
             self._held = False
             # After the answering callback: the backlog is not served from inside it.
             self._bookie.loop.call_soon(self._resume)
@@ -405,12 +401,8 @@ class BookieConnection(asyncio.Protocol):
             add(ledger_id, key, entry_ids, entries, partial(self._added, ledger_id), lac)
 
     def _added(self, ledger_id: int, status: StatusCode, entry_ids: list[int]) -> None:
-        # _answered and _write inline: once a journal group, on the way to the answers' write.
-        self.pending -= len(entry_ids)
-        if self._held:
-            self._resume_if_room()
-        if self._output is not None:
-            self._output.write(v2.encode_add_responses(status, ledger_id, entry_ids))
+        self._answered(len(entry_ids))
+        self._write(v2.encode_add_responses(status, ledger_id, entry_ids))
 
     def _plain_reads(self, first: bytes) -> None:
         """A run of plain v2 reads (not fencing), served in bulk: per ledger, one call to the

@@ -319,7 +319,7 @@ class StorageEngine:
         gauge(
             "bookie_write_cache_size",
             "bytes in the write cache",
-            lambda: float(storage.write_cache_bytes + storage.flushing_bytes),
+            lambda: float(storage.cached_bytes()),
             labels,
         )
         gauge(
@@ -565,8 +565,7 @@ class StorageEngine:
     # -- writes --------------------------------------------------------------------------------
 
     def ledger(self, ledger_id: int) -> LedgerInfo | None:
-        storages = self.storages  # storage_for, inline: asked on every add
-        return storages[ledger_id % len(storages)].ledger(ledger_id)
+        return self.storage_for(ledger_id).ledger(ledger_id)
 
     def create_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
         """Records a new ledger's master key (journaled; no completion is reported for it)."""
@@ -581,11 +580,9 @@ class StorageEngine:
     ) -> None:
         """Stores entries of one ledger that arrived together (foreground adds); ``token`` is
         reported once the last one, and so every one, is durable. One write-cache lock and one
-        journal hand-off for them all (``storage_for`` and ``journal_for`` inline: this runs
-        for every batch)."""
-        storages, journals = self.storages, self.journals
-        storages[ledger_id % len(storages)].add_entries(ledger_id, entry_ids, entries)
-        journals[ledger_id % len(journals)].append_entries(entries, token)
+        journal hand-off for them all."""
+        self.storage_for(ledger_id).add_entries(ledger_id, entry_ids, entries)
+        self.journal_for(ledger_id).append_entries(entries, token)
         self._mind_write_cache()
 
     def add_entry(

@@ -746,7 +746,7 @@ class Journal:
             and not self._unsynced
             and len(batch) <= INLINE_MAX_RECORDS
             and self._last_sync_s <= INLINE_SYNC_LIMIT_S
-            and time.monotonic() - self._idle_since >= self._last_sync_s  # idle_past_a_sync
+            and self.idle_past_a_sync
             and self._inline_ok()
         ):
             self._sync_here(tokens, len(batch), since)
@@ -793,8 +793,7 @@ class Journal:
         self, tokens: list[Any], records: int, synced_end: int = 0, since: float | None = None
     ) -> None:
         """A group's records are durable (appended ``since``, when known): reported."""
-        # (Whether pages are due to be dropped, and the adds' stats, inline: once a group.)
-        if self._drop_pages and synced_end - self._dropped >= _DROP_EVERY:
+        if self._drop_pages and synced_end:
             self._drop_durable_pages(synced_end)
         if self._add_stats is not None and since is not None:
             self._add_stats.successes(time.monotonic() - since, records)

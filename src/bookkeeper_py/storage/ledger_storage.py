@@ -81,6 +81,11 @@ class LedgerInfo:
         return data
 
 
+# What _LedgerEntries.add_new returns when it adds nothing: an id held already, ids not increasing.
+HELD = -1
+UNORDERED = -2
+
+
 class _LedgerEntries:
     """One ledger's entries in a write-cache generation: entry id -> entry bytes, in dicts of at
     most ``1 << _CHUNK_BITS`` entries keyed by ``entry id >> _CHUNK_BITS`` (see ``_CHUNK_BITS``).
@@ -120,9 +125,19 @@ class _LedgerEntries:
             self.count += 1
         return previous
 
-    def add_new(self, entry_ids: list[int], entries: list[bytes]) -> bool:
-        """Adds entries whose ids increase, if it holds none of them yet (a dict update per
-        chunk they fall in, in C); returns False, changing nothing, if it holds one already."""
+    def add_new(self, entry_ids: list[int], entries: list[bytes]) -> int:
+        """Adds entries whose ids increase, if it holds none of them yet, and returns their
+        bytes; changes nothing and returns ``HELD`` if it holds one already, ``UNORDERED`` if the
+        ids do not increase. In one C call where the speedups are built (``cache_add_new``;
+        else a dict update per chunk the ids fall in)."""
+        if native is not None:
+            added: int = native.cache_add_new(self.chunks, entry_ids, entries, _CHUNK_BITS)
+            if added != UNORDERED:  # (which C also says of entries not bytes: looked at below)
+                if added >= 0:
+                    self.count += len(entries)
+                return added
+        if not all(map(lt, entry_ids, islice(entry_ids, 1, None))):
+            return UNORDERED
         chunks = self.chunks
         pieces: list[tuple[int, list[int], list[bytes]]] = []
         start, count = 0, len(entry_ids)
@@ -137,7 +152,7 @@ class _LedgerEntries:
                 ids, values = entry_ids[start:end], entries[start:end]
             chunk = chunks.get(key)
             if chunk is not None and not chunk.keys().isdisjoint(ids):
-                return False
+                return HELD
             pieces.append((key, ids, values))
             start = end
         for key, ids, values in pieces:
@@ -146,7 +161,7 @@ class _LedgerEntries:
                 chunk = chunks[key] = {}
             chunk.update(zip(ids, values, strict=True))
         self.count += count
-        return True
+        return sum(map(len, entries))
 
     def runs(self, ordered: bool, size: int) -> Iterator[tuple[list[int], list[bytes], list[int]]]:
         """The entries in increasing id order, as (ids, entries, chunk keys) runs of about
@@ -463,26 +478,16 @@ class LedgerStorage:
             if cached is None:
                 cached = current.ledgers[ledger_id] = _LedgerEntries()
                 current.last_entry[ledger_id] = entry_ids[0] - 1
-            if native is not None:  # the usual batch (ids increasing, all new) in one C call
-                size = native.cache_add_new(cached.chunks, entry_ids, entries, _CHUNK_BITS)
-                if size >= 0:
-                    known = current.last_entry[ledger_id]
-                    if entry_ids[0] <= known:
-                        current.unordered.add(ledger_id)
-                    if entry_ids[-1] > known:
-                        current.last_entry[ledger_id] = entry_ids[-1]
-                    cached.count += len(entries)
-                    current.size_bytes += size
-                    current.count += len(entries)
-                    return
-            last = max(entry_ids)
-            increasing = all(map(lt, entry_ids, islice(entry_ids, 1, None)))
-            if entry_ids[0] <= current.last_entry[ledger_id] or not increasing:
+            known = current.last_entry[ledger_id]
+            size = cached.add_new(entry_ids, entries)  # the usual batch, all new: one C call
+            increasing = size != UNORDERED
+            if entry_ids[0] <= known or not increasing:
                 current.unordered.add(ledger_id)
-            if last > current.last_entry[ledger_id]:
+            last = entry_ids[-1] if increasing else max(entry_ids)
+            if last > known:
                 current.last_entry[ledger_id] = last
-            if increasing and cached.add_new(entry_ids, entries):  # each new: in C
-                current.size_bytes += sum(map(len, entries))
+            if size >= 0:
+                current.size_bytes += size
                 current.count += len(entries)
                 return
             put = cached.put

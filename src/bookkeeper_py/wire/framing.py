@@ -62,27 +62,18 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add ``data`` and return every frame it completes, in order."""
-        if _split is not None and self._missing < 0 and not self._head and type(data) is bytes:
-            # The usual chunk: whole frames and nothing held back, in one C call.
-            whole: list[bytes]
-            whole, position = _split(data, 0, self._max_frame_size)
-            if position == len(data):
-                return whole
-            return whole + self._feed_from(data, position)
-        return self._feed_from(data, 0)
-
-    def _feed_from(self, data: bytes | bytearray | memoryview, start: int) -> list[bytes]:
-        """``feed``, for ``data`` from ``start`` (the whole frames before it taken already, with
-        nothing in progress)."""
-        if not isinstance(data, bytes):
+        if type(data) is not bytes:
             data = bytes(data)  # the views kept of it must not change under them
         frames: list[bytes] = []
-        position = start
+        position = 0
         end = len(data)
         if self._missing >= 0 or self._head:
             position = self._continue(data, frames)
         if _split is not None and end - position >= 4:
+            whole: list[bytes]
             whole, position = _split(data, position, self._max_frame_size)
+            if position == end and not frames:
+                return whole  # the usual chunk: whole frames, nothing held back, one C call
             if frames:
                 frames += whole
             else:

@@ -377,19 +377,8 @@ def encode_read_responses(
 
 
 def encode_add_responses(status: StatusCode, ledger_id: int, entry_ids: list[int]) -> bytes:
-    """The framed answers, all with ``status``, to adds of ``entry_ids`` of one ledger. (Without
-    ``_answers``' frame: a bookie encodes these once a journal group, the C call takes them.)"""
-    code = _V2_EOK if status is StatusCode.EOK else to_v2(status)
-    if native is not None:
-        framed: bytes | None = native.v2_answers(
-            ledger_id, entry_ids, None, code, _ADD_ANSWER_HEADER
-        )
-        if framed is not None:
-            return framed
-    return _v2_answers(ledger_id, entry_ids, None, code, _ADD_ANSWER_HEADER)
-
-
-_V2_EOK = to_v2(StatusCode.EOK)
+    """The framed answers, all with ``status``, to adds of ``entry_ids`` of one ledger."""
+    return _answers(ledger_id, entry_ids, None, to_v2(status), _ADD_ANSWER_HEADER)
 
 
 # A run of plain adds of one ledger and master key: (ledger id, master key, entry ids, entries,
