@@ -26,7 +26,11 @@ measured just before that row's cluster starts. The row's p99 cannot be under it
 row and the one-add-in-flight row, the same figure of the ideal C cluster (``ideal_cluster.py``:
 three C bookies and a C client doing only what an add needs, on the row's schedule) and its CPU
 per entry, measured just before the row's cluster starts: the latency of the disk, the wake-ups
-and loopback TCP, which no bookie or client code on this machine avoids.
+and loopback TCP, which no bookie or client code on this machine avoids. After the half-rate row,
+the ideal C cluster once more, its processes spending the row's median CPU per entry
+(``ideal_cluster.py --cpu-per-entry``): the latency that much CPU alone costs on two cores, with
+a design that adds nothing else; and under the row, how late the client issued its adds (the
+part of their latency that is the client's own loop, busy or waiting for a CPU).
 
 Before each cluster starts, the disk settles (``--settle-seconds``, at most; 0 skips it): the
 script waits until it syncs 4 KiB appends at two thirds of the rate measured at the start again.
@@ -90,23 +94,34 @@ def settle(fsyncs_per_s: float, limit_s: float) -> float:
 
 
 def ideal(
-    runs: int, seconds: float, rate: float = 0.0, in_flight: int = 0
+    runs: int,
+    seconds: float,
+    rate: float = 0.0,
+    in_flight: int = 0,
+    cpu_per_entry: tuple[float, float] = (0.0, 0.0),
 ) -> list[dict[str, Any]] | None:
     """``runs`` runs of the ideal C cluster (``ideal_cluster.py``) at ``rate`` or with
-    ``in_flight`` adds outstanding; None (and why, on stderr) where it cannot be built."""
+    ``in_flight`` adds outstanding, spending at least ``cpu_per_entry`` (client, each bookie; µs
+    per add); None (and why, on stderr) where it cannot be built."""
     try:
-        return ideal_cluster.measure(rate, seconds, 1.0, runs, in_flight=in_flight)
+        return ideal_cluster.measure(
+            rate, seconds, 1.0, runs, in_flight=in_flight, cpu_per_entry=cpu_per_entry
+        )
     except SystemExit as error:
         print(f"the ideal C cluster was not run: {error}", file=sys.stderr)
         return None
 
 
-def ideal_line(results: list[dict[str, Any]], quantile: str) -> str:
+def ideal_line(
+    results: list[dict[str, Any]],
+    quantile: str,
+    what: str = "the same schedule (bench/ideal_cluster.py, just before)",
+) -> str:
     """The ideal C cluster's figure for a row: the median of its runs' ``quantile``."""
     values = [result[quantile] for result in results]
     cpu = [result["cpu_per_entry_us"] for result in results]
     return (
-        f"the ideal C cluster, the same schedule (bench/ideal_cluster.py, just before): "
+        f"the ideal C cluster, {what}: "
         f"{quantile.removesuffix('_ms')} {statistics.median(values):.3f} ms (runs "
         f"{[round(v, 3) for v in values]}); CPU per entry (us): client "
         f"{statistics.median(c['client'] for c in cpu):.1f}, bookie "
@@ -137,6 +152,18 @@ def cpu_line(reports: list[bench.Report]) -> str:
     bookies = " / ".join(f"{medians[name]:.1f}" for name in sorted(medians))
     return f"CPU per entry: client {client:.1f} µs, bookies {bookies} µs" + (
         f", reader {reader:.1f} µs" if reader is not None else ""
+    )
+
+
+def send_delay_line(reports: list[bench.Report]) -> str:
+    """The median over open-loop ``reports`` of how late the client issued its adds (part of
+    their latency: the client's own loop, busy or waiting for a CPU, not the bookies)."""
+    p50s = [report.send_delay["p50_ms"] for report in reports if report.send_delay]
+    p99s = [report.send_delay["p99_ms"] for report in reports if report.send_delay]
+    return (
+        f"of which issued late (due time to the client's issue): p50 "
+        f"{statistics.median(p50s):.2f}  p99 {statistics.median(p99s):.2f} ms (runs "
+        f"{[round(v, 2) for v in p99s]})"
     )
 
 
@@ -225,6 +252,9 @@ def main() -> None:
             # A run whose writer failed (e.g. a bookie answering ETOOMANYREQUESTS) measured
             # only the adds before the failure: its figure is not the row's, and says so.
             rows[name]["failures"] = failed = [report.failures for report in reports]
+            delays = [report.send_delay for report in reports if report.send_delay]
+            if delays:
+                rows[name]["send_delay"] = delays
         if not args.json:
             print(f"{name:<46} {median:>12,.2f} {unit:<8} runs {[round(v, 2) for v in values]}")
             print(f"    {command}")
@@ -233,6 +263,8 @@ def main() -> None:
             bookies = bookies_line(reports)
             if bookies:
                 print(f"    {bookies}")
+            if reports and rows[name].get("send_delay"):
+                print(f"    {send_delay_line(reports)}")
             if reports and any(failed):
                 counts = " / ".join(f"{count:,}" for count in failed)
                 print(
@@ -359,18 +391,40 @@ def main() -> None:
         for _ in range(args.runs):
             floors.append(commit_floor.measure(directory, reached / 2, args.seconds))
     paced = ideal(args.runs, args.seconds, rate=reached / 2)
+    half_reports: list[bench.Report] = []
+
+    def half_run(cluster: LocalCluster) -> bench.Report:
+        half_reports.append(measure(cluster, argv))
+        return half_reports[-1]
+
     with LocalCluster(3) as fresh:
         name = f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)"
         row(
             name,
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
-            lambda: measure(fresh, argv),
+            lambda: half_run(fresh),
             lambda report: latency(report, "p99_ms"),
         )
     rows[name]["disk_alone"] = floors
     if paced is not None:
         rows[name]["ideal_c_cluster"] = paced
+    # The ideal C cluster again, spending the row's CPU per entry (its medians): the latency
+    # that much CPU costs on this machine with a design that adds nothing else.
+    cpu = [report.cpu_per_entry_us for report in half_reports if report.cpu_per_entry_us]
+    burning = None
+    if paced is not None and cpu:
+        client_us = statistics.median(c["client"] for c in cpu)
+        bookie_us = statistics.median(
+            statistics.mean(us for process, us in c.items() if process != "client") for c in cpu
+        )
+        quiet_disk()
+        settled.clear()
+        burning = ideal(
+            args.runs, args.seconds, rate=reached / 2, cpu_per_entry=(client_us, bookie_us)
+        )
+        if burning is not None:
+            rows[name]["ideal_c_cluster_same_cpu"] = burning
     if not args.json:
         p99s = [floor["add_p99_ms"] for floor in floors]
         print(
@@ -380,6 +434,9 @@ def main() -> None:
         )
         if paced is not None:
             print(f"    {ideal_line(paced, 'p99_ms')}")
+        if burning is not None:
+            what = "spending this row's CPU per entry (just after)"
+            print(f"    {ideal_line(burning, 'p99_ms', what)}")
     # Catch-up reads, each run on a cluster of its own whose bookies keep a 32 MiB write cache:
     # with the default 256 MiB, much of what each bookie takes of the bench's writes would
     # still be in the write cache when the reads start (its checkpoint is paced), and the rows

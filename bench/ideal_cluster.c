@@ -5,17 +5,26 @@
  * No protocol, no checksum, no index, no event loop library, no interpreter: whatever latency
  * and CPU this costs, the bookies' and client's own code cannot have been the cause.
  *
- *   ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE
+ * Given a CPU cost per entry (CPU_US above 0), each process also spends at least that much CPU
+ * time per entry it handles (a busy loop on its own CPU clock after each batch, so that the time
+ * it is preempted does not count): the ideal structure with a real cluster's CPU per entry,
+ * which says how much of that cluster's latency its CPU alone explains.
+ *
+ *   ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE CPU_US
  *       listens on a free port of 127.0.0.1 for one client and prints "ready PORT"; appends to
  *       FILE (written over RING_BYTES once at the start, then overwritten in a ring, as a journal
- *       over space already written); prints "cpu SECONDS" when the client is gone.
- *   ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US PORT0 PORT1 PORT2
+ *       over space already written); prints "cpu SECONDS" when the client is gone. With CPU_US
+ *       above 0 it spends that much per entry it stores before writing them, and a thread of its
+ *       own syncs and acknowledges what was written meanwhile (as a bookie's journal does), so
+ *       that the CPU of the entries that arrive overlaps the sync under way.
+ *   ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US CPU_US PORT0 PORT1 PORT2
  *       with RATE above 0, adds fall due every 1/RATE s for WARMUP + SECONDS and at least
  *       every TICK_US those due are sent, as bench writes --rate sends them (the latency
  *       counts from the due time); with RATE 0, IN_FLIGHT adds are kept outstanding (the
  *       latency counts from the send). Entry i goes to bookies i mod 3 and i + 1 mod 3. Prints
  *       one line: adds measured (those due or sent after the warm-up), adds sent, p50_ms,
- *       p99_ms, max_ms, and the client's CPU seconds over the whole run.
+ *       p99_ms, max_ms, and the client's CPU seconds over the whole run. CPU_US per add is
+ *       spent half as the add is sent, half as its acknowledgements are taken.
  *
  * Built and run by bench/ideal_cluster.py. Linux only. */
 #define _GNU_SOURCE
@@ -23,6 +32,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +60,13 @@ static double cpu_seconds(void) {
     return r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6;
 }
 
+/* Spends CPU until this process has used ``target`` seconds of it (a busy loop on its own CPU
+ * clock: preempted, it spends nothing meanwhile). */
+static void spend_until(double target) {
+    while (cpu_seconds() < target) {
+    }
+}
+
 static void die(const char *what) {
     fprintf(stderr, "ideal_cluster: %s: %s\n", what, strerror(errno));
     exit(1);
@@ -67,7 +84,43 @@ static void write_all(int fd, const char *data, size_t size) {
     }
 }
 
-static int bookie(const char *path, long ring, int entry_size) {
+/* The syncing thread of a bookie that spends CPU per entry: each round syncs the file and
+ * acknowledges every entry written before it began. */
+struct syncer {
+    pthread_mutex_t lock;
+    pthread_cond_t more;
+    int file, client, closing;
+    char *pending; /* ids of entries written and not yet synced */
+    size_t pending_size, pending_capacity;
+};
+
+static void *sync_rounds(void *argument) {
+    struct syncer *s = argument;
+    char *acks = NULL;
+    size_t capacity = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (s->pending_size == 0 && !s->closing) pthread_cond_wait(&s->more, &s->lock);
+        if (s->pending_size == 0) {
+            pthread_mutex_unlock(&s->lock);
+            break;
+        }
+        char *taken = s->pending; /* the buffers swap: the writer fills the other meanwhile */
+        size_t size = s->pending_size, taken_capacity = s->pending_capacity;
+        s->pending = acks;
+        s->pending_capacity = capacity;
+        s->pending_size = 0;
+        pthread_mutex_unlock(&s->lock);
+        if (fdatasync(s->file) < 0) die("fdatasync");
+        write_all(s->client, taken, size);
+        acks = taken;
+        capacity = taken_capacity;
+    }
+    free(acks);
+    return NULL;
+}
+
+static int bookie(const char *path, long ring, int entry_size, double cpu_us) {
     int file = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (file < 0) die("open");
     char *block = calloc(1, 1 << 20);
@@ -92,7 +145,13 @@ static int bookie(const char *path, long ring, int entry_size) {
     size_t capacity = 64 << 20, have = 0;
     char *buffer = malloc(capacity);
     char *acks = malloc(capacity / entry_size * ID_BYTES + ID_BYTES);
-    long position = 0;
+    long position = 0, stored = 0;
+    double cpu_start = cpu_seconds();
+    struct syncer syncer = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, file, client, 0,
+                            NULL, 0, 0};
+    pthread_t sync_thread;
+    if (cpu_us > 0 && pthread_create(&sync_thread, NULL, sync_rounds, &syncer) != 0)
+        die("pthread_create");
     for (;;) {
         ssize_t n = read(client, buffer + have, capacity - have);
         if (n == 0) break;
@@ -104,18 +163,44 @@ static int bookie(const char *path, long ring, int entry_size) {
         size_t whole = have / entry_size;
         if (whole == 0) continue;
         size_t bytes = whole * entry_size;
+        stored += (long)whole;
+        if (cpu_us > 0) spend_until(cpu_start + stored * cpu_us / 1e6);
         if (position + (long)bytes > ring) position = 0;
         for (size_t done = 0; done < bytes;) {
             ssize_t w = pwrite(file, buffer + done, bytes - done, position + done);
             if (w < 0) die("pwrite");
             done += (size_t)w;
         }
-        if (fdatasync(file) < 0) die("fdatasync");
         position += (long)bytes;
-        for (size_t i = 0; i < whole; i++) memcpy(acks + i * ID_BYTES, buffer + i * entry_size, ID_BYTES);
-        write_all(client, acks, whole * ID_BYTES);
+        if (cpu_us > 0) {
+            pthread_mutex_lock(&syncer.lock);
+            size_t need = syncer.pending_size + whole * ID_BYTES;
+            if (need > syncer.pending_capacity) {
+                syncer.pending_capacity = need * 2;
+                syncer.pending = realloc(syncer.pending, syncer.pending_capacity);
+                if (syncer.pending == NULL) die("realloc");
+            }
+            for (size_t i = 0; i < whole; i++)
+                memcpy(syncer.pending + syncer.pending_size + i * ID_BYTES,
+                       buffer + i * entry_size, ID_BYTES);
+            syncer.pending_size = need;
+            pthread_cond_signal(&syncer.more);
+            pthread_mutex_unlock(&syncer.lock);
+        } else {
+            if (fdatasync(file) < 0) die("fdatasync");
+            for (size_t i = 0; i < whole; i++)
+                memcpy(acks + i * ID_BYTES, buffer + i * entry_size, ID_BYTES);
+            write_all(client, acks, whole * ID_BYTES);
+        }
         memmove(buffer, buffer + bytes, have - bytes);
         have -= bytes;
+    }
+    if (cpu_us > 0) {
+        pthread_mutex_lock(&syncer.lock);
+        syncer.closing = 1;
+        pthread_cond_signal(&syncer.more);
+        pthread_mutex_unlock(&syncer.lock);
+        pthread_join(sync_thread, NULL);
     }
     printf("cpu %.3f\n", cpu_seconds());
     return 0;
@@ -127,7 +212,7 @@ static int compare(const void *a, const void *b) {
 }
 
 static int client(double rate, long in_flight, double seconds, double warmup, int entry_size,
-                  long tick_us, int ports[BOOKIES]) {
+                  long tick_us, double cpu_us, int ports[BOOKIES]) {
     /* Open loop (rate > 0): entry i falls due at start + i / rate, and its latency counts from
      * then. Closed loop (rate 0): in_flight adds are kept outstanding, each timed from its send. */
     int closed = rate <= 0;
@@ -174,6 +259,7 @@ static int client(double rate, long in_flight, double seconds, double warmup, in
                     out_size[b] += entry_size;
                 }
             }
+            if (cpu_us > 0) spend_until(cpu_start + (due + done) * cpu_us / 2e6);
             for (int b = 0; b < BOOKIES; b++)
                 if (out_size[b]) write_all(sockets[b], out[b], out_size[b]);
             issued = due;
@@ -216,6 +302,7 @@ static int client(double rate, long in_flight, double seconds, double warmup, in
                 memmove(in[b], in[b] + whole * ID_BYTES, in_have[b] - whole * ID_BYTES);
                 in_have[b] -= whole * ID_BYTES;
             }
+            if (cpu_us > 0 && ready > 0) spend_until(cpu_start + (issued + done) * cpu_us / 2e6);
             if (closed && done > done_before) break; /* the next adds go out at once */
         }
         if (!closed && issued >= total && done >= total) break;
@@ -233,19 +320,20 @@ static int client(double rate, long in_flight, double seconds, double warmup, in
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && strcmp(argv[1], "bookie") == 0 && atoi(argv[4]) >= ID_BYTES)
-        return bookie(argv[2], atol(argv[3]), atoi(argv[4]));
-    if (argc == 8 + BOOKIES && strcmp(argv[1], "client") == 0 && atoi(argv[6]) >= ID_BYTES &&
-        (atof(argv[2]) > 0 || atol(argv[3]) > 0)) {
+    if (argc == 6 && strcmp(argv[1], "bookie") == 0 && atoi(argv[4]) >= ID_BYTES &&
+        atof(argv[5]) >= 0)
+        return bookie(argv[2], atol(argv[3]), atoi(argv[4]), atof(argv[5]));
+    if (argc == 9 + BOOKIES && strcmp(argv[1], "client") == 0 && atoi(argv[6]) >= ID_BYTES &&
+        (atof(argv[2]) > 0 || atol(argv[3]) > 0) && atof(argv[8]) >= 0) {
         int ports[BOOKIES];
-        for (int b = 0; b < BOOKIES; b++) ports[b] = atoi(argv[8 + b]);
+        for (int b = 0; b < BOOKIES; b++) ports[b] = atoi(argv[9 + b]);
         return client(atof(argv[2]), atol(argv[3]), atof(argv[4]), atof(argv[5]), atoi(argv[6]),
-                      atol(argv[7]), ports);
+                      atol(argv[7]), atof(argv[8]), ports);
     }
     fprintf(stderr,
-            "usage: ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE\n"
-            "       ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US PORT0 "
-            "PORT1 PORT2\n"
+            "usage: ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE CPU_US\n"
+            "       ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US CPU_US "
+            "PORT0 PORT1 PORT2\n"
             "(an entry holds at least %d bytes; RATE 0 keeps IN_FLIGHT adds outstanding)\n",
             ID_BYTES);
     return 2;

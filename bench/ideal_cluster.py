@@ -10,8 +10,16 @@ of processes and of the machine's virtual CPUs, loopback TCP), and so how much i
 schedule is ``bench writes``' own: adds fall due evenly and are sent at least a millisecond apart
 (``PACE_TICK_S``), so that due adds go out together.
 
+With ``--cpu-per-entry CLIENT BOOKIE`` (microseconds, as ``bench writes`` reports its "CPU per
+entry": per add, for the client and for each bookie), each process also spends at least that much
+CPU per add in a busy loop: the ideal structure with a real cluster's CPU. The latency it then
+shows is what that much CPU costs on this machine whatever the design (the wait for a core among
+busy processes), so a real run near it has no latency of its own design left to remove but its
+CPU (``docs/performance.md``, the half-rate row).
+
     python bench/ideal_cluster.py --rate 45000 [--seconds 5] [--warmup 1] [--runs 3] [--json]
     python bench/ideal_cluster.py --in-flight 1        # closed loop: one add outstanding
+    python bench/ideal_cluster.py --rate 87000 --cpu-per-entry 5.0 3.9
 
 Needs a C compiler (``cc``), as the speedups' build does.
 """
@@ -32,6 +40,7 @@ from bookkeeper_py.admin.bench import PACE_TICK_S
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ideal_cluster.c")
 RING = 16 * 1024 * 1024  # each bookie's file: written once, then overwritten in a ring
+BOOKIES, WRITE_QUORUM = 3, 2  # ideal_cluster.c's striping: a bookie stores 2 of every 3 adds
 
 
 def build(directory: str) -> str:
@@ -41,7 +50,10 @@ def build(directory: str) -> str:
         raise SystemExit("ideal_cluster: no C compiler (cc) found; install one (gcc) and rerun")
     program = os.path.join(directory, "ideal_cluster")
     result = subprocess.run(
-        [compiler, "-O2", "-o", program, SOURCE], capture_output=True, text=True, check=False
+        [compiler, "-O2", "-pthread", "-o", program, SOURCE],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise SystemExit(f"ideal_cluster: the C build failed:\n{result.stderr}")
@@ -56,12 +68,23 @@ def run(
     warmup: float = 1.0,
     entry_size: int = 1024,
     in_flight: int = 0,
+    cpu_per_entry: tuple[float, float] = (0.0, 0.0),
 ) -> dict[str, Any]:
     """One run: three bookies started, the client run to the end, the bookies stopped. With
-    ``rate`` 0, ``in_flight`` adds are kept outstanding instead (closed loop)."""
+    ``rate`` 0, ``in_flight`` adds are kept outstanding instead (closed loop). ``cpu_per_entry``:
+    the least CPU (µs) per add the client and each bookie spend (0: only what they need)."""
+    client_us, bookie_us = cpu_per_entry
+    per_copy_us = bookie_us * BOOKIES / WRITE_QUORUM  # a bookie's figure is per add of the run
     bookies = [
         subprocess.Popen(
-            [program, "bookie", os.path.join(directory, f"bookie-{b}"), str(RING), str(entry_size)],
+            [
+                program,
+                "bookie",
+                os.path.join(directory, f"bookie-{b}"),
+                str(RING),
+                str(entry_size),
+                str(per_copy_us),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -86,6 +109,7 @@ def run(
                 str(warmup),
                 str(entry_size),
                 tick_us,
+                str(client_us),
                 *ports,
             ],
             capture_output=True,
@@ -120,6 +144,7 @@ def run(
         "p50_ms": float(p50),
         "p99_ms": float(p99),
         "max_ms": float(worst),
+        "cpu_spent_per_entry_us": {"client": client_us, "bookie": bookie_us},
         "cpu_per_entry_us": {
             "client": float(client_cpu) / added * 1e6,
             "bookie": statistics.mean(bookie_cpu) / added * 1e6,
@@ -134,13 +159,14 @@ def measure(
     runs: int = 1,
     entry_size: int = 1024,
     in_flight: int = 0,
+    cpu_per_entry: tuple[float, float] = (0.0, 0.0),
 ) -> list[dict[str, Any]]:
     """``runs`` runs at ``rate`` (or, with ``rate`` 0, with ``in_flight`` adds outstanding),
     in a temporary directory (compiled there once)."""
     with tempfile.TemporaryDirectory(prefix="ideal-cluster-") as directory:
         program = build(directory)
         return [
-            run(program, directory, rate, seconds, warmup, entry_size, in_flight)
+            run(program, directory, rate, seconds, warmup, entry_size, in_flight, cpu_per_entry)
             for _ in range(runs)
         ]
 
@@ -157,18 +183,34 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--entry-size", type=int, default=1024)
+    parser.add_argument(
+        "--cpu-per-entry",
+        type=float,
+        nargs=2,
+        default=(0.0, 0.0),
+        metavar=("CLIENT", "BOOKIE"),
+        help="µs of CPU per add the client and each bookie spend at least (bench's figures)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if (args.rate > 0) == (args.in_flight > 0) or args.rate < 0 or args.in_flight < 0:
         parser.error("give either --rate (open loop) or --in-flight (closed loop), positive")
     if args.seconds <= 0 or args.warmup < 0 or args.runs < 1:
         parser.error("--seconds and --runs must be positive, --warmup not negative")
+    if min(args.cpu_per_entry) < 0:
+        parser.error("--cpu-per-entry takes two figures of 0 or more (µs per add)")
     if args.entry_size < 8:
         parser.error("--entry-size must be at least 8 (an entry carries its id)")
     if not sys.platform.startswith("linux"):
         parser.error("ideal_cluster runs on Linux only")
     results = measure(
-        args.rate, args.seconds, args.warmup, args.runs, args.entry_size, args.in_flight
+        args.rate,
+        args.seconds,
+        args.warmup,
+        args.runs,
+        args.entry_size,
+        args.in_flight,
+        tuple(args.cpu_per_entry),
     )
     if args.json:
         print(json.dumps(results))

@@ -165,6 +165,16 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
         assert figures["journal_sync_p99_ms"] > 0 and figures["journal_sync_mean_ms"] > 0
         # syncs of 25 ms and more (the disk's stalls) are counted, none or some
         assert figures["journal_stalls_per_bookie"] >= 0
+    # An open-loop writer says how late it issued its adds: part of each add's latency, so no
+    # quantile of it exceeds the latency's; a closed loop has no due times.
+    delay = report["send_delay"]
+    if workload[0] == "writes" and "--rate" in workload:
+        assert {"p50_ms", "p99_ms", "max_ms"} <= set(delay)
+        assert 0 < delay["p50_ms"] <= delay["p99_ms"] <= delay["max_ms"]
+        for quantile in ("p50_ms", "p99_ms", "max_ms"):
+            assert delay[quantile] <= report["latency"][quantile]
+    else:
+        assert delay == {}
 
 
 LOG_BENCH_FIGURES = {
@@ -285,6 +295,39 @@ def test_ideal_cluster_runs(schedule: list[str]) -> None:
     assert result["cpu_per_entry_us"]["client"] > 0
 
 
+@pytest.mark.parametrize("schedule", [["--rate", "3000"], ["--in-flight", "4"]])
+def test_ideal_cluster_spends_the_cpu_asked_for(schedule: list[str]) -> None:
+    """bench/ideal_cluster.py --cpu-per-entry: the client and each bookie spend at least the
+    CPU per add asked for (a bookie's figure is per add of the run, as bench's), and every add
+    is still acknowledged by two bookies (the bookies' syncing threads answer them)."""
+    import json
+
+    out = run(
+        "ideal_cluster.py",
+        *schedule,
+        "--seconds",
+        "0.4",
+        "--warmup",
+        "0.1",
+        "--cpu-per-entry",
+        "150",
+        "120",
+        "--json",
+    )
+    (result,) = json.loads(out.strip().splitlines()[-1])
+    if schedule[0] == "--rate":
+        assert abs(result["adds"] - (int(3000 * 0.5) - int(3000 * 0.1))) <= 1
+    else:
+        assert result["adds"] > 0
+    assert result["max_ms"] >= result["p99_ms"] >= result["p50_ms"] > 0
+    # (without spending, these processes take 25-35 µs an add here)
+    assert result["cpu_spent_per_entry_us"] == {"client": 150.0, "bookie": 120.0}
+    # the client spends half at each send and half at each answer: all of it by the last one;
+    # a bookie stores two adds of three, each copy costing 3/2 of its per-add figure
+    assert result["cpu_per_entry_us"]["client"] >= 150 * 0.95
+    assert result["cpu_per_entry_us"]["bookie"] >= 120 * 0.95
+
+
 def refused(script: str, *args: str) -> str:
     """The one-line complaint of ``script`` about a wrong flag (exit status 2, argparse's)."""
     result = subprocess.run(
@@ -300,6 +343,9 @@ def refused(script: str, *args: str) -> str:
 
 def test_ideal_cluster_refuses_a_wrong_schedule() -> None:
     assert "either --rate" in refused("ideal_cluster.py", "--rate", "10", "--in-flight", "1")
+    assert "--cpu-per-entry" in refused(
+        "ideal_cluster.py", "--rate", "10", "--cpu-per-entry", "-1", "2"
+    )
 
 
 def test_commit_floor_stripes_entries_as_a_ledger_does(monkeypatch: pytest.MonkeyPatch) -> None:

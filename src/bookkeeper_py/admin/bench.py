@@ -114,6 +114,9 @@ class Report:
     cpu_s: dict[str, float] = field(default_factory=dict)  # process -> CPU s in the window
     # The bookies' own latency metrics over the window (``BookieScrapes``): ms and per second.
     bookies: dict[str, float] = field(default_factory=dict)
+    # Open-loop writes: how late the client issued its adds, from their due times to the loop
+    # pass that issued them (OpenMessaging Benchmark's "publish delay"); part of the latency.
+    send_delay: dict[str, float] = field(default_factory=dict)
 
     @property
     def cpu_per_entry_us(self) -> dict[str, float]:
@@ -150,6 +153,11 @@ class Report:
                 or "not measured"
             ),
         ]
+        if self.send_delay:
+            lines.append(
+                "of which issued late (ms, from the due time to the client's issue): "
+                + "  ".join(f"{k[:-3]} {self.send_delay[k]:.3f}" for k in ("p50_ms", "p99_ms"))
+            )
         if self.cpu_s and self.entries:
             lines.append(
                 "CPU per entry (µs): "
@@ -482,6 +490,7 @@ async def run_writes(
     # collector went over them every few hundred adds).
     due_at: list[list[dict[int, float]]] = [[{} for _ in handles] for handles in writers]
     closed = not args.rate
+    send_delays_us = array.array("q")  # open loop: each measured add's issue past its due time
 
     def issue(writer: int, due: float) -> bool:
         """Sends one add of ``writer``, on its ledgers in turn, due at ``due``: no future, one
@@ -540,6 +549,8 @@ async def run_writes(
                 while due <= now:
                     if (stop_at is not None and due >= stop_at) or not issue(writer, due):
                         return
+                    if due >= warm_until:
+                        send_delays_us.append(int((now - due) * 1e6))
                     due += interval
                 progress.tick(now)
                 if interrupt.requested:
@@ -580,6 +591,7 @@ async def run_writes(
             settings(args),
             state.failed,
             cpu_s=cpu,
+            send_delay=summary(folded(send_delays_us)) if send_delays_us else {},
         )
     )
 
