@@ -54,6 +54,18 @@ def test_cluster_benchmark_runs() -> None:
         (ideal,) = figures
         assert ideal["adds"] > 0 and ideal["p99_ms"] >= ideal["p50_ms"] > 0
         assert ideal["cpu_per_entry_us"]["client"] > 0 and ideal["cpu_per_entry_us"]["bookie"] > 0
+    # After the half-rate row, the ideal C cluster spending that row's CPU per entry (the
+    # client's, and the bookies' mean); and under it, how late the client issued its adds.
+    (same_cpu,) = half["ideal_c_cluster_same_cpu"]
+    (row_cpu,) = half["cpu_per_entry_us"]
+    bookies_us = [us for process, us in row_cpu.items() if process != "client"]
+    assert same_cpu["cpu_spent_per_entry_us"]["client"] == pytest.approx(row_cpu["client"])
+    assert same_cpu["cpu_spent_per_entry_us"]["bookie"] == pytest.approx(
+        sum(bookies_us) / len(bookies_us)
+    )
+    assert same_cpu["adds"] > 0 and same_cpu["p99_ms"] >= same_cpu["p50_ms"] > 0
+    (delay,) = half["send_delay"]
+    assert 0 < delay["p50_ms"] <= delay["p99_ms"]
     for name, row in report["rows"].items():
         assert row["median"] > 0, name
         if "recovery" not in name and row["unit"] != "x":  # x: a ratio of two rows
@@ -326,6 +338,20 @@ def test_ideal_cluster_spends_the_cpu_asked_for(schedule: list[str]) -> None:
     # a bookie stores two adds of three, each copy costing 3/2 of its per-add figure
     assert result["cpu_per_entry_us"]["client"] >= 150 * 0.95
     assert result["cpu_per_entry_us"]["bookie"] >= 120 * 0.95
+
+
+def test_journal_writes_runs(tmp_path: str) -> None:
+    """bench/journal_writes.py: each way of writing a journal's groups measured (on the disk
+    under this checkout: tmpfs may refuse O_DIRECT)."""
+    import json
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = run("journal_writes.py", "--groups", "20", "--rounds", "1", "--directory", here, "--json")
+    results = json.loads(out.strip().splitlines()[-1])
+    assert [result["mode"] for result in results] == ["buffered", "direct", "direct-dsync"]
+    for result in results:
+        assert result["groups"] == 20 and result["cpu_us"] >= result["system_us"] >= 0
+        assert result["max_ms"] >= result["p99_ms"] >= result["p50_ms"] > 0
 
 
 def refused(script: str, *args: str) -> str:
