@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bookkeeper_py.storage import entry_log, files
+from bookkeeper_py.storage import entry_log
 from bookkeeper_py.storage.entry_log import EntryLogger, ReadWouldBlockError, split_location
 from tests.speedup_paths import take_path
 
@@ -203,7 +203,7 @@ def test_a_file_system_that_refuses_direct_writes_gets_them_through_the_page_cac
     refused: list[int] = []
 
     def pwrite(fd: int, data: bytes | memoryview, offset: int) -> int:
-        if fcntl.fcntl(fd, fcntl.F_GETFL) & files.O_DIRECT:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & entry_log._O_DIRECT:
             refused.append(offset)
             raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
         return real(fd, data, offset)

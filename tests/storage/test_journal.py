@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import logging
 import os
 import threading
 from pathlib import Path
@@ -13,8 +10,6 @@ from typing import Any
 import crc32c
 import pytest
 
-from bookkeeper_py.storage import files
-from bookkeeper_py.storage import journal as journal_module
 from bookkeeper_py.storage.journal import (
     BACKGROUND_WITH_FOREGROUND,
     ZERO_AHEAD_MAX_SYNC_BYTES,
@@ -207,19 +202,13 @@ def documented_group(records: list[tuple[RecordType, bytes]]) -> bytes:
     return len(payload).to_bytes(4, "big") + crc32c.crc32c(payload).to_bytes(4, "big") + payload
 
 
-def write_one_group(
-    directory: Path, records: list[tuple[RecordType, bytes]], direct_writes: bool = False
-) -> bytes:
+def write_one_group(directory: Path, records: list[tuple[RecordType, bytes]]) -> bytes:
     """Writes ``records`` as one group (the group waits until they are all queued) and returns the
     journal file's bytes."""
     collector = Collector()
     size = sum(len(body) for _, body in records)
     journal = Journal(
-        str(directory),
-        collector,
-        max_group_wait_s=30.0,
-        buffered_writes_threshold=size,
-        direct_writes=direct_writes,
+        str(directory), collector, max_group_wait_s=30.0, buffered_writes_threshold=size
     )
     journal.open(0)
     for index, (record_type, body) in enumerate(records):
@@ -238,15 +227,10 @@ def write_one_group(
         [20, 50 * 1024, 8],  # large on average
     ],
 )
-@pytest.mark.parametrize("direct", [False, True], ids=["page-cache", "direct"])
-def test_a_group_is_written_byte_for_byte_as_documented(
-    tmp_path: Path, sizes: list[int], direct: bool
-) -> None:
-    """The same bytes whether written through the page cache or with O_DIRECT (the file cut at
-    the last record on close either way)."""
+def test_a_group_is_written_byte_for_byte_as_documented(tmp_path: Path, sizes: list[int]) -> None:
     records = [(RecordType.ENTRY, entry(3, i, os.urandom(size))) for i, size in enumerate(sizes)]
     records.insert(1, (RecordType.FENCE, (3).to_bytes(8, "big")))
-    data = write_one_group(tmp_path, records, direct_writes=direct)
+    data = write_one_group(tmp_path, records)
     header = b"PBKJ" + (2).to_bytes(4, "big") + (0).to_bytes(8, "big")
     assert data == header + documented_group(records)
     assert replayed(tmp_path) == records
@@ -507,137 +491,3 @@ def test_the_queue_length_counts_records_not_roll_requests(tmp_path: Path) -> No
     collector.wait_for(5)
     journal.close()
     assert journal.queued == 0
-
-
-# -- written with O_DIRECT -------------------------------------------------------------------------
-
-
-def direct_journal(directory: Path, collector: Collector, **options: Any) -> Journal:
-    """A journal written with O_DIRECT, open; the test is skipped where the file system refuses
-    direct writes (the journal then writes through the page cache)."""
-    journal = Journal(str(directory), collector, direct_writes=True, **options)
-    journal.open(0)
-    if journal._direct is None:
-        journal.close()
-        pytest.skip("this file system refuses O_DIRECT")
-    return journal
-
-
-def test_direct_groups_survive_a_crash_and_replay_up_to_the_zeros(tmp_path: Path) -> None:
-    """Groups written with O_DIRECT, one sync each, over several blocks and a roll: a crash (no
-    close: each file keeps the zeros padding its last block and its preallocated space) replays
-    every record, and the bytes past the last record read as zeros. The page cache is never
-    advised: nothing of the journal is in it."""
-    collector = Collector()
-    journal = direct_journal(tmp_path, collector, preallocate_bytes=1024 * 1024)
-    records = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * (700 + 900 * i))) for i in range(9)]
-    for index, (record_type, body) in enumerate(records):
-        if index == 5:
-            journal.request_roll()
-        journal.append(record_type, body, index)
-        collector.wait_for(index + 1)
-    ends = {journal._file_id: journal._size}
-    assert all(error is None for _, error in collector.results)
-    assert replayed(tmp_path) == records  # still open: as a crash would leave the files
-    data = (tmp_path / journal_name(1)).read_bytes()
-    assert len(data) > ends[1] and not any(data[ends[1] :])
-    journal.close()
-    assert (tmp_path / journal_name(1)).stat().st_size == ends[1]  # cut at the last record
-    assert replayed(tmp_path) == records
-
-
-def test_direct_zeros_ahead_are_whole_blocks_past_the_records(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An idle journal written directly writes its zeros ahead as whole aligned blocks, past the
-    block that holds the end of the records (that block's own zeros come with each group)."""
-    collector = Collector()
-    zero_writes: list[tuple[int, int, int]] = []  # (offset, length, end of the records then)
-    real_pwrite = os.pwrite
-    journal: Journal | None = None
-
-    def pwrite(fd: int, data: Any, offset: int) -> int:
-        if journal is not None and not any(bytes(data)):
-            zero_writes.append((offset, len(data), journal._size))
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", pwrite)
-    journal = direct_journal(tmp_path, collector, preallocate_bytes=4 * 1024 * 1024)
-    records = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * 3000)) for i in range(8)]
-    for index, (record_type, body) in enumerate(records):
-        journal.append(record_type, body, index)
-        collector.wait_for(index + 1)
-    journal.close()
-    assert zero_writes
-    for offset, length, end in zero_writes:
-        assert offset % 4096 == 0 and length % 4096 == 0
-        assert offset >= end + (-end % 4096)
-    assert replayed(tmp_path) == records
-
-
-def test_a_full_disk_fails_a_direct_group_and_the_journal_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A direct write that finds the disk full fails its group only (none of its records is
-    acknowledged, the partial group is cut off); once there is room, the next groups are
-    written and replayed after the earlier ones."""
-    collector = Collector()
-    journal = direct_journal(tmp_path, collector)
-    refuse = [False]
-    real_pwrite = os.pwrite
-
-    def pwrite(fd: int, data: Any, offset: int) -> int:
-        direct = journal._direct
-        if refuse[0] and direct is not None and fd == direct.fd:
-            refuse[0] = False
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", pwrite)
-    records = [(RecordType.ENTRY, entry(1, i, bytes([i + 1]) * 2500)) for i in range(6)]
-    for index, (record_type, body) in enumerate(records):
-        refuse[0] = index == 3
-        journal.append(record_type, body, index)
-        collector.wait_for(index + 1)
-    journal.close()
-    errors = [error for _, error in collector.results]
-    assert [error is None for error in errors] == [True, True, True, False, True, True]
-    assert "disk full" in str(errors[3])
-    assert replayed(tmp_path) == records[:3] + records[4:]
-
-
-@pytest.mark.parametrize("errno_name", ["EINVAL", "EOPNOTSUPP"])
-def test_a_file_system_refusing_direct_writes_gets_the_page_cache(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    errno_name: str,
-) -> None:
-    """Some file systems take ``O_DIRECT`` at the open and refuse the first write: the header is
-    that first write, and the journal then writes through the page cache, said once."""
-    real = os.pwrite
-    refused: list[int] = []
-
-    def pwrite(fd: int, data: Any, offset: int) -> int:
-        if fcntl.fcntl(fd, fcntl.F_GETFL) & files.O_DIRECT:
-            refused.append(offset)
-            raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
-        return real(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", pwrite)
-    caplog.set_level(logging.INFO, logger=journal_module.__name__)
-    collector = Collector()
-    journal = Journal(str(tmp_path), collector, direct_writes=True)
-    journal.open(0)
-    records = [(RecordType.ENTRY, entry(1, i, b"p" * 4000)) for i in range(4)]
-    for index, (record_type, body) in enumerate(records):
-        if index == 2:
-            journal.request_roll()
-        journal.append(record_type, body, index)
-        collector.wait_for(index + 1)
-    journal.close()
-    assert refused == [0] and journal._direct is None
-    assert all(error is None for _, error in collector.results)
-    assert replayed(tmp_path) == records
-    said = [r.getMessage() for r in caplog.records if "through the page cache" in r.getMessage()]
-    assert len(said) == 1 and "does not take direct writes" in said[0]

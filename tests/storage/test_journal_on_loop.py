@@ -131,13 +131,11 @@ def held_python_fdatasync(
     return gate, waiting, threads
 
 
-@pytest.mark.parametrize("direct", [False, True], ids=["page-cache", "direct"])
 def test_a_loop_pass_is_one_group_synced_off_the_loop_and_answered_on_it(
-    tmp_path: Path, loop_thread: LoopThread, syncer: str, direct: bool
+    tmp_path: Path, loop_thread: LoopThread, syncer: str
 ) -> None:
-    """(Also with the journal written with O_DIRECT, where the file system takes it.)"""
     collector = LoopCollector()
-    journal = loop_journal(tmp_path, collector, loop_thread, direct_writes=direct)
+    journal = loop_journal(tmp_path, collector, loop_thread)
     key = (1).to_bytes(8, "big") + b"k" * 20
     first = [entry(1, 0, b"a"), entry(1, 1, b"b")]
     second = [entry(1, 2, b"c")]
@@ -190,13 +188,11 @@ def test_records_written_while_a_sync_runs_wait_for_the_next_sync(
     assert len(threads) <= 3  # the first sync, one for the three groups, zeros at most
 
 
-@pytest.mark.parametrize("direct", [False, True], ids=["page-cache", "direct"])
 def test_an_idle_journal_syncs_a_few_records_on_the_loop_when_allowed(
-    tmp_path: Path, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch, direct: bool
+    tmp_path: Path, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lone small group of an idle journal is synced on the loop (two thread hops fewer),
-    unless ``inline_ok`` says no or the group holds more than ``INLINE_MAX_RECORDS`` (also
-    with the journal written with O_DIRECT, where the file system takes it)."""
+    unless ``inline_ok`` says no or the group holds more than ``INLINE_MAX_RECORDS``."""
     allowed = [True]
     synced_on: list[int] = []
     real_fdatasync = os.fdatasync
@@ -208,9 +204,7 @@ def test_an_idle_journal_syncs_a_few_records_on_the_loop_when_allowed(
     monkeypatch.setattr(journal_module, "make_syncer", ThreadSyncer)
     monkeypatch.setattr(os, "fdatasync", recording)
     collector = LoopCollector()
-    journal = loop_journal(
-        tmp_path, collector, loop_thread, inline_ok=lambda: allowed[0], direct_writes=direct
-    )
+    journal = loop_journal(tmp_path, collector, loop_thread, inline_ok=lambda: allowed[0])
     me = loop_thread.thread.ident
 
     def idle_then(add: Callable[[], None]) -> list[int]:

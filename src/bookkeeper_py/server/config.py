@@ -129,14 +129,6 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "journalRemoveFromPageCache: drop synced journal pages from the page cache",
     ),
-    Setting(
-        "journalDirectWrites",
-        "--journal-direct-writes",
-        _bool,
-        True,
-        "write the journal with O_DIRECT, not through the page cache (the same file format; "
-        "where the file system refuses direct I/O, through the page cache; not a BookKeeper key)",
-    ),
     Setting("journalMaxSizeMB", "--journal-max-size-mb", int, 2048, "journalMaxSizeMB"),
     Setting("journalPreAllocSizeMB", "--journal-prealloc-mb", int, 16, "journalPreAllocSizeMB"),
     Setting(
@@ -764,7 +756,6 @@ def build(values: dict[str, Any]) -> BookieConfig:
         extra_ledger_directories=tuple(ledgers[1:]),
         journal_sync_data=values["journalSyncData"],
         journal_remove_from_page_cache=values["journalRemoveFromPageCache"],
-        journal_direct_writes=values["journalDirectWrites"],
         journal_max_size_bytes=positive("journalMaxSizeMB") * MiB,
         journal_preallocate_bytes=values["journalPreAllocSizeMB"] * MiB,
         journal_max_group_wait_s=values["journalMaxGroupWaitMSec"] / 1000.0,

@@ -92,9 +92,6 @@ class StorageConfig:
     journal_sync_data: bool = True  # journalSyncData
     # journalRemoveFromPageCache: drop the journal's pages from the page cache once synced
     journal_remove_from_page_cache: bool = True
-    # journalDirectWrites (ours): the journal written with O_DIRECT where the file system takes
-    # it (no page cache to fill, write back and drop: journal.py); the same file format
-    journal_direct_writes: bool = True
     log_size_limit: int = 1024**3  # logSizeLimit
     # flushEntrylogBytes (BookKeeper: 0, only at checkpoints; here 1 MiB: see entry_log.py)
     flush_entrylog_bytes: int = 1024 * 1024
@@ -277,7 +274,6 @@ class StorageEngine:
                 max_group_wait_s=config.journal_max_group_wait_s,
                 on_rolled=self.request_checkpoint,
                 remove_from_page_cache=config.journal_remove_from_page_cache,
-                direct_writes=config.journal_direct_writes,
                 stats=JournalStats.of(self.metrics, {"journalIndex": str(index)}),
             )
             for index, directory in enumerate(config.journal_directories)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -42,7 +43,7 @@ from itertools import accumulate, chain
 import crc32c
 
 from bookkeeper_py.speedups import native
-from bookkeeper_py.storage.files import O_DIRECT, DirectAppender, fsync_directory, open_direct
+from bookkeeper_py.storage.files import fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ _BATCH_BYTES = 1024 * 1024
 _WRITEV_MIN = 32  # fewer entries than this are buffered instead,
 _WRITEV_MIN_BYTES = 64 * 1024  # unless they hold this many bytes (copying them costs more)
 _PAGE = 4096  # page cache granularity for dropping written pages (a multiple of any page size)
+# Direct writes (``_DirectAppender``) start at offsets and write sizes that are multiples of this
+# (a multiple of any device's logical block size), from a page-aligned buffer this big at first.
+_ALIGN = 4096
+_DIRECT_BUFFER_BYTES = 2 * _BATCH_BYTES + 2 * _ALIGN
 
 
 class EntryLogError(Exception):
@@ -84,6 +89,80 @@ _c_record: Callable[[bytes | memoryview, int, int, int], bytes | None] | None = 
 )
 # The C framing of a batch of records into one buffer (``add_many``), where it is in use.
 _c_frame: Callable[..., list[int]] | None = native.entry_log_frame if native is not None else None
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+class _DirectAppender:
+    """Appends records to the active log with ``O_DIRECT``: from a page-aligned buffer straight to
+    the disk, never through the page cache. Buffered, every 4 KiB written took a fresh page of the
+    page cache, the kernel's delayed-allocation bookkeeping for it, its writeback at the next
+    fdatasync and its dropping after (``remove_from_page_cache``): about half of a checkpoint's
+    CPU. Direct writes must start and end on ``_ALIGN`` bounds, so the buffer starts with the
+    log's last partial block (the bytes already written from the block's start), new records go
+    after it until ``write`` (at the log's next flush, or when the buffer is full: about one
+    write per ``flushEntrylogBytes``), the rest of the last block is written as zeros, and the
+    next write writes that block again with more records in it. The file may so end in up to
+    ``_ALIGN - 1`` zero bytes past the last record until the log is closed (``_trim``); a zero
+    length is a torn tail to every reader. Records are durable after the next fdatasync, as
+    buffered ones (that also writes the file's size and the disk's cache)."""
+
+    def __init__(self, fd: int) -> None:
+        """``fd`` is a new, empty log opened with ``O_DIRECT``."""
+        self.fd = fd
+        self.base = 0  # the file offset of the buffer's first byte
+        self.tail = 0  # bytes of the buffer in the file already
+        self.end = 0  # bytes of the buffer in use: the tail, then records to write
+        self.buffer = mmap.mmap(-1, _DIRECT_BUFFER_BYTES)
+
+    def _room(self, size: int) -> None:
+        """Makes room for ``size`` more bytes: writes what waits if they would not fit, and grows
+        the buffer for a batch of entries larger than it."""
+        if self.end + size + _ALIGN > len(self.buffer):
+            self.write()
+        needed = self.end + size + _ALIGN
+        if needed > len(self.buffer):
+            grown = mmap.mmap(-1, needed + _ALIGN - needed % _ALIGN)
+            grown[: self.end] = self.buffer[: self.end]
+            self.buffer.close()
+            self.buffer = grown
+
+    def frame(self, entries: list[bytes], location: int, size: int) -> list[int]:
+        """Frames ``entries`` (``size`` bytes of records) into the buffer, in C."""
+        self._room(size)
+        assert _c_frame is not None
+        locations = _c_frame(self.buffer, entries, location, self.end)
+        self.end += size
+        return locations
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Puts ``data`` (records framed already) into the buffer."""
+        self._room(len(data))
+        self.buffer[self.end : self.end + len(data)] = data
+        self.end += len(data)
+
+    def write(self) -> None:
+        """Writes the records in the buffer, with the tail's block before them and zeros to the
+        next ``_ALIGN`` bound after; keeps their last partial block as the new tail."""
+        end = self.end
+        if end == self.tail:
+            return
+        padded = end + (-end % _ALIGN)
+        self.buffer[end:padded] = bytes(padded - end)
+        with memoryview(self.buffer) as whole, whole[:padded] as view:
+            written = os.pwrite(self.fd, view, self.base)
+        if written != padded:  # a direct write is all or nothing but for a full disk
+            raise OSError(errno.ENOSPC, f"short direct write ({written} of {padded} bytes)")
+        keep = end - end % _ALIGN
+        if keep:
+            self.buffer[: end - keep] = self.buffer[keep:end]
+            self.base += keep
+        self.tail = self.end = end - keep
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        finally:
+            self.buffer.close()
 
 
 # A walk over a ledger's records (a batch read, a striped read's share) reads spans of at most
@@ -157,8 +236,8 @@ class EntryLogger:
         self._drop_pages = remove_from_page_cache and hasattr(os, "posix_fadvise")
         # Records written with O_DIRECT where the file system takes it and the C framing is in
         # use (``_DirectAppender``); otherwise through the page cache.
-        self._direct_writes = direct_writes and bool(O_DIRECT) and _c_frame is not None
-        self._direct: DirectAppender | None = None
+        self._direct_writes = direct_writes and bool(_O_DIRECT) and _c_frame is not None
+        self._direct: _DirectAppender | None = None
         self._dropped = 0  # bytes at the start of the active log dropped from the page cache
         # Bytes a read takes at first: the size of the last record read (header and entry).
         self._record_guess = _RECORD.size + 1024
@@ -238,20 +317,31 @@ class EntryLogger:
         self._dropped = 0
         self._ledger_bytes = defaultdict(int)
 
-    def _open_direct(self, log_id: int, header: bytes) -> DirectAppender | None:
-        """The new log ``log_id`` opened for direct writes, its header written (``open_direct``).
-        None, and the page cache for this logger's logs from now on (said once in the log),
-        where the file system refuses them."""
+    def _open_direct(self, log_id: int, header: bytes) -> _DirectAppender | None:
+        """The new log ``log_id`` opened for direct writes, its header written through it (the
+        first direct write, which proves the file system takes them: some refuse ``O_DIRECT`` at
+        the open, some only at the first write). None, and the page cache for this logger's
+        logs from now on (said once in the log), where they are refused."""
         path = self.path(log_id)
-        direct = open_direct(path, header)
-        if direct is None:
+        direct: _DirectAppender | None = None
+        try:
+            direct = _DirectAppender(os.open(path, os.O_WRONLY | _O_DIRECT))
+            direct.append(header)
+            direct.write()
+        except OSError as error:
+            if direct is not None:
+                direct.close()
+            if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
             log.info(
                 "entry logs in %s are written through the page cache: %s does not take direct "
-                "writes",
+                "writes (%s)",
                 self.directory,
                 path,
+                error,
             )
             self._direct_writes = False
+            return None
         return direct
 
     def add(self, ledger_id: int, entry: bytes) -> int:
@@ -293,9 +383,7 @@ class EntryLogger:
             self.written += batch_size
             self._ledger_bytes[ledger_id] += batch_size
             if self._direct is not None:
-                at = self._direct.reserve(batch_size)
-                assert _c_frame is not None  # direct writes only with the C framing
-                locations += _c_frame(self._direct.buffer, batch, first, at)
+                locations += self._direct.frame(batch, first, batch_size)
                 self._wrote()
                 continue
             if _c_frame is not None:

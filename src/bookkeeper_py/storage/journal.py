@@ -47,7 +47,6 @@ import collections
 import enum
 import errno
 import logging
-import mmap
 import os
 import queue
 import struct
@@ -62,13 +61,7 @@ import crc32c
 from bookkeeper_py.errors import BKError
 from bookkeeper_py.metrics import Labels, Metrics, OpStats
 from bookkeeper_py.speedups import native
-from bookkeeper_py.storage.files import (
-    ALIGN,
-    O_DIRECT,
-    DirectAppender,
-    fsync_directory,
-    open_direct,
-)
+from bookkeeper_py.storage.files import fsync_directory
 
 if TYPE_CHECKING:
     import asyncio
@@ -107,17 +100,6 @@ _ZERO_AHEAD = 1024 * 1024
 # written per add) and ~7 % of the bookies' CPU, for syncs that each cover hundreds of records.
 ZERO_AHEAD_MAX_SYNC_BYTES = 128 * 1024
 _ZEROS = memoryview(bytes(_ZERO_CHUNK))
-_DIRECT_ZEROS: mmap.mmap | None = None  # _ZERO_CHUNK zeros, page-aligned: made at first use
-
-
-def _direct_zeros() -> memoryview:
-    """``_ZERO_CHUNK`` zero bytes in page-aligned memory (what a direct write takes)."""
-    global _DIRECT_ZEROS
-    if _DIRECT_ZEROS is None:
-        _DIRECT_ZEROS = mmap.mmap(-1, _ZERO_CHUNK)  # anonymous memory starts zeroed
-    return memoryview(_DIRECT_ZEROS)
-
-
 _PAGE = 4096  # page cache granularity for dropping written pages (a multiple of any page size)
 # Synced pages are dropped once this many have gathered: one posix_fadvise costs ~10 µs (it may
 # drain every CPU's LRU cache), too much to pay for every small group.
@@ -517,7 +499,6 @@ class Journal:
         max_group_wait_s: float = 0.0,
         on_rolled: Callable[[], None] | None = None,
         remove_from_page_cache: bool = True,
-        direct_writes: bool = False,
         stats: JournalStats | None = None,
     ) -> None:
         self.directory = directory
@@ -543,11 +524,6 @@ class Journal:
         # are clean then) and where the system has posix_fadvise.
         self._drop_pages = remove_from_page_cache and sync_data and hasattr(os, "posix_fadvise")
         self._dropped = 0  # bytes at the start of the current file dropped from the page cache
-        # Records written with O_DIRECT where the file system takes it (DirectAppender: no page
-        # cache to fill, write back and drop); otherwise, and without fsyncs (the page cache is
-        # then as far as a write goes, and the fastest), through the page cache.
-        self._direct_writes = direct_writes and sync_data and bool(O_DIRECT)
-        self._direct: DirectAppender | None = None  # the current file's, when written directly
         self._last_sync_s = 0.0  # how long the last group's sync took
         # Bytes of records a sync covers, on average (moving, over the last ~8 syncs), and the
         # offset of the current file up to which syncs have covered them: zeros ahead are
@@ -631,36 +607,16 @@ class Journal:
             self._call_on_loop(lambda: loop.add_reader(self._syncer.eventfd, self._take_synced))
         self._writing = True
 
-    def _open_direct(self, path: str, header: bytes) -> DirectAppender | None:
-        """The new file ``path`` opened for direct writes, its header written (``open_direct``).
-        None, and the page cache for this journal's files from now on (said once in the log),
-        where the file system refuses them."""
-        direct = open_direct(path, header)
-        if direct is None:
-            log.info(
-                "journal in %s is written through the page cache: %s does not take direct writes",
-                self.directory,
-                path,
-            )
-            self._direct_writes = False
-        return direct
-
     def _roll(self, file_id: int) -> None:
         """Starts file ``file_id``; the current file stays in use if the new one cannot be made.
         Every group asked to be synced is synced first."""
         path = os.path.join(self.directory, journal_name(file_id))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        header = FILE_HEADER.pack(MAGIC, FORMAT_VERSION, file_id)
-        direct = None
         try:
-            direct = self._open_direct(path, header) if self._direct_writes else None
-            if direct is None:
-                os.write(fd, header)
+            os.write(fd, FILE_HEADER.pack(MAGIC, FORMAT_VERSION, file_id))
             os.fsync(fd)
             fsync_directory(self.directory)
         except OSError:
-            if direct is not None:
-                direct.close()
             os.close(fd)
             os.unlink(path)
             raise
@@ -669,9 +625,6 @@ class Journal:
             self._take_synced(idle_work=False)
         if self._fd >= 0:
             os.close(self._fd)
-        if self._direct is not None:
-            self._direct.close()
-        self._direct = direct
         self._fd = fd
         self._file_id = file_id
         self._size = self._allocated = self._zeroed = self._synced_end = FILE_HEADER.size
@@ -840,7 +793,7 @@ class Journal:
         self, tokens: list[Any], records: int, synced_end: int = 0, since: float | None = None
     ) -> None:
         """A group's records are durable (appended ``since``, when known): reported."""
-        if self._drop_pages and synced_end and self._direct is None:
+        if self._drop_pages and synced_end:
             self._drop_durable_pages(synced_end)
         if self._add_stats is not None and since is not None:
             self._add_stats.successes(time.monotonic() - since, records)
@@ -1047,24 +1000,10 @@ class Journal:
                         grow = total  # what the records need, no more
                         os.posix_fallocate(self._fd, self._allocated, grow)
                     self._allocated += grow
-                direct = self._direct
-                if direct is not None:
-                    # The group joined once, into the aligned buffer behind the last partial
-                    # block, and written with it (the journal's own syncs make it durable).
-                    mark = direct.end
-                    at = direct.reserve(total)
-                    direct.buffer[at : at + total] = b"".join(pieces)
-                    try:
-                        direct.write()
-                    except OSError:
-                        direct.undo(mark)
-                        raise
-                else:
-                    # One writev where it can take the group whole (nearly always), else
-                    # _write_all.
-                    written = os.writev(self._fd, pieces) if len(pieces) <= _IOV_MAX else 0
-                    if written != total:
-                        _write_all(self._fd, pieces, written)
+                # One writev where it can take the group whole (nearly always), else _write_all.
+                written = os.writev(self._fd, pieces) if len(pieces) <= _IOV_MAX else 0
+                if written != total:
+                    _write_all(self._fd, pieces, written)
             except OSError as error:
                 if error.errno != errno.ENOSPC or not self._cut_partial_group():
                     raise
@@ -1101,21 +1040,11 @@ class Journal:
         ):
             return False
         start = max(self._zeroed, self._size)
-        direct = self._direct
-        if direct is not None:
-            # Whole blocks past the records' last one (each direct write of records pads that
-            # block with zeros itself), from a page-aligned buffer.
-            start += -start % ALIGN
         end = min(start + _ZERO_CHUNK, self._allocated)
-        if direct is not None:
-            end -= end % ALIGN
         if start - self._size >= _ZERO_AHEAD or end <= start:
             return False
         try:
-            if direct is not None:
-                os.pwrite(direct.fd, _direct_zeros()[: end - start], start)
-            else:
-                os.pwrite(self._fd, _ZEROS[: end - start], start)
+            os.pwrite(self._fd, _ZEROS[: end - start], start)
             if sync:
                 os.fdatasync(self._fd)
         except OSError as error:
@@ -1194,17 +1123,12 @@ class Journal:
             self._thread.join()
             self._thread = None
         if self._fd >= 0:
-            if self._allocated > self._size or self._direct is not None:
+            if self._allocated > self._size:
                 try:
-                    # give back the preallocated space (and a direct write's zeros padding the
-                    # last block)
-                    os.ftruncate(self._fd, self._size)
+                    os.ftruncate(self._fd, self._size)  # give back the preallocated space
                 except OSError:
                     log.warning(
                         "journal %s: could not trim preallocated space", journal_name(self._file_id)
                     )
             os.close(self._fd)
             self._fd = -1
-        if self._direct is not None:
-            self._direct.close()
-            self._direct = None
