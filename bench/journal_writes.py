@@ -5,8 +5,9 @@ A journal writes each group of records at the end of the last and makes it durab
 record of it is acknowledged. Three ways, each over a file written through once at the start (as
 a journal's zeros ahead leave it), groups of ``--group-bytes`` one after another:
 
-- ``buffered`` (the journal today): ``pwrite`` into the page cache, ``fdatasync``, then the
-  group's pages dropped (``posix_fadvise(DONTNEED)``, ``journalRemovePagesFromPageCache``);
+- ``buffered`` (the journal today): ``pwrite`` into the page cache, ``fdatasync``, and the synced
+  whole pages dropped a megabyte at a time (``posix_fadvise(DONTNEED)``,
+  ``journalRemoveFromPageCache``), as the journal does;
 - ``direct``: ``O_DIRECT`` writes from an aligned buffer, which starts with the last partial
   block already written (written again, with the group after it, zeros to the next block), then
   ``fdatasync`` for the disk's cache;
@@ -15,6 +16,9 @@ a journal's zeros ahead leave it), groups of ``--group-bytes`` one after another
 
 The copy of a group into the aligned buffer is not counted (a C framing would make it): the CPU
 figures are of the calls alone, in this process (the system CPU is the kernel's work for them).
+One thread makes every call here; in a bookie the loop writes and a syncer thread syncs, and
+there direct writes measured no gain (``docs/performance.md``, step 83: the write's wait for the
+disk moves onto the loop, and the CPU only moves between the two threads).
 
     python bench/journal_writes.py [--groups 3000] [--group-bytes 61761] [--rounds 3] [--json]
 """
@@ -35,6 +39,7 @@ from log_bench import percentiles_ms  # bench/, beside this script
 
 MODES = ("buffered", "direct", "direct-dsync")
 ALIGN = 4096
+DROP_EVERY = 1024 * 1024  # the journal's _DROP_EVERY
 
 
 def run(directory: str, mode: str, groups: int, group_bytes: int) -> dict[str, Any]:
@@ -62,6 +67,7 @@ def run(directory: str, mode: str, groups: int, group_bytes: int) -> dict[str, A
     times = array("d")
     user = system = 0.0
     position = 0
+    dropped = 0  # the page cache's pages dropped up to here (buffered)
     try:
         for _ in range(groups):
             start = position - position % ALIGN
@@ -76,7 +82,10 @@ def run(directory: str, mode: str, groups: int, group_bytes: int) -> dict[str, A
             if mode == "buffered":
                 os.pwrite(fd, payload, position)
                 os.fdatasync(fd)
-                os.posix_fadvise(fd, start, position + group_bytes - start, os.POSIX_FADV_DONTNEED)
+                whole = (position + group_bytes) // ALIGN * ALIGN
+                if whole - dropped >= DROP_EVERY:
+                    os.posix_fadvise(fd, dropped, whole - dropped, os.POSIX_FADV_DONTNEED)
+                    dropped = whole
             else:
                 with view[: padded - start] as written:
                     os.pwrite(fd, written, start)
