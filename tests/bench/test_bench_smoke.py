@@ -189,6 +189,31 @@ def test_the_bench_command_runs(workload: list[str]) -> None:
         assert delay == {}
 
 
+@pytest.mark.slow
+def test_an_open_loop_measures_every_add_due_in_its_window() -> None:
+    """``bench writes --rate``: each writer's adds fall due on its schedule and go to its
+    ledgers in turn; every add due from the warm-up's end to the run's end is measured once
+    (an answer finds its add's due time from the ledger and entry id), with its latency from
+    that due time, and how late it was issued."""
+    import json
+
+    workload = [*ONE_BOOKIE, "--rate", "3000", "--seconds", "1", "--warmup", "0.5"]
+    workload += ["--writers", "2", "--ledgers-per-writer", "3"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bookkeeper_py", "bench", "writes", *workload, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["failures"] == 0
+    assert abs(report["entries"] - 3000) <= 2  # one add either side of each writer's window
+    assert 0.9 < report["seconds"] < 1.1
+    assert 0 < report["send_delay"]["p50_ms"] <= report["latency"]["p50_ms"]
+
+
 LOG_BENCH_FIGURES = {
     "append": ["records_per_s", "mb_per_s", "client_cpu_us_per_record", "rolls"],
     "tail": [

@@ -50,6 +50,7 @@ import contextlib
 import gc
 import json
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -93,11 +94,9 @@ def summary(h: HdrHistogram) -> dict[str, float]:
 class _Tally:
     issued: int = 0
     outstanding: int = 0  # adds issued and not answered yet
-    acked_measured: int = 0
     failed: int = 0
     issuing: bool = True  # until every writer stopped issuing adds
-    first: float = 0.0  # when the first measured add was due
-    last: float = 0.0  # when the last one was acknowledged
+    last: float = 0.0  # when the last measured add was acknowledged
 
 
 @dataclass
@@ -485,50 +484,98 @@ async def run_writes(
         if not state.outstanding and not all_done.done():
             all_done.set_result(None)
 
-    # Each ledger answers its adds to one callback, their due times kept by entry id: no object
-    # per add (a partial per add lived as long as its add, a thousand at once, and the
-    # collector went over them every few hundred adds).
-    due_at: list[list[dict[int, float]]] = [[{} for _ in handles] for handles in writers]
+    # Each ledger answers its adds to one callback. A writer's k-th add goes to its ledger
+    # k mod L and gets entry id k // L there (the bench made the ledgers: ids from 0, in order),
+    # so an answer finds k again, and with it the add's due time in the writer's schedule (open
+    # loop) or its issue time (closed loop, kept by k): no object and no dict entry per add (a
+    # partial per add lived as long as its add, a thousand at once, and the collector went over
+    # them every few hundred adds; a dict of due times per ledger was a fifth of the client's
+    # bytecodes per add at 20,000/s).
+    ledgers = len(writers[0])
     closed = not args.rate
+    interval = args.writers / args.rate if args.rate else 0.0
+    first_due = [start + writer * interval / args.writers for writer in range(args.writers)]
+    issued = [0] * args.writers  # adds issued, per writer
+    issued_at = [array.array("d") for _ in writers]  # closed loop: each add's issue time, by k
     send_delays_us = array.array("q")  # open loop: each measured add's issue past its due time
+    latencies_us = progress.latencies_us
 
-    def issue(writer: int, due: float) -> bool:
-        """Sends one add of ``writer``, on its ledgers in turn, due at ``due``: no future, one
+    def failed_to_issue(error: BKError) -> None:
+        state.failed += 1
+        errors_seen.append(error)
+
+    def may_issue() -> int:
+        """How many more adds may be issued now (the run's limit), 0 once none may: the run is
+        over, interrupted or limited, or the writers failed (the error is counted, and the run
+        ends when nothing is left outstanding)."""
+        if not state.issuing or interrupt.requested or errors_seen:
+            return 0
+        return 1 << 62 if limit is None else limit - state.issued
+
+    def issue(writer: int, now: float) -> bool:
+        """Closed loop: sends one add of ``writer``, on its ledgers in turn: no future, one
         callback per ledger (``add_entry_callback``, as Java's benchmark uses ``asyncAddEntry``
         with a callback; the bench's own CPU counts as the client's). False once no more adds
-        are to be issued: the run is over, interrupted or limited, or the writers failed (the
-        error is counted, and the run ends when nothing is left outstanding)."""
-        if not state.issuing or interrupt.requested or errors_seen:
+        are to be issued (``may_issue``)."""
+        if may_issue() <= 0:
             return False
-        if limit is not None and state.issued >= limit:
-            return False
-        handles = writers[writer]
-        ledger = state.issued % len(handles)
-        state.issued += 1
+        k = issued[writer]
+        ledger = k % ledgers
         try:
-            entry_id = handles[ledger].add_entry_callback(payload, answers[writer][ledger])
+            writers[writer][ledger].add_entry_callback(payload, answers[writer][ledger])
         except BKError as error:
-            state.failed += 1
-            errors_seen.append(error)
+            failed_to_issue(error)
             return False
-        due_at[writer][ledger][entry_id] = due
+        issued_at[writer].append(now)
+        issued[writer] = k + 1
+        state.issued += 1
         state.outstanding += 1
         return True
+
+    def issue_due(writer: int, now: float) -> bool:
+        """Open loop: sends every add of ``writer`` due by ``now`` and not sent yet, in one
+        loop (what fell due meanwhile goes out together, as an application at that rate sends
+        in bursts); records how late each measured one went. False once no more adds are to be
+        issued (``may_issue``, or the schedule's end)."""
+        first = issued[writer]
+        base = first_due[writer]
+        last = math.floor((now - base) / interval)  # the last add due by now
+        if stop_at is not None:
+            last = min(last, math.ceil((stop_at - base) / interval) - 1)
+        allowed = may_issue()
+        if last >= first + allowed:
+            last = first + allowed - 1
+        adds, callbacks = adders[writer], answers[writer]
+        k = first
+        try:
+            for k in range(first, last + 1):
+                adds[k % ledgers](payload, callbacks[k % ledgers])
+            k = last + 1
+        except BKError as error:
+            failed_to_issue(error)
+        issued[writer] = k
+        state.issued += k - first
+        state.outstanding += k - first
+        measured_from = max(first, math.ceil((warm_until - base) / interval))
+        if measured_from < k:
+            late_us = (now - base) * 1e6
+            step_us = interval * 1e6
+            send_delays_us.extend([int(late_us - j * step_us) for j in range(measured_from, k)])
+        if k <= last or (stop_at is not None and base + k * interval >= stop_at):
+            return False
+        return allowed > k - first
 
     def answered(writer: int, ledger: int, entry_id: int, error: BKError | None) -> None:
         """An add acknowledged (or failed): its latency from when it was due recorded (past
         the warm-up); in the closed loop, the writer's next add issued."""
         now = time.monotonic()
-        due = due_at[writer][ledger].pop(entry_id)
+        k = entry_id * ledgers + ledger
+        due = issued_at[writer][k] if closed else first_due[writer] + k * interval
         state.outstanding -= 1
         if error is not None:
             state.failed += 1
-        elif due >= warm_until:
-            progress.latencies_us.append(int((now - due) * 1e6))  # progress.record, inline
-            progress.count += 1
-            if state.acked_measured == 0:
-                state.first = due
-            state.acked_measured += 1
+        elif due >= warm_until:  # measured: its latency (progress.record, inline)
+            latencies_us.append(int((now - due) * 1e6))
             state.last = now
         if closed and state.issuing and not issue(writer, now):
             stop_issuing()  # every writer stops on the same condition
@@ -536,26 +583,22 @@ async def run_writes(
             all_done.set_result(None)
 
     answers = [[partial(answered, w, i) for i in range(len(h))] for w, h in enumerate(writers)]
+    adders = [[handle.add_entry_callback for handle in handles] for handles in writers]
     if stop_at is not None:  # the end of the run, for both loops
         loop.call_later(stop_at - time.monotonic(), stop_issuing)
     if args.rate:
         # Open loop: every writer issues its share on a fixed schedule.
-        interval = args.writers / args.rate
 
         async def paced(writer: int) -> None:
-            due = start + writer * interval / args.writers
             while True:
                 now = time.monotonic()
-                while due <= now:
-                    if (stop_at is not None and due >= stop_at) or not issue(writer, due):
-                        return
-                    if due >= warm_until:
-                        send_delays_us.append(int((now - due) * 1e6))
-                    due += interval
+                if not issue_due(writer, now):
+                    return
+                progress.count = len(latencies_us)
                 progress.tick(now)
                 if interrupt.requested:
                     return
-                await interrupt.pause_until(due)
+                await interrupt.pause_until(first_due[writer] + issued[writer] * interval)
 
         await asyncio.gather(*(paced(w) for w in range(args.writers)))
         stop_issuing()
@@ -563,6 +606,7 @@ async def run_writes(
         # Closed loop: each writer keeps --in-flight adds outstanding; an answer records its
         # add and issues the writer's next (``answered``); the progress line is a timer.
         def ticking() -> None:
+            progress.count = len(latencies_us)
             progress.tick(time.monotonic())
             if state.issuing:
                 loop.call_later(1.0, ticking)
@@ -580,14 +624,16 @@ async def run_writes(
     for handles in writers:
         for handle in handles:
             await handle.close()
-    seconds = max(state.last - max(state.first, warm_until), 1e-9)
+    acked_measured = len(latencies_us)
+    # from the first measured add's due (or issue) time, the warm-up's end, to the last answer
+    seconds = max(state.last - warm_until, 1e-9)
     return interrupt.mark(
         Report(
             "writes",
-            state.acked_measured,
+            acked_measured,
             seconds,
             args.entry_size,
-            summary(progress.histogram()) if state.acked_measured else {},
+            summary(progress.histogram()) if acked_measured else {},
             settings(args),
             state.failed,
             cpu_s=cpu,
