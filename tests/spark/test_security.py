@@ -80,3 +80,44 @@ def test_a_write_and_a_read_over_mutual_tls(spark: SparkSession, tmp_path: Path)
         plain = spark.read.format("bookkeeper").option("metadataServiceUri", uri)
         with pytest.raises(Exception, match="EUA"):  # the bookies refuse a client without TLS
             plain.option("log", "tls/log").option("client.request_timeout_s", "3").load().collect()
+
+
+def test_the_spark_commands_jobs_present_the_commands_secret(
+    spark: SparkSession,
+    auth_cluster: LocalCluster,
+    secret_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``bookkeeper spark``'s jobs take the command's shared secret (``bookkeeper
+    --auth-secret-file FILE`` or $BOOKKEEPER_AUTH_SECRET_FILE) into the data source's options,
+    for the driver and every task: an export, a compaction and an audit on bookies that require
+    it. Without it the export is refused."""
+    import argparse
+
+    from bookkeeper_py.admin.spark_commands import client_source_options
+    from bookkeeper_py.spark.audit import audit
+    from bookkeeper_py.spark.jobs import compact_log, export_logs
+    from bookkeeper_py.spark.options import parse_client_options
+
+    monkeypatch.delenv("BOOKKEEPER_AUTH_SECRET_FILE", raising=False)
+    assert client_source_options(argparse.Namespace(client_secret_file=None)) == {}
+    client = client_source_options(argparse.Namespace(client_secret_file=str(secret_file)))
+    monkeypatch.setenv("BOOKKEEPER_AUTH_SECRET_FILE", str(secret_file))
+    assert client_source_options(argparse.Namespace(client_secret_file=None)) == client
+    uri = auth_cluster.metadata_uri
+    values = [(f"k{i % 3}:{i}",) for i in range(30)]
+    writer = spark.createDataFrame(values, ["value"]).coalesce(1).write.format("bookkeeper")
+    writer.option("metadataServiceUri", uri).option("log", "jobs/source").options(**client).mode(
+        "append"
+    ).save()
+
+    exported = export_logs(spark, uri, str(tmp_path / "export"), client=client, log="jobs/source")
+    assert exported.records == 30
+    key = "substring(cast(payload as string), 1, 2)"
+    done = compact_log(spark, uri, "jobs/source", "jobs/compacted", key, client=client)
+    assert (done.read, done.kept, done.keys) == (30, 3, 3)
+    report = audit(spark, uri, client_options=parse_client_options(client))
+    assert report.healthy, report.lines()
+    with pytest.raises(Exception):  # noqa: B017 - the bookies' refusal, wrapped by Spark
+        export_logs(spark, uri, str(tmp_path / "refused"), log="jobs/source")

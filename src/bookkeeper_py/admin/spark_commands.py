@@ -9,7 +9,10 @@ Every command takes ``--metadata-uri URI`` (or $BOOKKEEPER_METADATA_URI) and ``-
 (``local[*]`` by default; ``spark://host:7077``, ``yarn``... for a cluster, whose executors must
 reach the bookies and have this package installed). They need the ``spark`` extra and Java 17+.
 ``audit`` exits with status 1 when it found a problem. On a terminal a progress bar on stderr
-follows the Spark tasks of the job (``spark.progress``); ``-q`` leaves it out.
+follows the Spark tasks of the job (``spark.progress``); ``-q`` leaves it out. The jobs' clients
+present the command's shared secret where it has one (``admin.client_auth``: ``bookkeeper
+--auth-secret-file FILE spark ...`` or $BOOKKEEPER_AUTH_SECRET_FILE), in the driver and in every
+task.
 """
 
 from __future__ import annotations
@@ -46,6 +49,17 @@ def _followed(args: argparse.Namespace, spark: SparkSession, what: str) -> Itera
         yield
 
 
+def client_source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The data source's client options of the command: its shared secret, if it has one (the
+    executors read the file too: on a cluster it must be at that path on their machines)."""
+    from bookkeeper_py.admin import client_auth
+
+    path = client_auth.secret_file(args)
+    if path is None:
+        return {}
+    return {"auth.sharedSecretFile": path, "auth.name": client_auth.PRINCIPAL}
+
+
 def _ledger_ids(text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -69,7 +83,9 @@ def _export(args: argparse.Namespace, uri: str) -> None:
         if args.ledgers:
             ids = _ledger_ids(args.ledgers) or []
             with _followed(args, spark, f"exporting {len(ids)} ledgers"):
-                done = export_ledgers(spark, uri, args.path, ids, args.password)
+                done = export_ledgers(
+                    spark, uri, args.path, ids, args.password, client=client_source_options(args)
+                )
             print(f"exported {done.batches} ledgers ({done.records} entries) to {done.path}")
             return
         subject = {"namespace": args.namespace}
@@ -80,7 +96,7 @@ def _export(args: argparse.Namespace, uri: str) -> None:
         else:
             subject["logsPattern"] = args.logs_pattern
         with _followed(args, spark, "exporting"):
-            done = export_logs(spark, uri, args.path, **subject)
+            done = export_logs(spark, uri, args.path, client=client_source_options(args), **subject)
         print(f"exported {done.records} records in {done.batches} batches to {done.path}")
     finally:
         spark.stop()
@@ -92,7 +108,15 @@ def _compact(args: argparse.Namespace, uri: str) -> None:
     spark = _session(args)
     try:
         with _followed(args, spark, f"compacting {args.log}"):
-            done = compact_log(spark, uri, args.log, args.into, args.key, namespace=args.namespace)
+            done = compact_log(
+                spark,
+                uri,
+                args.log,
+                args.into,
+                args.key,
+                namespace=args.namespace,
+                client=client_source_options(args),
+            )
     finally:
         spark.stop()
     print(
@@ -103,12 +127,18 @@ def _compact(args: argparse.Namespace, uri: str) -> None:
 
 def _audit(args: argparse.Namespace, uri: str) -> None:
     from bookkeeper_py.spark.audit import audit
+    from bookkeeper_py.spark.options import parse_client_options
 
+    client = parse_client_options(client_source_options(args))
     spark = _session(args)
     try:
         with _followed(args, spark, "auditing"):
             report = audit(
-                spark, uri, ledgers=_ledger_ids(args.ledgers), password=args.password.encode()
+                spark,
+                uri,
+                ledgers=_ledger_ids(args.ledgers),
+                password=args.password.encode(),
+                client_options=client,
             )
     finally:
         spark.stop()

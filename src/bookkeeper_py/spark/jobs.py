@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,10 +44,18 @@ class Exported:
     path: str
 
 
-def export_logs(spark: SparkSession, uri: str, path: str, **subject: str) -> Exported:
+def export_logs(
+    spark: SparkSession,
+    uri: str,
+    path: str,
+    *,
+    client: Mapping[str, str] | None = None,
+    **subject: str,
+) -> Exported:
     """Appends to Parquet at ``path`` what the logs named by ``subject`` (``log``, ``logs``
     or ``logsPattern`` with ``namespace``, as the data source's options) hold that an earlier
-    run did not export."""
+    run did not export. ``client``: the data source's client options (``auth.*``, ``tls.*``,
+    ``client.*``), for every job here alike."""
     from pyspark.sql import functions as F
 
     if not subject:
@@ -56,7 +65,7 @@ def export_logs(spark: SparkSession, uri: str, path: str, **subject: str) -> Exp
         .option("metadataServiceUri", uri)
         .option("startingOffsets", "earliest")
     )
-    for key, value in subject.items():
+    for key, value in {**(client or {}), **subject}.items():
         reader = reader.option(key, value)
     query = (
         reader.load()
@@ -76,7 +85,13 @@ def export_logs(spark: SparkSession, uri: str, path: str, **subject: str) -> Exp
 
 
 def export_ledgers(
-    spark: SparkSession, uri: str, path: str, ledgers: list[int], password: str = ""
+    spark: SparkSession,
+    uri: str,
+    path: str,
+    ledgers: list[int],
+    password: str = "",
+    *,
+    client: Mapping[str, str] | None = None,
 ) -> Exported:
     """Writes each ledger not exported yet to ``path/ledger_id=N`` (Parquet: entry_id,
     payload)."""
@@ -88,7 +103,9 @@ def export_ledgers(
             continue
         partial = os.path.join(path, f"_ledger_id={ledger_id}.partial")
         shutil.rmtree(partial, ignore_errors=True)
-        frame = _source(spark, uri, ledgers=str(ledger_id), password=password).drop("ledger_id")
+        frame = _source(
+            spark, uri, **(client or {}), ledgers=str(ledger_id), password=password
+        ).drop("ledger_id")
         frame.write.parquet(partial)
         records += spark.read.parquet(partial).count()
         os.rename(partial, final)
@@ -105,14 +122,21 @@ class Compacted:
 
 
 def compact_log(
-    spark: SparkSession, uri: str, source: str, target: str, key: str, *, namespace: str = ""
+    spark: SparkSession,
+    uri: str,
+    source: str,
+    target: str,
+    key: str,
+    *,
+    namespace: str = "",
+    client: Mapping[str, str] | None = None,
 ) -> Compacted:
     """Compacts log ``source`` by the SQL expression ``key`` into log ``target`` (made if
     missing; its content replaced in one commit)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    options = {"log": source}
+    options = {**(client or {}), "log": source}
     if namespace:
         options["namespace"] = namespace
     records = _source(spark, uri, **options)
@@ -138,6 +162,8 @@ def compact_log(
             .option("log", target)
             .mode("overwrite")
         )
+        for option, value in (client or {}).items():
+            writer = writer.option(option, value)
         if namespace:
             writer = writer.option("namespace", namespace)
         writer.save()

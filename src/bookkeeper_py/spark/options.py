@@ -204,6 +204,12 @@ def _client_options(options: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def parse_client_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The client options among ``options`` (keys in any case, as given to the data source),
+    parsed as the data source parses them: what ``audit``'s ``client_options`` takes."""
+    return _client_options({key.lower(): value for key, value in options.items()})
+
+
 def _uri(options: Mapping[str, str]) -> str:
     uri = options.get("metadataserviceuri", "").strip()
     if not uri:
