@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import commit_floor  # bench/, beside this script
 import disk_stalls
@@ -391,19 +391,13 @@ def main() -> None:
         for _ in range(args.runs):
             floors.append(commit_floor.measure(directory, reached / 2, args.seconds))
     paced = ideal(args.runs, args.seconds, rate=reached / 2)
-    half_reports: list[bench.Report] = []
-
-    def half_run(cluster: LocalCluster) -> bench.Report:
-        half_reports.append(measure(cluster, argv))
-        return half_reports[-1]
-
     with LocalCluster(3) as fresh:
         name = f"3/2/2 p99 add latency at half that rate ({reached / 2:,.0f}/s)"
         row(
             name,
             "ms",
             "bookkeeper bench " + " ".join(argv) + " --local 3",
-            lambda: half_run(fresh),
+            lambda: measure(fresh, argv),
             lambda report: latency(report, "p99_ms"),
         )
     rows[name]["disk_alone"] = floors
@@ -411,7 +405,8 @@ def main() -> None:
         rows[name]["ideal_c_cluster"] = paced
     # The ideal C cluster again, spending the row's CPU per entry (its medians): the latency
     # that much CPU costs on this machine with a design that adds nothing else.
-    cpu = [report.cpu_per_entry_us for report in half_reports if report.cpu_per_entry_us]
+    kept = cast(list[dict[str, float]], rows[name].get("cpu_per_entry_us", []))
+    cpu = [figures for figures in kept if figures]
     burning = None
     if paced is not None and cpu:
         client_us = statistics.median(c["client"] for c in cpu)

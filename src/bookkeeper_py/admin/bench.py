@@ -584,7 +584,10 @@ async def run_writes(
 
     answers = [[partial(answered, w, i) for i in range(len(h))] for w, h in enumerate(writers)]
     adders = [[handle.add_entry_callback for handle in handles] for handles in writers]
-    if stop_at is not None:  # the end of the run, for both loops
+    if stop_at is not None and closed:
+        # The closed loop's end. The open loop's schedule ends itself (``issue_due``): an add due
+        # before the end is issued even if the loop gets to it only after, late as it is (a timer
+        # here ended the run first and dropped the last adds of a late loop unmeasured).
         loop.call_later(stop_at - time.monotonic(), stop_issuing)
     if args.rate:
         # Open loop: every writer issues its share on a fixed schedule.
