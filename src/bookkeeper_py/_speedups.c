@@ -945,6 +945,75 @@ static int close_add_group(PyObject *groups, long long ledger_id, PyObject **key
     return stored;
 }
 
+/* A run of plain v2 adds being grouped (take_plain_adds, cut_plain_adds): ``groups`` so far,
+ * and the open group's key, ids and entries (owned here until it is closed), ledger id and
+ * highest LAC (``lac_known`` 0 once an entry cannot carry one). */
+typedef struct {
+    PyObject *groups, *key, *ids, *entries;
+    long long ledger_id, lac;
+    int lac_known;
+} AddRun;
+
+/* Adds the plain add frame ``p`` (``size`` bytes, at least head, key and the two ids) to the
+ * run: a new group when its ledger or master key differs from the open one's; 0, or -1 with
+ * the error set. */
+static int add_run_take(AddRun *run, const uint8_t *p, Py_ssize_t size, Py_ssize_t head_size) {
+    const Py_ssize_t key_size = 20, at = head_size + key_size; /* where the entry begins */
+    long long lid = (long long)load_be64(p + at), eid = (long long)load_be64(p + at + 8);
+    if (run->key == NULL || lid != run->ledger_id ||
+        memcmp(PyBytes_AS_STRING(run->key), p + head_size, key_size) != 0) {
+        if (run->key != NULL &&
+            close_add_group(run->groups, run->ledger_id, &run->key, &run->ids, &run->entries,
+                            run->lac_known ? &run->lac : NULL) < 0)
+            return -1;
+        run->key = PyBytes_FromStringAndSize((const char *)p + head_size, key_size);
+        run->ids = PyList_New(0);
+        run->entries = PyList_New(0);
+        if (run->key == NULL || run->ids == NULL || run->entries == NULL) return -1;
+        run->ledger_id = lid;
+        run->lac_known = 1;
+        run->lac = LLONG_MIN;
+    }
+    if (size < at + 24 || eid < 0) {
+        run->lac_known = 0;
+    } else if ((long long)load_be64(p + at + 16) > run->lac) {
+        run->lac = (long long)load_be64(p + at + 16);
+    }
+    PyObject *entry_id = PyLong_FromLongLong(eid);
+    int stored = entry_id != NULL ? PyList_Append(run->ids, entry_id) : -1;
+    Py_XDECREF(entry_id);
+    PyObject *entry = stored == 0 ? PyBytes_FromStringAndSize((const char *)p + at, size - at)
+                                  : NULL;
+    stored = entry != NULL ? PyList_Append(run->entries, entry) : -1;
+    Py_XDECREF(entry);
+    return stored;
+}
+
+/* The run's groups (a new reference), its open group closed; NULL with the error set. */
+static PyObject *add_run_groups(AddRun *run) {
+    if (run->key != NULL && close_add_group(run->groups, run->ledger_id, &run->key, &run->ids,
+                                            &run->entries, run->lac_known ? &run->lac : NULL) < 0)
+        return NULL;
+    return Py_NewRef(run->groups);
+}
+
+static void add_run_clear(AddRun *run) {
+    Py_CLEAR(run->groups);
+    Py_CLEAR(run->key);
+    Py_CLEAR(run->ids);
+    Py_CLEAR(run->entries);
+}
+
+/* Checks the (head, min_size) arguments of take_plain_adds and cut_plain_adds; 0, or -1 with
+ * the error set. */
+static int plain_add_shape(PyObject *head, Py_ssize_t min_size) {
+    if (PyBytes_GET_SIZE(head) > 8 || min_size < PyBytes_GET_SIZE(head) + 20 + 16) {
+        PyErr_SetString(PyExc_ValueError, "plain adds: min_size too small for the ids");
+        return -1;
+    }
+    return 0;
+}
+
 /* take_plain_adds(backlog, first, room, head, min_size) -> (groups, count): a bookie's run of
  * plain v2 adds (server/connection.py): ``first`` (taken off the backlog already) and those right
  * behind it in the deque ``backlog`` (frames of at least ``min_size`` bytes that start with the
@@ -961,77 +1030,80 @@ static PyObject *take_plain_adds(PyObject *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     Py_ssize_t room = PyLong_AsSsize_t(args[2]), min_size = PyLong_AsSsize_t(args[4]);
-    if (PyErr_Occurred()) return NULL;
+    if (PyErr_Occurred() || plain_add_shape(args[3], min_size) < 0) return NULL;
     const char *head = PyBytes_AS_STRING(args[3]);
     Py_ssize_t head_size = PyBytes_GET_SIZE(args[3]);
-    const Py_ssize_t key_size = 20, at = head_size + key_size; /* where the entry begins */
-    if (head_size > 8 || min_size < at + 16) {
-        PyErr_SetString(PyExc_ValueError, "take_plain_adds: min_size too small for the ids");
-        return NULL;
-    }
     PyObject *popleft = PyObject_GetAttrString(args[0], "popleft");
     if (popleft == NULL) return NULL;
-    /* the group being taken: its key, ids and entries (owned here until it is closed) */
-    PyObject *groups = PyList_New(0), *key = NULL, *ids = NULL, *entries = NULL;
-    PyObject *frame = Py_NewRef(args[1]);
-    long long ledger_id = 0, lac = LLONG_MIN;
-    int lac_known = 1;
+    AddRun run = {PyList_New(0), NULL, NULL, NULL, 0, LLONG_MIN, 1};
+    PyObject *frame = Py_NewRef(args[1]), *groups = NULL;
     Py_ssize_t count = 0;
-    if (groups == NULL) goto failed;
+    if (run.groups == NULL) goto done;
     for (;;) {
-        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame);
-        Py_ssize_t size = PyBytes_GET_SIZE(frame);
-        if (size < min_size) { /* ``first`` is checked by the caller */
+        if (PyBytes_GET_SIZE(frame) < min_size) { /* ``first`` is checked by the caller */
             PyErr_SetString(PyExc_ValueError, "take_plain_adds: not a plain add");
-            goto failed;
+            goto done;
         }
-        long long lid = (long long)load_be64(p + at), eid = (long long)load_be64(p + at + 8);
-        if (key == NULL || lid != ledger_id ||
-            memcmp(PyBytes_AS_STRING(key), p + head_size, key_size) != 0) {
-            if (key != NULL && close_add_group(groups, ledger_id, &key, &ids, &entries,
-                                               lac_known ? &lac : NULL) < 0)
-                goto failed;
-            key = PyBytes_FromStringAndSize((const char *)p + head_size, key_size);
-            ids = PyList_New(0);
-            entries = PyList_New(0);
-            if (key == NULL || ids == NULL || entries == NULL) goto failed;
-            ledger_id = lid;
-            lac_known = 1;
-            lac = LLONG_MIN;
-        }
-        if (size < at + 24 || eid < 0) {
-            lac_known = 0;
-        } else if ((long long)load_be64(p + at + 16) > lac) {
-            lac = (long long)load_be64(p + at + 16);
-        }
-        PyObject *entry_id = PyLong_FromLongLong(eid);
-        int stored = entry_id != NULL ? PyList_Append(ids, entry_id) : -1;
-        Py_XDECREF(entry_id);
-        PyObject *entry = stored == 0 ? PyBytes_FromStringAndSize((const char *)p + at, size - at)
-                                      : NULL;
-        stored = entry != NULL ? PyList_Append(entries, entry) : -1;
-        Py_XDECREF(entry);
-        if (stored < 0) goto failed;
+        if (add_run_take(&run, (const uint8_t *)PyBytes_AS_STRING(frame),
+                         PyBytes_GET_SIZE(frame), head_size) < 0)
+            goto done;
         Py_CLEAR(frame);
         if (++count >= room) break;
         frame = next_plain(args[0], popleft, head, head_size, min_size, 0);
         if (frame == NULL) {
-            if (PyErr_Occurred()) goto failed;
+            if (PyErr_Occurred()) goto done;
             break;
         }
     }
-    if (close_add_group(groups, ledger_id, &key, &ids, &entries, lac_known ? &lac : NULL) < 0)
-        goto failed;
-    Py_DECREF(popleft);
-    return Py_BuildValue("(Nn)", groups, count);
-failed:
+    groups = add_run_groups(&run);
+done:
     Py_XDECREF(frame);
-    Py_XDECREF(key);
-    Py_XDECREF(ids);
-    Py_XDECREF(entries);
-    Py_XDECREF(groups);
+    add_run_clear(&run);
     Py_DECREF(popleft);
-    return NULL;
+    return groups == NULL ? NULL : Py_BuildValue("(Nn)", groups, count);
+}
+
+/* cut_plain_adds(data, start, room, head, min_size, max_frame) -> (groups, count, position): a
+ * bookie's run of plain v2 adds cut straight out of the bytes ``data`` it received, from
+ * ``start`` on: the whole length-prefixed frames there (of at most ``max_frame`` bytes) that are
+ * plain adds (as take_plain_adds: at least ``min_size`` bytes, starting with ``head``), up to
+ * ``room`` of them; ``groups`` as take_plain_adds gives them, ``count`` how many frames were
+ * taken and ``position`` where the first frame not taken (or the bytes after the last) begins.
+ * No frame is copied out on the way: each entry is the one copy. */
+static PyObject *cut_plain_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "cut_plain_adds(data: bytes, start, room, head: bytes, min_size, "
+                        "max_frame)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), room = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t min_size = PyLong_AsSsize_t(args[4]), max_frame = PyLong_AsSsize_t(args[5]);
+    if (PyErr_Occurred() || plain_add_shape(args[3], min_size) < 0) return NULL;
+    const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    const Py_ssize_t end = PyBytes_GET_SIZE(args[0]), head_size = PyBytes_GET_SIZE(args[3]);
+    if (start < 0 || start > end) {
+        PyErr_SetString(PyExc_ValueError, "cut_plain_adds: start out of range");
+        return NULL;
+    }
+    AddRun run = {PyList_New(0), NULL, NULL, NULL, 0, LLONG_MIN, 1};
+    PyObject *groups = NULL;
+    Py_ssize_t position = start, count = 0;
+    if (run.groups == NULL) goto done;
+    while (count < room && end - position >= 4) {
+        Py_ssize_t length = (Py_ssize_t)load_be32(data + position);
+        const uint8_t *frame = data + position + 4;
+        if (length > max_frame || length > end - position - 4 || length < min_size ||
+            memcmp(frame, PyBytes_AS_STRING(args[3]), head_size) != 0)
+            break;
+        if (add_run_take(&run, frame, length, head_size) < 0) goto done;
+        position += 4 + length;
+        count++;
+    }
+    groups = add_run_groups(&run);
+done:
+    add_run_clear(&run);
+    return groups == NULL ? NULL : Py_BuildValue("(Nnn)", groups, count, position);
 }
 
 /* journal_group(batch, gather_min) -> (pieces, tokens) | None: one journal group
@@ -1973,6 +2045,8 @@ static PyMethodDef methods[] = {
      "A framed BATCH_READ_ENTRY answer: the fixed part, then each entry with its length."},
     {"take_plain_adds", (PyCFunction)(void (*)(void))take_plain_adds, METH_FASTCALL,
      "A bookie's run of plain v2 adds taken off its backlog, grouped by ledger and key."},
+    {"cut_plain_adds", (PyCFunction)(void (*)(void))cut_plain_adds, METH_FASTCALL,
+     "A bookie's run of plain v2 adds cut out of the bytes it received, grouped likewise."},
     {"cache_add_new", (PyCFunction)(void (*)(void))cache_add_new, METH_FASTCALL,
      "A batch of increasing, new entry ids put in a write cache's chunks; their bytes."},
     {"journal_group", (PyCFunction)(void (*)(void))journal_group, METH_FASTCALL,

@@ -52,6 +52,9 @@ def v2_batch_answer(head: bytes, entries: list[bytes], /) -> bytes | None: ...
 def take_plain_adds(
     backlog: deque[bytes], first: bytes, room: int, head: bytes, min_size: int, /
 ) -> tuple[list[tuple[int, bytes, list[int], list[bytes], int | None]], int]: ...
+def cut_plain_adds(
+    data: bytes, start: int, room: int, head: bytes, min_size: int, max_frame: int, /
+) -> tuple[list[tuple[int, bytes, list[int], list[bytes], int | None]], int, int]: ...
 def cache_add_new(
     chunks: dict[int, dict[int, bytes]],
     entry_ids: list[int],

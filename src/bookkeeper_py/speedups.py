@@ -21,6 +21,7 @@ REQUIRED = (
     "crc32c_package",
     "crc32c_package_run",
     "crc32c_payload",
+    "cut_plain_adds",
     "entry_log_frame",
     "entry_log_pick",
     "entry_log_record",

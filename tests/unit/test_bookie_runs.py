@@ -210,3 +210,44 @@ def test_a_run_of_reads_is_served_within_the_connections_bound(
 
 def decoded(transport: FakeTransport) -> list[v2.Response]:
     return [v2.decode_response(frame) for frame in FrameDecoder().feed(bytes(transport.written))]
+
+
+@pytest.mark.parametrize("piece", [7, 300, 1 << 20])
+def test_adds_cut_out_of_the_bytes_received_are_answered_as_frames_taken_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece: int
+) -> None:
+    """Once a connection speaks v2, its plain adds are cut straight out of the bytes received
+    (no frame object each). Fed in pieces of any size, with a frame cut by a piece's end, a read
+    and a plain add of another ledger between them, and more adds than the connection's bound
+    lets in at once: every request gets the answer it gets when taken alone, adds after their
+    sync and in order per ledger, and every entry is stored."""
+
+    async def scenario(bookie: Bookie, gate: threading.Event) -> None:
+        connection, transport = serve(bookie)
+        connection.data_received(v2.encode_add_request(KEY, entry(7, 0)))  # now v2
+        stream = [v2.encode_add_request(KEY, entry(7, i)) for i in range(1, 6)]
+        stream.append(v2.encode_read_request(7, 0))  # the write cache has it
+        stream += [v2.encode_add_request(KEY, entry(8, i)) for i in range(3)]
+        stream += [v2.encode_add_request(KEY, entry(7, i)) for i in range(6, 12)]
+        data = b"".join(stream)
+        for start in range(0, len(data), piece):
+            connection.data_received(data[start : start + piece])
+        await asyncio.sleep(0.05)
+        # the read is answered at once; within the bound of 8, no add yet (no sync)
+        assert answers(transport) == [(7, 0, StatusCode.EOK)]
+        assert connection.pending == 8
+        assert not transport.reading  # held at the bound, the rest waits unread
+        gate.set()
+        await settle(lambda: connection.pending == 0 and transport.reading)
+        await settle(lambda: len(answers(transport)) == 1 + 12 + 3)
+        got = answers(transport)
+        assert sorted(got[1:]) == sorted(
+            [(7, e, StatusCode.EOK) for e in range(12)] + [(8, e, StatusCode.EOK) for e in range(3)]
+        )
+        assert [e for lid, e, _ in got[1:] if lid == 7] == list(range(12))
+        for entry_id in range(12):
+            assert bookie.engine.read(7, entry_id) == entry(7, entry_id)
+        assert bookie.engine.read(8, 2) == entry(8, 2)
+        assert bookie.pending_adds == 0
+
+    run_with_held_sync(tmp_path, monkeypatch, scenario, max_pending_per_connection=8)

@@ -459,26 +459,26 @@ def _add_frame(ledger_id: int, entry_id: int, key: bytes, tail: bytes) -> bytes:
     return v2.encode_add_request(key, entry)[4:]
 
 
-@needs_speedups
-@given(
-    st.lists(
-        st.one_of(
-            st.tuples(
-                st.integers(0, 2),
-                st.integers(-2, 2**40),
-                st.sampled_from([b"a" * 20, b"b" * 20]),
-                st.one_of(
-                    st.binary(max_size=8),
-                    st.integers(-1, 2**40).map(lambda lac: struct.pack(">q", lac) + b"x" * 24),
-                ),
-            ).map(lambda f: _add_frame(*f)),
-            st.sampled_from([b"", b"\x00" * 40, v2.encode_read_request(1, 2)[4:]]),
-        ),
-        min_size=1,
-        max_size=40,
+_ADD_FRAMES = st.lists(
+    st.one_of(
+        st.tuples(
+            st.integers(0, 2),
+            st.integers(-2, 2**40),
+            st.sampled_from([b"a" * 20, b"b" * 20]),
+            st.one_of(
+                st.binary(max_size=8),
+                st.integers(-1, 2**40).map(lambda lac: struct.pack(">q", lac) + b"x" * 24),
+            ),
+        ).map(lambda f: _add_frame(*f)),
+        st.sampled_from([b"", b"\x00" * 40, v2.encode_read_request(1, 2)[4:]]),
     ),
-    st.integers(1, 50),
+    min_size=1,
+    max_size=40,
 )
+
+
+@needs_speedups
+@given(_ADD_FRAMES, st.integers(1, 50))
 def test_c_and_python_take_the_same_run_of_plain_adds(frames: list[bytes], room: int) -> None:
     """A bookie's run of plain adds: the frames taken off the backlog, their entries cut out
     and grouped by ledger and master key, and each group's LAC (None where an entry is too short
@@ -506,6 +506,48 @@ def test_c_and_python_take_the_same_run_of_plain_adds(frames: list[bytes], room:
         assert {struct.unpack_from(">q", e)[0] for e in entries} == {ledger_id}
         whole = all(len(e) >= 24 for e in entries) and min(entry_ids) >= 0
         assert lac == (max(struct.unpack_from(">q", e, 16)[0] for e in entries) if whole else None)
+
+
+@needs_speedups
+@given(_ADD_FRAMES, st.integers(1, 50), st.integers(0, 8), st.integers(0, 60), st.integers(40, 200))
+def test_c_and_python_cut_the_same_run_of_plain_adds_out_of_received_bytes(
+    frames: list[bytes], room: int, start: int, cut_tail: int, max_frame: int
+) -> None:
+    """A bookie's run of plain adds cut straight out of the bytes it received: the same groups,
+    count and stopping place either way; and the same groups as the frames taken off a backlog
+    (``take_plain_adds``), up to the first frame that is not a whole plain add of at most
+    ``max_frame`` bytes (the tail of the bytes cut short: a frame still arriving)."""
+    native = speedups.native
+    assert native is not None
+    received = b"\xee" * start + b"".join(struct.pack(">I", len(f)) + f for f in frames)
+    received = received[: max(start, len(received) - cut_tail)]
+    args = (start, room, v2.PLAIN_ADD_HEAD, v2.PLAIN_ADD_MIN_SIZE, max_frame)
+    expected = v2._cut_plain_adds(received, *args)
+    got = native.cut_plain_adds(received, *args)
+    assert got == expected
+    groups, count, position = got
+    # The frames a decoder would split there, in order; those taken are the plain adds ahead.
+    whole = framing.FrameDecoder(max_frame_size=2**20).feed(received, start)
+    plain = list(
+        itertools.takewhile(
+            lambda f: (
+                len(f) <= max_frame
+                and len(f) >= v2.PLAIN_ADD_MIN_SIZE
+                and f.startswith(v2.PLAIN_ADD_HEAD)
+            ),
+            whole,
+        )
+    )
+    assert count == min(room, len(plain))
+    assert position == start + sum(4 + len(f) for f in plain[:count])
+    if count:
+        backlog = collections.deque(plain[1:count])
+        taken = v2._take_plain_adds(
+            backlog, plain[0], count, v2.PLAIN_ADD_HEAD, v2.PLAIN_ADD_MIN_SIZE
+        )
+        assert (groups, count) == taken
+    else:
+        assert groups == []
 
 
 @needs_speedups

@@ -50,6 +50,10 @@ class FrameDecoder:
         self._max_frame_size = max_frame_size
 
     @property
+    def max_frame_size(self) -> int:
+        return self._max_frame_size
+
+    @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a frame."""
         return self._buffered
@@ -60,15 +64,15 @@ class FrameDecoder:
             f"{self._max_frame_size} (nettyMaxFrameSizeBytes); closing the connection"
         )
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Add ``data`` and return every frame it completes, in order."""
+    def feed(self, data: bytes | bytearray | memoryview, start: int = 0) -> list[bytes]:
+        """Add ``data`` (from ``start`` on) and return every frame it completes, in order."""
         if type(data) is not bytes:
             data = bytes(data)  # the views kept of it must not change under them
         frames: list[bytes] = []
-        position = 0
+        position = start
         end = len(data)
         if self._missing >= 0 or self._head:
-            position = self._continue(data, frames)
+            position = self._continue(data, frames, start)
         if _split is not None and end - position >= 4:
             whole: list[bytes]
             whole, position = _split(data, position, self._max_frame_size)
@@ -99,14 +103,24 @@ class FrameDecoder:
             self._buffered = end - position
         return frames
 
-    def _continue(self, data: bytes, frames: list[bytes]) -> int:
-        """Takes from ``data`` what the frame (or length prefix) in progress lacks; returns where
-        the rest of ``data`` starts."""
-        position = 0
+    def complete(self, data: bytes) -> tuple[list[bytes], int]:
+        """Takes from the start of ``data`` what the frame in progress (if any) lacks: (that
+        frame if it is now whole, else nothing; where the rest of ``data`` begins). Whole frames
+        there may then be taken by the caller (a bookie cuts plain adds straight out of them)
+        before ``feed(data, position)`` takes the rest."""
+        frames: list[bytes] = []
+        if self._missing < 0 and not self._head:
+            return frames, 0
+        return frames, self._continue(data, frames, 0)
+
+    def _continue(self, data: bytes, frames: list[bytes], start: int) -> int:
+        """Takes from ``data`` (from ``start``) what the frame (or length prefix) in progress
+        lacks; returns where the rest of ``data`` starts."""
+        position = start
         if self._missing < 0:  # a length prefix cut short
-            taken = min(4 - len(self._head), len(data))
-            self._head += data[:taken]
-            position = taken
+            taken = min(4 - len(self._head), len(data) - start)
+            self._head += data[start : start + taken]
+            position = start + taken
             if len(self._head) < 4:
                 self._buffered = len(self._head)
                 return position

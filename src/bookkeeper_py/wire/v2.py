@@ -386,26 +386,32 @@ def encode_add_responses(status: StatusCode, ledger_id: int, entry_ids: list[int
 AddGroup = tuple[int, bytes, list[int], list[bytes], int | None]
 
 
+def _group_plain_add(groups: list[AddGroup], frame: bytes, head_size: int) -> None:
+    """Adds the plain add ``frame`` to ``groups``: to the last group if it is of the same
+    ledger and master key, else as a new one (``take_plain_adds``)."""
+    at = head_size + MASTER_KEY_SIZE
+    ledger_id, entry_id = _ADD_IDS.unpack_from(frame, at)
+    key = frame[head_size:at]
+    if not groups or groups[-1][0] != ledger_id or groups[-1][1] != key:
+        groups.append((ledger_id, key, [], [], -(2**63)))  # below any LAC
+    _, _, entry_ids, entries, lac = groups[-1]
+    entry_ids.append(entry_id)
+    entries.append(frame[at:])
+    if lac is not None:  # None once an entry cannot carry one
+        whole = len(frame) >= at + 24 and entry_id >= 0
+        lac = max(lac, _LAC.unpack_from(frame, at + 16)[0]) if whole else None
+        groups[-1] = (ledger_id, key, entry_ids, entries, lac)
+
+
 def _take_plain_adds(
     backlog: deque[bytes], first: bytes, room: int, head: bytes, min_size: int
 ) -> tuple[list[AddGroup], int]:
     """The pure-Python ``take_plain_adds`` of the C speedups (see ``take_plain_adds``)."""
     groups: list[AddGroup] = []
-    at = len(head) + MASTER_KEY_SIZE
     frame: bytes | None = first
     count = 0
     while frame is not None:
-        ledger_id, entry_id = _ADD_IDS.unpack_from(frame, at)
-        key = frame[len(head) : at]
-        if not groups or groups[-1][0] != ledger_id or groups[-1][1] != key:
-            groups.append((ledger_id, key, [], [], -(2**63)))  # below any LAC
-        _, _, entry_ids, entries, lac = groups[-1]
-        entry_ids.append(entry_id)
-        entries.append(frame[at:])
-        if lac is not None:  # None once an entry cannot carry one
-            whole = len(frame) >= at + 24 and entry_id >= 0
-            lac = max(lac, _LAC.unpack_from(frame, at + 16)[0]) if whole else None
-            groups[-1] = (ledger_id, key, entry_ids, entries, lac)
+        _group_plain_add(groups, frame, len(head))
         count += 1
         frame = _next_plain(backlog, head, min_size, False) if count < room else None
     return groups, count
@@ -420,8 +426,41 @@ def take_plain_adds(backlog: deque[bytes], first: bytes, room: int) -> tuple[lis
     return _take_adds(backlog, first, room, PLAIN_ADD_HEAD, PLAIN_ADD_MIN_SIZE)
 
 
+def _cut_plain_adds(
+    data: bytes, start: int, room: int, head: bytes, min_size: int, max_frame: int
+) -> tuple[list[AddGroup], int, int]:
+    """The pure-Python ``cut_plain_adds`` of the C speedups (see ``cut_plain_adds``)."""
+    groups: list[AddGroup] = []
+    position, end, count = start, len(data), 0
+    while count < room and end - position >= 4:
+        (length,) = _FRAME_LENGTH.unpack_from(data, position)
+        if (
+            length > max_frame
+            or length > end - position - 4
+            or length < min_size
+            or not data.startswith(head, position + 4)
+        ):
+            break
+        _group_plain_add(groups, data[position + 4 : position + 4 + length], len(head))
+        position += 4 + length
+        count += 1
+    return groups, count, position
+
+
+def cut_plain_adds(
+    data: bytes, start: int, room: int, max_frame: int
+) -> tuple[list[AddGroup], int, int]:
+    """A bookie's run of plain adds cut straight out of the bytes it received: the whole
+    length-prefixed frames of ``data`` from ``start`` (each of at most ``max_frame`` bytes) that
+    are plain adds, up to ``room`` of them; (the groups as ``take_plain_adds`` gives them, how
+    many frames were taken, where the first frame not taken begins). No frame object is made on
+    the way: each entry is copied once, out of ``data``."""
+    return _cut_adds(data, start, room, PLAIN_ADD_HEAD, PLAIN_ADD_MIN_SIZE, max_frame)
+
+
 _take = native.take_plain_reads if native is not None else _take_plain_reads
 _take_adds = native.take_plain_adds if native is not None else _take_plain_adds
+_cut_adds = native.cut_plain_adds if native is not None else _cut_plain_adds
 
 
 def _answers(
