@@ -1683,6 +1683,7 @@ static PyObject *syncer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
         return NULL;
     }
     s->started = 1;
+    pthread_setname_np(s->thread, "journal-sync"); /* for top -H, perf, /proc (best effort) */
     return (PyObject *)s;
 }
 

@@ -246,6 +246,26 @@ def test_reads_stop_at_the_last_add_confirmed(cluster: LocalCluster) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+def test_a_local_cluster_s_bookies_run_every_thread_under_sched_batch(
+    cluster: LocalCluster,
+) -> None:
+    """A local cluster's bookies share the CPUs with their clients: each bookie process, and
+    every thread it started (its loop, journal syncers, checkpoints, metadata), runs under
+    SCHED_BATCH (cpuSchedulingPolicy=batch); this test process is left as it was."""
+    with BookKeeper(cluster.metadata_uri) as client:  # the bookies' threads at work
+        ledger = client.create_ledger(3, 2, 2, DigestType.CRC32C, b"p")
+        ledger.add_entry(b"x")
+        ledger.close()
+    for bookie in cluster.bookies:
+        assert bookie.process is not None
+        pid = bookie.process.pid
+        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+        assert len(threads) > 1
+        assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_BATCH}
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
 def test_missing_metadata_store_is_a_clear_error_not_a_hang(tmp_path: object) -> None:
     with pytest.raises(MetadataUnavailableError, match="no metadata store"):
         BookKeeper(f"sqlite:///{tmp_path}/absent/metadata.db")

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -207,6 +208,37 @@ def test_invalid_values_name_the_key(tmp_path: Path, text: str, message: str) ->
     path = write(tmp_path, f"journalDirectories=/j\n{text}\n")
     with pytest.raises(config.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         config.build(config.resolve(parse("--conf", path)))
+
+
+def test_the_cpu_scheduling_policy_is_normal_or_batch(tmp_path: Path) -> None:
+    """cpuSchedulingPolicy: normal by default, batch taken, anything else refused naming the
+    key; batch puts the thread that applies it (and the threads it starts) under SCHED_BATCH,
+    normal leaves it as it is."""
+    from bookkeeper_py.server.main import apply_scheduling_policy
+
+    assert config.scheduling_policy(config.resolve(parse())) == "normal"
+    path = write(tmp_path, "cpuSchedulingPolicy=batch\n")
+    assert config.scheduling_policy(config.resolve(parse("--conf", path))) == "batch"
+    bad = config.resolve(parse("--cpu-scheduling-policy", "idle"))
+    with pytest.raises(config.ConfigError, match="cpuSchedulingPolicy must be normal or batch"):
+        config.scheduling_policy(bad)
+    if not hasattr(os, "SCHED_BATCH"):
+        return
+    seen: dict[str, int] = {}
+
+    def in_a_thread(policy: str) -> None:
+        apply_scheduling_policy(policy)
+        inner = threading.Thread(target=lambda: seen.update(child=os.sched_getscheduler(0)))
+        inner.start()
+        inner.join()
+        seen[policy] = os.sched_getscheduler(0)
+
+    for policy in ("normal", "batch"):
+        thread = threading.Thread(target=in_a_thread, args=(policy,))
+        thread.start()
+        thread.join()
+    assert seen == {"normal": os.SCHED_OTHER, "batch": os.SCHED_BATCH, "child": os.SCHED_BATCH}
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread: untouched
 
 
 def test_legacy_zookeeper_keys_make_a_metadata_uri(tmp_path: Path) -> None:

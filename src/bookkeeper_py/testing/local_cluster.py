@@ -100,6 +100,12 @@ class BookieProcess:
         return self.process is not None and self.process.poll() is None
 
 
+# A local cluster's bookies share the machine's CPUs with each other and with their clients: they
+# run under SCHED_BATCH (cpuSchedulingPolicy), where Linux has it, so that a request does not
+# take its sender's CPU to wake its bookie (see ``server.main.apply_scheduling_policy``).
+_SHARED_CPUS = ["--cpu-scheduling-policy", "batch"] if hasattr(os, "SCHED_BATCH") else []
+
+
 class LocalCluster:
     """Metadata + ``num_bookies`` bookie processes on loopback; a context manager."""
 
@@ -262,7 +268,8 @@ class LocalCluster:
             # stopped by ``stop`` as a rule; stopped anyway if this process dies without it
             "--stop-with-pid",
             str(os.getpid()),
-            *self._bookie_args,
+            *_SHARED_CPUS,
+            *self._bookie_args,  # (after the defaults above: the last of an option wins)
         ]
         with open(bookie.log_file, "ab") as log_handle:
             # A session of its own: Ctrl-C at a terminal signals the program that runs the
