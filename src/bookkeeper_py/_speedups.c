@@ -1106,13 +1106,18 @@ done:
     return groups == NULL ? NULL : Py_BuildValue("(Nnn)", groups, count, position);
 }
 
+/* A journal's run of ENTRY records appended together (storage/journal.py ``_ENTRIES``): a record
+ * (JOURNAL_RUN, [bodies], token, background) that the group writes as one ENTRY record a body. */
+#define JOURNAL_RUN 256
+#define JOURNAL_ENTRY 1
+
 /* journal_group(batch, gather_min) -> (pieces, tokens) | None: one journal group
- * (storage/journal.py) of the records in ``batch`` ((type, body, token, background) tuples), as
- * the pieces to write in order: the group's header, count, types and lengths, then the bodies
- * joined in the same bytes when they average under ``gather_min`` bytes, else each body a piece
- * of its own (the CRC computed over them where they are); and the records' tokens that are not
- * None, in order. None when a body is not bytes (a buffer of another type: the Python path
- * takes those). */
+ * (storage/journal.py) of the records in ``batch`` ((type, body, token, background) tuples, or
+ * runs: (JOURNAL_RUN, [bodies], token, background), one ENTRY record a body), as the pieces to
+ * write in order: the group's header, count, types and lengths, then the bodies joined in the
+ * same bytes when they average under ``gather_min`` bytes, else each body a piece of its own (the
+ * CRC computed over them where they are); and the records' tokens that are not None, in order.
+ * None when a body is not bytes (a buffer of another type: the Python path takes those). */
 static PyObject *journal_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "journal_group(batch: list, gather_min)");
@@ -1121,16 +1126,27 @@ static PyObject *journal_group(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_ssize_t gather_min = PyLong_AsSsize_t(args[1]);
     if (gather_min == -1 && PyErr_Occurred()) return NULL;
     PyObject *batch = args[0];
-    Py_ssize_t count = PyList_GET_SIZE(batch), size = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
+    Py_ssize_t items = PyList_GET_SIZE(batch), count = 0, size = 0;
+    for (Py_ssize_t i = 0; i < items; i++) {
         PyObject *record = PyList_GET_ITEM(batch, i);
         if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 3 ||
             !PyLong_Check(PyTuple_GET_ITEM(record, 0))) {
             PyErr_SetString(PyExc_TypeError, "journal_group: records are (type, body, token, ...)");
             return NULL;
         }
-        if (!PyBytes_Check(PyTuple_GET_ITEM(record, 1))) Py_RETURN_NONE; /* the Python path's */
-        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(record, 1));
+        PyObject *body = PyTuple_GET_ITEM(record, 1);
+        if (PyList_Check(body)) { /* a run (its type is checked below) */
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(body); j++) {
+                PyObject *entry = PyList_GET_ITEM(body, j);
+                if (!PyBytes_Check(entry)) Py_RETURN_NONE;
+                size += PyBytes_GET_SIZE(entry);
+            }
+            count += PyList_GET_SIZE(body);
+            continue;
+        }
+        if (!PyBytes_Check(body)) Py_RETURN_NONE; /* the Python path's */
+        size += PyBytes_GET_SIZE(body);
+        count++;
     }
     const int gather = size < gather_min * count;
     const Py_ssize_t prefix = 8 + 4 + 5 * count;
@@ -1141,27 +1157,42 @@ static PyObject *journal_group(PyObject *self, PyObject *const *args, Py_ssize_t
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(first);
     store_be32(out + 8, (uint32_t)count);
     uint8_t *types = out + 12, *lengths = out + 12 + count, *bodies = out + prefix;
-    for (Py_ssize_t i = 0; i < count; i++) {
+    Py_ssize_t at = 0; /* the record being described */
+    for (Py_ssize_t i = 0; i < items; i++) {
         PyObject *record = PyList_GET_ITEM(batch, i);
         PyObject *body = PyTuple_GET_ITEM(record, 1), *token = PyTuple_GET_ITEM(record, 2);
         long type = PyLong_AsLong(PyTuple_GET_ITEM(record, 0));
         if (type == -1 && PyErr_Occurred()) goto failed;
-        Py_ssize_t n = PyBytes_GET_SIZE(body);
-        types[i] = (uint8_t)type;
-        store_be32(lengths + 4 * i, (uint32_t)n);
-        if (gather) {
-            memcpy(bodies, PyBytes_AS_STRING(body), n);
-            bodies += n;
+        int run = PyList_Check(body);
+        if (run != (type == JOURNAL_RUN)) {
+            PyErr_SetString(PyExc_TypeError, "journal_group: a run's body is a list, only a run's");
+            goto failed;
+        }
+        Py_ssize_t n_bodies = run ? PyList_GET_SIZE(body) : 1;
+        for (Py_ssize_t j = 0; j < n_bodies; j++, at++) {
+            PyObject *one = run ? PyList_GET_ITEM(body, j) : body;
+            Py_ssize_t n = PyBytes_GET_SIZE(one);
+            types[at] = (uint8_t)(run ? JOURNAL_ENTRY : type);
+            store_be32(lengths + 4 * at, (uint32_t)n);
+            if (gather) {
+                memcpy(bodies, PyBytes_AS_STRING(one), n);
+                bodies += n;
+            }
         }
         if (token != Py_None && PyList_Append(tokens, token) < 0) goto failed;
     }
     uint32_t crc = crc32c_update(0, out + 8, prefix - 8 + (gather ? size : 0));
     if (PyList_Append(pieces, first) < 0) goto failed;
-    for (Py_ssize_t i = 0; !gather && i < count; i++) {
+    for (Py_ssize_t i = 0; !gather && i < items; i++) {
         PyObject *body = PyTuple_GET_ITEM(PyList_GET_ITEM(batch, i), 1);
-        crc = crc32c_update(crc, (const uint8_t *)PyBytes_AS_STRING(body),
-                            PyBytes_GET_SIZE(body));
-        if (PyList_Append(pieces, body) < 0) goto failed;
+        int run = PyList_Check(body);
+        Py_ssize_t n_bodies = run ? PyList_GET_SIZE(body) : 1;
+        for (Py_ssize_t j = 0; j < n_bodies; j++) {
+            PyObject *one = run ? PyList_GET_ITEM(body, j) : body;
+            crc = crc32c_update(crc, (const uint8_t *)PyBytes_AS_STRING(one),
+                                PyBytes_GET_SIZE(one));
+            if (PyList_Append(pieces, one) < 0) goto failed;
+        }
     }
     store_be32(out, (uint32_t)(prefix - 8 + size));
     store_be32(out + 4, crc);

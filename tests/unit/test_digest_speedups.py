@@ -11,6 +11,7 @@ import itertools
 import platform
 import shutil
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -568,11 +569,19 @@ def test_c_and_python_frame_add_answers_alike(entry_ids: list[int], status: Stat
 @needs_speedups
 @given(
     st.lists(
-        st.tuples(
-            st.sampled_from(list(journal.RecordType)),
-            st.binary(max_size=300),
-            st.one_of(st.none(), st.integers()),
-            st.booleans(),
+        st.one_of(
+            st.tuples(
+                st.sampled_from(list(journal.RecordType)),
+                st.binary(max_size=300),
+                st.one_of(st.none(), st.integers()),
+                st.booleans(),
+            ),
+            st.tuples(  # a run of entries appended together
+                st.just(journal._ENTRIES),
+                st.lists(st.binary(max_size=300), min_size=1, max_size=5),
+                st.one_of(st.none(), st.integers()),
+                st.just(False),
+            ),
         ),
         min_size=1,
         max_size=30,
@@ -580,10 +589,11 @@ def test_c_and_python_frame_add_answers_alike(entry_ids: list[int], status: Stat
     st.sampled_from([1, 64, 4096]),
 )
 def test_c_and_python_make_the_same_journal_group(
-    batch: list[tuple[journal.RecordType, bytes, int | None, bool]], gather_min: int
+    batch: list[tuple[int, Any, int | None, bool]], gather_min: int
 ) -> None:
     """A journal group made in one C call is the Python path's bytes (header, count, types,
-    lengths, bodies; joined or not), reads back as its records, and names the same tokens."""
+    lengths, bodies; joined or not), reads back as its records (a run as one ENTRY record a
+    body), and names the same tokens (a run's once)."""
     native = speedups.native
     assert native is not None
     pieces, tokens = native.journal_group(list(batch), gather_min)
@@ -592,9 +602,19 @@ def test_c_and_python_make_the_same_journal_group(
     assert tokens == python_tokens == [t for _, _, t, _ in batch if t is not None]
     records, problem, _ = journal._parse_group(b"".join(pieces), 0)
     assert problem is None
-    assert records == [(kind, body) for kind, body, _, _ in batch]
+    expected = []
+    for kind, body, _, _ in batch:
+        if kind == journal._ENTRIES:
+            expected += [(journal.RecordType.ENTRY, one) for one in body]
+        else:
+            expected.append((kind, body))
+    assert records == expected
+    assert journal._records(list(batch)) == len(expected)
     # a body of another buffer type: left to the Python path, which gives the same bytes
-    other = [(kind, bytearray(body), token, background) for kind, body, token, background in batch]
+    other = [
+        (kind, [bytearray(b) for b in body] if kind == journal._ENTRIES else bytearray(body), t, g)
+        for kind, body, t, g in batch
+    ]
     assert native.journal_group(list(other), gather_min) is None
     assert b"".join(journal._group_pieces(list(other), gather_min)[0]) == b"".join(pieces)
 

@@ -77,6 +77,9 @@ MAX_GROUP_SIZE = 1024 * 1024 * 1024
 # A queue item that asks the journal thread for something and is never written (a record type
 # below zero): start a new file.
 _ROLL = -1
+# A run of ENTRY records appended together (``append_entries``), queued as one item: (_ENTRIES,
+# [bodies], token, False); written as one ENTRY record per body. No tuple per entry.
+_ENTRIES = 1 << 8
 _IOV_MAX = 1024  # pieces one writev takes (Linux's IOV_MAX)
 # Groups whose records average at least this many bytes are written straight from the records'
 # bodies; smaller ones are joined first, since a CRC call and an iovec per record cost more than
@@ -311,18 +314,20 @@ def _group_pieces(batch: list[_Record], gather_min: int) -> tuple[list[bytes], l
     """The bytes of one group (header included), as pieces to write in order (the bodies
     joined when they average under ``gather_min`` bytes), and the records' tokens that are not
     None; ``native.journal_group`` gives the same bytes."""
-    count = len(batch)
-    bodies = [record[1] for record in batch]
+    types: list[int] = []
+    bodies: list[bytes] = []
+    for record in batch:
+        if record[0] == _ENTRIES:
+            types += [RecordType.ENTRY] * len(record[1])
+            bodies += record[1]
+        else:
+            types.append(record[0])
+            bodies.append(record[1])
+    count = len(bodies)
     lengths = list(map(len, bodies))
     size = sum(lengths)
     tokens = [record[2] for record in batch if record[2] is not None]
-    prefix = b"".join(
-        (
-            _COUNT.pack(count),
-            bytes([record[0] for record in batch]),
-            struct.pack(f">{count}I", *lengths),
-        )
-    )
+    prefix = b"".join((_COUNT.pack(count), bytes(types), struct.pack(f">{count}I", *lengths)))
     if size < gather_min * count:
         payload = b"".join([prefix, *bodies])
         return [GROUP_HEADER.pack(len(payload), crc32c.crc32c(payload)), payload], tokens
@@ -362,8 +367,18 @@ def _write_all(fd: int, pieces: list[bytes], written: int = 0) -> None:
 # None are not reported.
 # Background bytes (re-replication copies) a group may carry beside foreground records.
 BACKGROUND_WITH_FOREGROUND = 128 * 1024
-# A queued record: (record type, body, token, background).
-_Record = tuple[int, bytes, Any, bool]
+# A queued record: (record type, body, token, background); or a run of ENTRY records (type
+# _ENTRIES, a list of bodies).
+_Record = tuple[int, Any, Any, bool]
+
+
+def _records(batch: list[_Record]) -> int:
+    """How many records ``batch`` holds (a run counts its entries)."""
+    return sum(len(record[1]) if record[0] == _ENTRIES else 1 for record in batch)
+
+
+def _record_bytes(record: _Record) -> int:
+    return sum(map(len, record[1])) if record[0] == _ENTRIES else len(record[1])
 Callback = Callable[[list[Any], Exception | None], None]
 
 
@@ -559,6 +574,7 @@ class Journal:
         self._syncer: Any = None  # JournalSyncer or ThreadSyncer, once open
         self._writing = False  # open and written by the loop
         self._gather: list[_Record] = []  # foreground records of this loop pass
+        self._gathered_records = 0  # the records they hold (a run of entries counts each)
         self._gathered_bytes = 0  # their bytes, counted only with journalMaxGroupWaitMSec
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._gathered_at = 0.0  # time.monotonic() when this pass's first record came
@@ -637,7 +653,7 @@ class Journal:
         return (
             max(self._appended - self._taken, 0)
             + len(self._background)
-            + len(self._gather)
+            + self._gathered_records
             + self._unsynced_records
         )
 
@@ -666,6 +682,7 @@ class Journal:
                 self._background.append(record)
             else:
                 self._gather.append(record)
+                self._gathered_records += 1
                 if self._max_group_wait_s > 0:
                     self._gathered_bytes += len(body)
             self._flush_soon()
@@ -680,17 +697,16 @@ class Journal:
         durable only once every record before it is."""
         if not bodies:
             return
-        entry = RecordType.ENTRY
-        records: list[_Record] = [(entry, body, None, False) for body in bodies]
-        records[-1] = (entry, bodies[-1], token, False)
+        run: _Record = (_ENTRIES, bodies, token, False)  # one item, however many records
         if self._writing:
-            self._gather.extend(records)
+            self._gather.append(run)
+            self._gathered_records += len(bodies)
             if self._max_group_wait_s > 0:
                 self._gathered_bytes += sum(map(len, bodies))
             self._flush_soon()
             return
-        self._appended += len(records)
-        self._queue.put(records)
+        self._appended += len(bodies)
+        self._queue.put([run])
 
     # -- written by the loop -------------------------------------------------------------------
 
@@ -718,40 +734,43 @@ class Journal:
         (``everything``: all of them, at close)."""
         self._flush_handle = None
         since = self._gathered_at
-        if self._queue_stats is not None and self._gather:
-            self._queue_stats.successes(time.monotonic() - since, len(self._gather))
+        records = self._gathered_records
+        if self._queue_stats is not None and records:
+            self._queue_stats.successes(time.monotonic() - since, records)
         if self.failure is not None:
             everything = True  # nothing more is written: every record waiting fails now
         batch, self._gather = self._gather, []
-        self._gathered_bytes = 0
+        self._gathered_bytes = self._gathered_records = 0
         carries = bool(self._background) and (
             everything or self._background_seq <= self._synced_seq()
         )
         if carries:
-            size = sum(len(record[1]) for record in batch)
+            size = sum(map(_record_bytes, batch))
             limit = size + BACKGROUND_WITH_FOREGROUND if batch else self._threshold
+            foreground = len(batch)
             batch = self._with_background(batch, size, 1 << 62 if everything else limit)
+            records += len(batch) - foreground  # background records are single
         if not batch:
             return
-        tokens = self._write_group(batch)
+        tokens = self._write_group(batch, records)
         if tokens is None:
             return  # failed, and said so
         if self._syncer is None:  # journalSyncData=false: written is as far as it goes
-            self._done(tokens, len(batch), since=since)
+            self._done(tokens, records, since=since)
             if self._background and self._writing:
                 self._flush_soon()
             return
         if (
             not carries
             and not self._unsynced
-            and len(batch) <= INLINE_MAX_RECORDS
+            and records <= INLINE_MAX_RECORDS
             and self._last_sync_s <= INLINE_SYNC_LIMIT_S
             and self.idle_past_a_sync
             and self._inline_ok()
         ):
-            self._sync_here(tokens, len(batch), since)
+            self._sync_here(tokens, records, since)
             return
-        self._ask_sync(tokens, len(batch), since)
+        self._ask_sync(tokens, records, since)
         if carries:  # the next background records wait for these to be durable
             self._background_seq = self._sync_seq
 
@@ -891,13 +910,13 @@ class Journal:
                     stop = True  # after writing what was queued
                     break
                 if items[0][0] >= 0:  # a request to the thread is no appended record
-                    self._taken += len(items)
+                    self._taken += _records(items)
                 if items[0][3]:
                     background.extend(items)
                 else:
                     batch.extend(items)
                     for record in items:
-                        size += len(record[1])
+                        size += _record_bytes(record)
             if not batch and not background:
                 break  # stopping with nothing queued
             limit = size + BACKGROUND_WITH_FOREGROUND if batch else threshold
@@ -944,17 +963,19 @@ class Journal:
             if not batch:
                 return
         since = time.monotonic()
-        tokens = self._write_group(batch)
+        records = _records(batch)
+        tokens = self._write_group(batch, records)
         if tokens is None:
             return
         if self._sync_data:
-            self._sync_here(tokens, len(batch), since)
+            self._sync_here(tokens, records, since)
         else:
-            self._done(tokens, len(batch), since=since)
+            self._done(tokens, records, since=since)
 
-    def _write_group(self, batch: list[_Record]) -> list[Any] | None:
-        """Writes ``batch`` as one group (rolling or growing the file first if need be) and
-        returns its tokens; None if it failed (its tokens then reported failed)."""
+    def _write_group(self, batch: list[_Record], records: int) -> list[Any] | None:
+        """Writes ``batch`` (``records`` records) as one group (rolling or growing the file
+        first if need be) and returns its tokens; None if it failed (its tokens then reported
+        failed)."""
         made = None if native is None else native.journal_group(batch, _GATHER_MIN_RECORD)
         pieces, tokens = made if made is not None else _group_pieces(batch, _GATHER_MIN_RECORD)
         if self.failure is not None:
@@ -972,7 +993,7 @@ class Journal:
                     self.out_of_space = True
                     log.error(
                         "journal: disk full, cannot start a new file; failing %d records",
-                        len(batch),
+                        records,
                     )
                     self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
                     return None
@@ -1013,7 +1034,7 @@ class Journal:
                 log.error(
                     "journal %s: disk full; failing %d records",
                     journal_name(self._file_id),
-                    len(batch),
+                    records,
                 )
                 self._on_synced(tokens, JournalError(f"journal disk full: {error}"))
                 return None
