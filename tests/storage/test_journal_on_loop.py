@@ -26,6 +26,7 @@ from bookkeeper_py.storage.journal import (
     ZERO_AHEAD_MAX_SYNC_BYTES,
     Journal,
     JournalError,
+    JournalStats,
     RecordType,
     ThreadSyncer,
     journal_name,
@@ -575,3 +576,72 @@ def test_a_failed_sync_seen_during_a_roll_fails_the_group_that_rolled(
     monkeypatch.undo()
     assert [token for token, _ in collector.results] == ["first", "second"]
     assert all(isinstance(error, JournalError) for _, error in collector.results)
+
+
+class _Recorded:
+    """An ``OpStats`` that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    def success(self, seconds: float) -> None:
+        self.seen.append(seconds)
+
+    def failure(self, seconds: float) -> None:
+        pass
+
+    def successes(self, seconds: float, count: int) -> None:
+        self.seen.extend([seconds] * count)
+
+
+class _RecordingMetrics:
+    def __init__(self) -> None:
+        self.stats: dict[str, _Recorded] = {}
+
+    def op_stats(self, name: str, help_text: str, **_: Any) -> _Recorded:
+        return self.stats.setdefault(name, _Recorded())
+
+
+def test_how_late_the_loop_takes_a_finished_sync_is_recorded(
+    tmp_path: Path, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JOURNAL_SYNC_TAKEN: from a sync's end on the syncer thread to the loop taking it. A sync
+    that ends while the loop is busy is taken once the loop is free again, and counted that
+    late; the answers wait for it."""
+    gate, synced = threading.Event(), threading.Event()
+    ended: list[float] = []
+    real_fdatasync = os.fdatasync
+
+    def held(fd: int) -> None:
+        assert gate.wait(30), "the test never released the sync"
+        real_fdatasync(fd)
+        ended.append(time.monotonic())
+        synced.set()
+
+    monkeypatch.setattr(journal_module, "make_syncer", ThreadSyncer)
+    monkeypatch.setattr(os, "fdatasync", held)
+    metrics = _RecordingMetrics()
+    collector = Collector()
+    journal = loop_journal(tmp_path, collector, loop_thread, stats=JournalStats.of(metrics))  # type: ignore[arg-type]
+    taken = metrics.stats["bookie_journal_JOURNAL_SYNC_TAKEN"]
+    loop_thread.call(lambda: journal.append_entries([entry(1, 0, b"a")], "a"))
+    busy, free = threading.Event(), threading.Event()
+
+    def keep_busy() -> None:
+        busy.set()
+        assert free.wait(30)
+
+    loop_thread.loop.call_soon_threadsafe(keep_busy)
+    assert busy.wait(30)
+    gate.set()  # the sync ends while the loop is busy
+    assert synced.wait(30)
+    time.sleep(0.1)
+    freed_at = time.monotonic()
+    sync_end = journal._syncer._last_end  # the syncer's own clock of the sync's end
+    assert sync_end >= ended[0]
+    free.set()
+    collector.wait_for(1)
+    assert collector.results == [("a", None)]
+    assert len(taken.seen) == 1
+    assert taken.seen[0] >= freed_at - sync_end  # at least as late as the loop was busy
+    loop_thread.call(journal.close)

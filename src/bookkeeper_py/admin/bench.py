@@ -226,7 +226,7 @@ class BookieScrapes:
     much of the client's latency the bookies and the disk account for. The quantiles come from
     the histograms' bucket differences, interpolated as the dashboard does."""
 
-    NAMES = (dashboard_metrics.ADD, dashboard_metrics.JOURNAL_SYNC)
+    NAMES = (dashboard_metrics.ADD, dashboard_metrics.JOURNAL_SYNC, dashboard_metrics.SYNC_TAKEN)
     TIMEOUT_S = 10.0
     # A journal sync this long is a stall of the disk (a bucket bound of the sync histogram):
     # the count of them per bookie says whether a run's tail met one, which no code avoids.
@@ -288,6 +288,11 @@ class BookieScrapes:
         for key, value in (
             ("add_p99_ms", point.add_p99_ms),
             ("journal_sync_p99_ms", point.journal_sync_p99_ms),
+            # how late the bookies' loops took their syncs' answers (a busy or starved loop)
+            (
+                "sync_taken_p99_ms",
+                dashboard_metrics.p99_ms(intervals, dashboard_metrics.SYNC_TAKEN),
+            ),
         ):
             if value is not None:
                 figures[key] = value
@@ -323,6 +328,8 @@ class BookieScrapes:
                 f"{figures['journal_sync_mean_ms']:.3f} "
                 f"({figures['journal_syncs_per_s']:,.0f}/s a bookie)"
             )
+        if "sync_taken_p99_ms" in figures:
+            parts.append(f"syncs taken by the loop p99 {figures['sync_taken_p99_ms']:.3f}")
         if "journal_stalls_per_bookie" in figures:
             parts.append(
                 f"{figures['journal_stalls_per_bookie']:.1f} syncs over "

@@ -26,8 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 ADD = "bookkeeper_server_ADD_ENTRY_REQUEST"
 READ = "bookkeeper_server_READ_ENTRY_REQUEST"
 JOURNAL_SYNC = "bookie_journal_JOURNAL_SYNC"
+SYNC_TAKEN = "bookie_journal_JOURNAL_SYNC_TAKEN"  # a sync's end to the loop taking it (ours)
 CHECKPOINT = "bookie_CHECKPOINT"
-WATCHED = (ADD, READ, JOURNAL_SYNC, CHECKPOINT)
+WATCHED = (ADD, READ, JOURNAL_SYNC, SYNC_TAKEN, CHECKPOINT)
 # AutoRecovery's progress: what the replication workers (in the bookies) copied since start.
 REPLICATED_LEDGERS = "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED"
 REPLICATED_BYTES = "replication_worker_NUM_BYTES_WRITTEN"
@@ -239,6 +240,18 @@ def mean_ms(intervals: list[Interval], name: str) -> float | None:
     return sum(i.totals_ms.get(name, 0.0) for i in intervals) / count if count else None
 
 
+def p99_ms(intervals: list[Interval], name: str) -> float | None:
+    """The p99 of ``name`` over the intervals (every bookie's histograms merged; with summaries
+    only, the highest bookie p99), None without any."""
+    if not any(i.counts.get(name) for i in intervals):
+        return None
+    found = quantile_ms(merge(i.deltas[name] for i in intervals if name in i.deltas))
+    if found is not None:
+        return found
+    summaries = [i.summary_p99_ms[name] for i in intervals if name in i.summary_p99_ms]
+    return max(summaries) if summaries else None
+
+
 def point(intervals: list[Interval], time_ms: int) -> Point:
     """The cluster's (or one bookie's, given one interval) point for the same tick: adds and
     reads per second summed over bookies, p99 of the merged histograms (with summaries: the
@@ -247,23 +260,13 @@ def point(intervals: list[Interval], time_ms: int) -> Point:
     def rate(name: str) -> float:
         return sum(i.counts.get(name, 0.0) / i.seconds for i in intervals)
 
-    def p99(name: str) -> float | None:
-        if not any(i.counts.get(name) for i in intervals):
-            return None
-        merged = merge(i.deltas[name] for i in intervals if name in i.deltas)
-        found = quantile_ms(merged)
-        if found is not None:
-            return found
-        summaries = [i.summary_p99_ms[name] for i in intervals if name in i.summary_p99_ms]
-        return max(summaries) if summaries else None
-
     return Point(
         time_ms,
         rate(ADD),
         rate(READ),
-        p99(ADD),
-        p99(JOURNAL_SYNC),
-        read_p99_ms=p99(READ),
+        p99_ms(intervals, ADD),
+        p99_ms(intervals, JOURNAL_SYNC),
+        read_p99_ms=p99_ms(intervals, READ),
         checkpoint_ms=mean_ms(intervals, CHECKPOINT),
         replicated_ledgers_per_s=sum(
             i.grown.get(REPLICATED_LEDGERS, 0.0) / i.seconds for i in intervals

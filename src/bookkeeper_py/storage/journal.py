@@ -141,6 +141,10 @@ class JournalStats:
     # a loop pass wait for the pass's end: each is counted with the wait of the pass's first
     # record. Not recorded by a journal thread (an engine without a bookie's loop).
     queue_latency: OpStats
+    # JOURNAL_SYNC_TAKEN (ours): from a sync's end on the syncer thread to the loop taking its
+    # answers: how late the bookie's loop is to the syncs it waits for (a busy loop, the GIL
+    # held by another thread, a CPU taken). Recorded where a syncer hands syncs to the loop.
+    sync_taken: OpStats
 
     @classmethod
     def of(cls, metrics: Metrics, labels: Labels = None) -> JournalStats:
@@ -152,6 +156,9 @@ class JournalStats:
             add=stats("JOURNAL_ADD_ENTRY", "journal records, appended to durable (s)"),
             queue_latency=stats(
                 "JOURNAL_QUEUE_LATENCY", "journal records, appended to written (the pass's first)"
+            ),
+            sync_taken=stats(
+                "JOURNAL_SYNC_TAKEN", "journal syncs, ended to taken by the bookie's loop (s)"
             ),
         )
 
@@ -379,6 +386,8 @@ def _records(batch: list[_Record]) -> int:
 
 def _record_bytes(record: _Record) -> int:
     return sum(map(len, record[1])) if record[0] == _ENTRIES else len(record[1])
+
+
 Callback = Callable[[list[Any], Exception | None], None]
 
 
@@ -531,6 +540,7 @@ class Journal:
         # JOURNAL_ADD_ENTRY: each record's time from its append to its durability
         self._add_stats = stats.add if stats is not None else None
         self._queue_stats = stats.queue_latency if stats is not None else None
+        self._taken_stats = stats.sync_taken if stats is not None else None
         self._allocated = 0  # bytes of the current file that are allocated (journalPreAllocSizeMB)
         # Bytes of the current file that hold records or written zeros (below _allocated).
         self._zeroed = 0
@@ -823,16 +833,18 @@ class Journal:
         they cover are durable (or failed); then (``idle_work``) waiting background records are
         written, or, if nothing waits, zeros ahead."""
         synced, error, times, last_end = self._syncer.take()
+        now = time.monotonic()  # the syncers' clock too (CLOCK_MONOTONIC)
         if self._sync_stats is not None:
             for seconds in times:
                 self._sync_stats.success(seconds)
         if times:
             self._last_sync_s = times[-1]
             self._idle_since = last_end
+            if self._taken_stats is not None:
+                self._taken_stats.success(max(0.0, now - last_end))
         tokens: list[Any] = []
         records = end = zeros = 0
         unsynced = self._unsynced
-        now = time.monotonic()
         while unsynced and unsynced[0][0] <= synced:
             _, group_tokens, group_records, end, since = unsynced.popleft()
             tokens += group_tokens
