@@ -266,10 +266,15 @@ class BookieConnection(asyncio.Protocol):
             and self._transport is not None
         )
 
+    def _run_room(self) -> int:
+        """How many requests a run may take now: at most ``_MAX_RUN``, within the connection's
+        bound of unanswered requests."""
+        return min(_MAX_RUN, self._max_pending - self.pending)
+
     def _cut_plain_adds(self, data: bytes, position: int) -> int:
         """Serves the run of plain adds at ``position`` in ``data`` as ``_plain_adds`` serves
         one off the backlog; returns where the bytes it did not take begin."""
-        room = min(_MAX_RUN, self._max_pending - self.pending)
+        room = self._run_room()
         groups, count, position = v2.cut_plain_adds(
             data, position, room, self._decoder.max_frame_size
         )
@@ -427,7 +432,7 @@ class BookieConnection(asyncio.Protocol):
         in bulk: per ledger and master key, one call to the bookie and one write of the
         answers. Within the connection's bound of unanswered requests (``_process_backlog``
         serves no frame at the bound)."""
-        room = min(_MAX_RUN, self._max_pending - self.pending)
+        room = self._run_room()
         groups, count = v2.take_plain_adds(self._backlog, first, room)
         self.pending += count
         self._add_groups(groups)
@@ -446,7 +451,7 @@ class BookieConnection(asyncio.Protocol):
         bookie and one write of the answers it has at once (those waiting for a disk are
         answered when their reader thread is done). Within the connection's bound of
         unanswered requests, as ``_plain_adds``."""
-        room = min(_MAX_RUN, self._max_pending - self.pending)
+        room = self._run_room()
         groups, count = v2.take_plain_reads(self._backlog, first, room)
         self.pending += count
         read = self._bookie.read_entries
