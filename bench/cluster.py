@@ -24,9 +24,10 @@ Beside the half-rate row, what the disk alone allows at that rate (``commit_floo
 and p99 add latency of three processes doing only the journals' group commits at that rate,
 measured just before that row's cluster starts. The row's p99 cannot be under it. Beside that
 row and the one-add-in-flight row, the same figure of the ideal C cluster (``ideal_cluster.py``:
-three C bookies and a C client doing only what an add needs, on the row's schedule) and its CPU
-per entry, measured just before the row's cluster starts: the latency of the disk, the wake-ups
-and loopback TCP, which no bookie or client code on this machine avoids. After the half-rate row,
+three C bookies and a C client doing only what an add needs, on the row's schedule; each bookie
+journals each entry it stores and writes it to an entry log) and its CPU per entry, measured just
+before the row's cluster starts: the latency of the disk, the wake-ups and loopback TCP, which no
+bookie or client code on this machine avoids. After the half-rate row,
 the ideal C cluster once more, its processes spending the row's median CPU per entry
 (``ideal_cluster.py --cpu-per-entry``): the latency that much CPU alone costs on two cores, with
 a design that adds nothing else; and under the row, how late the client issued its adds (the

@@ -10,13 +10,20 @@
  * it is preempted does not count): the ideal structure with a real cluster's CPU per entry,
  * which says how much of that cluster's latency its CPU alone explains.
  *
- *   ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE CPU_US
+ *   ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE CPU_US LOG_BYTES
  *       listens on a free port of 127.0.0.1 for one client and prints "ready PORT"; appends to
  *       FILE (written over RING_BYTES once at the start, then overwritten in a ring, as a journal
- *       over space already written); prints "cpu SECONDS" when the client is gone. With CPU_US
+ *       over space already written); prints "cpu SECONDS logged BYTES stored BYTES" when the client
+ *       is gone (the bytes written to its entry log, and of the entries it stored). With CPU_US
  *       above 0 it spends that much per entry it stores before writing them, and a thread of its
  *       own syncs and acknowledges what was written meanwhile (as a bookie's journal does), so
- *       that the CPU of the entries that arrive overlaps the sync under way.
+ *       that the CPU of the entries that arrive overlaps the sync under way. With LOG_BYTES
+ *       above 0 it also keeps every entry it stores (a write cache) and a thread of its own
+ *       writes them a second time, to FILE.log, as any BookKeeper bookie writes its entry logs:
+ *       a megabyte at a time with O_DIRECT, each synced, steadily as they come (the least such
+ *       writes can disturb the journal: no index, no bursts), over LOG_BYTES written once at
+ *       the start and then overwritten in a ring. Should the writes fall a write cache behind,
+ *       the bookie waits for them before it stores more (as a full write cache holds adds).
  *   ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US CPU_US PORT0 PORT1 PORT2
  *       with RATE above 0, adds fall due every 1/RATE s for WARMUP + SECONDS and at least
  *       every TICK_US those due are sent, as bench writes --rate sends them (the latency
@@ -120,7 +127,85 @@ static void *sync_rounds(void *argument) {
     return NULL;
 }
 
-static int bookie(const char *path, long ring, int entry_size, double cpu_us) {
+/* A bookie's second write of every entry it stores (LOG_BYTES above 0): the entries are kept in
+ * a ring (the write cache) and a thread of its own writes each LOG_CHUNK of them to the entry log
+ * with O_DIRECT and syncs it (flushEntrylogBytes), steadily as they come. */
+#define LOG_CHUNK (1L << 20)
+#define CACHE_BYTES (64L << 20) /* a multiple of LOG_CHUNK */
+
+struct entry_log {
+    pthread_mutex_t lock;
+    pthread_cond_t more, room;
+    int file, closing;
+    char *cache;          /* CACHE_BYTES, page-aligned: entry bytes at (count mod CACHE_BYTES) */
+    long cached, logged;  /* bytes ever kept in the cache, and ever written to the entry log */
+    long size, position;  /* the entry log's bytes (a ring), and where the next chunk goes */
+};
+
+static void *log_rounds(void *argument) {
+    struct entry_log *l = argument;
+    for (;;) {
+        pthread_mutex_lock(&l->lock);
+        while (l->cached - l->logged < LOG_CHUNK && !l->closing) pthread_cond_wait(&l->more, &l->lock);
+        long from = l->logged % CACHE_BYTES, ready = l->cached - l->logged;
+        pthread_mutex_unlock(&l->lock);
+        if (ready < LOG_CHUNK) break; /* closing: the last partial chunk is not written */
+        if (pwrite(l->file, l->cache + from, LOG_CHUNK, l->position) != LOG_CHUNK)
+            die("pwrite (entry log)");
+        if (fdatasync(l->file) < 0) die("fdatasync (entry log)");
+        l->position = (l->position + LOG_CHUNK) % l->size;
+        pthread_mutex_lock(&l->lock);
+        l->logged += LOG_CHUNK;
+        pthread_cond_signal(&l->room);
+        pthread_mutex_unlock(&l->lock);
+    }
+    return NULL;
+}
+
+/* Keeps ``size`` bytes of entries in the cache for the entry-log thread, a chunk at most at a
+ * time, each once there is room for it. */
+static void cache_entries(struct entry_log *l, const char *data, long size) {
+    while (size > 0) {
+        long piece = size < LOG_CHUNK ? size : LOG_CHUNK;
+        pthread_mutex_lock(&l->lock);
+        while (l->cached + piece - l->logged > CACHE_BYTES) pthread_cond_wait(&l->room, &l->lock);
+        long at = l->cached % CACHE_BYTES;
+        pthread_mutex_unlock(&l->lock);
+        long first = piece < CACHE_BYTES - at ? piece : CACHE_BYTES - at;
+        memcpy(l->cache + at, data, (size_t)first);
+        memcpy(l->cache, data + first, (size_t)(piece - first));
+        pthread_mutex_lock(&l->lock);
+        l->cached += piece;
+        if (l->cached - l->logged >= LOG_CHUNK) pthread_cond_signal(&l->more);
+        pthread_mutex_unlock(&l->lock);
+        data += piece;
+        size -= piece;
+    }
+}
+
+/* The entry log's file, written over ``size`` bytes once (so that its writes land on written
+ * space, as the journal's do), opened for O_DIRECT writes (through the page cache where the file
+ * system refuses them, as a bookie's entry logger does). */
+static int open_entry_log(const char *path, long size, char *zeros) {
+    int file = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_DIRECT, 0644);
+    if (file < 0 && errno == EINVAL) file = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (file < 0) die("open (entry log)");
+    for (long at = 0; at < size; at += LOG_CHUNK)
+        if (pwrite(file, zeros, LOG_CHUNK, at) != LOG_CHUNK) die("pwrite (entry log)");
+    if (fdatasync(file) < 0) die("fdatasync (entry log)");
+    return file;
+}
+
+/* Tells a bookie's thread that waits on ``more`` under ``lock`` to finish, and waits for it. */
+static void stop(pthread_mutex_t *lock, pthread_cond_t *more, int *closing, pthread_t thread) {
+    pthread_mutex_lock(lock);
+    *closing = 1;
+    pthread_cond_signal(more);
+    pthread_mutex_unlock(lock);
+    pthread_join(thread, NULL);
+}
+
+static int bookie(const char *path, long ring, int entry_size, double cpu_us, long log_bytes) {
     int file = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (file < 0) die("open");
     char *block = calloc(1, 1 << 20);
@@ -128,6 +213,18 @@ static int bookie(const char *path, long ring, int entry_size, double cpu_us) {
         if (pwrite(file, block, 1 << 20, at) != 1 << 20) die("pwrite");
     if (fdatasync(file) < 0) die("fdatasync");
     posix_fadvise(file, 0, 0, POSIX_FADV_DONTNEED);
+    struct entry_log log = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                            PTHREAD_COND_INITIALIZER, -1, 0, NULL, 0, 0, 0, 0};
+    pthread_t log_thread;
+    if (log_bytes > 0) {
+        log.size = (log_bytes + LOG_CHUNK - 1) / LOG_CHUNK * LOG_CHUNK;
+        if (posix_memalign((void **)&log.cache, 4096, CACHE_BYTES) != 0) die("posix_memalign");
+        memset(log.cache, 0, CACHE_BYTES);
+        char log_path[4096];
+        snprintf(log_path, sizeof log_path, "%s.log", path);
+        log.file = open_entry_log(log_path, log.size, log.cache);
+        if (pthread_create(&log_thread, NULL, log_rounds, &log) != 0) die("pthread_create");
+    }
     int server = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(server, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -172,6 +269,7 @@ static int bookie(const char *path, long ring, int entry_size, double cpu_us) {
             done += (size_t)w;
         }
         position += (long)bytes;
+        if (log_bytes > 0) cache_entries(&log, buffer, (long)bytes);
         if (cpu_us > 0) {
             pthread_mutex_lock(&syncer.lock);
             size_t need = syncer.pending_size + whole * ID_BYTES;
@@ -195,14 +293,9 @@ static int bookie(const char *path, long ring, int entry_size, double cpu_us) {
         memmove(buffer, buffer + bytes, have - bytes);
         have -= bytes;
     }
-    if (cpu_us > 0) {
-        pthread_mutex_lock(&syncer.lock);
-        syncer.closing = 1;
-        pthread_cond_signal(&syncer.more);
-        pthread_mutex_unlock(&syncer.lock);
-        pthread_join(sync_thread, NULL);
-    }
-    printf("cpu %.3f\n", cpu_seconds());
+    if (cpu_us > 0) stop(&syncer.lock, &syncer.more, &syncer.closing, sync_thread);
+    if (log_bytes > 0) stop(&log.lock, &log.more, &log.closing, log_thread);
+    printf("cpu %.3f logged %ld stored %ld\n", cpu_seconds(), log.logged, stored * entry_size);
     return 0;
 }
 
@@ -320,9 +413,9 @@ static int client(double rate, long in_flight, double seconds, double warmup, in
 }
 
 int main(int argc, char **argv) {
-    if (argc == 6 && strcmp(argv[1], "bookie") == 0 && atoi(argv[4]) >= ID_BYTES &&
-        atof(argv[5]) >= 0)
-        return bookie(argv[2], atol(argv[3]), atoi(argv[4]), atof(argv[5]));
+    if (argc == 7 && strcmp(argv[1], "bookie") == 0 && atoi(argv[4]) >= ID_BYTES &&
+        atof(argv[5]) >= 0 && atol(argv[6]) >= 0)
+        return bookie(argv[2], atol(argv[3]), atoi(argv[4]), atof(argv[5]), atol(argv[6]));
     if (argc == 9 + BOOKIES && strcmp(argv[1], "client") == 0 && atoi(argv[6]) >= ID_BYTES &&
         (atof(argv[2]) > 0 || atol(argv[3]) > 0) && atof(argv[8]) >= 0) {
         int ports[BOOKIES];
@@ -331,7 +424,7 @@ int main(int argc, char **argv) {
                       atol(argv[7]), atof(argv[8]), ports);
     }
     fprintf(stderr,
-            "usage: ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE CPU_US\n"
+            "usage: ideal_cluster bookie FILE RING_BYTES ENTRY_SIZE CPU_US LOG_BYTES\n"
             "       ideal_cluster client RATE IN_FLIGHT SECONDS WARMUP ENTRY_SIZE TICK_US CPU_US "
             "PORT0 PORT1 PORT2\n"
             "(an entry holds at least %d bytes; RATE 0 keeps IN_FLIGHT adds outstanding)\n",

@@ -327,6 +327,31 @@ def test_ideal_cluster_runs(schedule: list[str]) -> None:
     assert result["cpu_per_entry_us"]["client"] > 0
 
 
+@pytest.mark.parametrize("entry_logs", [True, False])
+def test_ideal_cluster_writes_its_entry_logs(entry_logs: bool) -> None:
+    """bench/ideal_cluster.py: each bookie writes the entries it stores a second time, to its
+    entry log, a megabyte at a time (all but the last partial megabyte); with
+    ``--no-entry-logs``, nothing."""
+    import json
+
+    options = [] if entry_logs else ["--no-entry-logs"]
+    out = run(
+        "ideal_cluster.py",
+        *("--rate", "1500", "--seconds", "0.4", "--warmup", "0.1", "--entry-size", "65536"),
+        *options,
+        "--json",
+    )
+    (result,) = json.loads(out.strip().splitlines()[-1])
+    assert result["entry_logs"] is entry_logs
+    # two bookies of three store each add: ~500 adds of 64 KiB each, ~32 MiB
+    for logged, stored in zip(result["entry_log_bytes"], result["stored_bytes"], strict=True):
+        assert stored >= 400 * 65536
+        if entry_logs:
+            assert logged % (1 << 20) == 0 and stored - (1 << 20) < logged <= stored
+        else:
+            assert logged == 0
+
+
 @pytest.mark.parametrize("schedule", [["--rate", "3000"], ["--in-flight", "4"]])
 def test_ideal_cluster_spends_the_cpu_asked_for(schedule: list[str]) -> None:
     """bench/ideal_cluster.py --cpu-per-entry: the client and each bookie spend at least the
