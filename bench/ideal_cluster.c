@@ -146,7 +146,8 @@ static void *log_rounds(void *argument) {
     struct entry_log *l = argument;
     for (;;) {
         pthread_mutex_lock(&l->lock);
-        while (l->cached - l->logged < LOG_CHUNK && !l->closing) pthread_cond_wait(&l->more, &l->lock);
+        while (l->cached - l->logged < LOG_CHUNK && !l->closing)
+            pthread_cond_wait(&l->more, &l->lock);
         long from = l->logged % CACHE_BYTES, ready = l->cached - l->logged;
         pthread_mutex_unlock(&l->lock);
         if (ready < LOG_CHUNK) break; /* closing: the last partial chunk is not written */
@@ -183,16 +184,22 @@ static void cache_entries(struct entry_log *l, const char *data, long size) {
     }
 }
 
-/* The entry log's file, written over ``size`` bytes once (so that its writes land on written
- * space, as the journal's do), opened for O_DIRECT writes (through the page cache where the file
- * system refuses them, as a bookie's entry logger does). */
-static int open_entry_log(const char *path, long size, char *zeros) {
+/* Writes ``file`` over ``size`` bytes (a multiple of LOG_CHUNK) of ``zeros`` (LOG_CHUNK of them,
+ * aligned for O_DIRECT) and syncs it: the file's later writes land on written space, as a
+ * recycled journal's do. */
+static void write_over(int file, long size, const char *zeros) {
+    for (long at = 0; at < size; at += LOG_CHUNK)
+        if (pwrite(file, zeros, LOG_CHUNK, at) != LOG_CHUNK) die("pwrite");
+    if (fdatasync(file) < 0) die("fdatasync");
+}
+
+/* The entry log's file, written over ``size`` bytes once, opened for O_DIRECT writes (through
+ * the page cache where the file system refuses them, as a bookie's entry logger does). */
+static int open_entry_log(const char *path, long size, const char *zeros) {
     int file = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_DIRECT, 0644);
     if (file < 0 && errno == EINVAL) file = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (file < 0) die("open (entry log)");
-    for (long at = 0; at < size; at += LOG_CHUNK)
-        if (pwrite(file, zeros, LOG_CHUNK, at) != LOG_CHUNK) die("pwrite (entry log)");
-    if (fdatasync(file) < 0) die("fdatasync (entry log)");
+    write_over(file, size, zeros);
     return file;
 }
 
@@ -208,17 +215,21 @@ static void stop(pthread_mutex_t *lock, pthread_cond_t *more, int *closing, pthr
 static int bookie(const char *path, long ring, int entry_size, double cpu_us, long log_bytes) {
     int file = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (file < 0) die("open");
-    char *block = calloc(1, 1 << 20);
-    for (long at = 0; at < ring; at += 1 << 20)
-        if (pwrite(file, block, 1 << 20, at) != 1 << 20) die("pwrite");
-    if (fdatasync(file) < 0) die("fdatasync");
+    char *zeros = calloc(1, LOG_CHUNK);
+    if (zeros == NULL) die("calloc");
+    write_over(file, (ring + LOG_CHUNK - 1) / LOG_CHUNK * LOG_CHUNK, zeros);
+    free(zeros);
     posix_fadvise(file, 0, 0, POSIX_FADV_DONTNEED);
     struct entry_log log = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
                             PTHREAD_COND_INITIALIZER, -1, 0, NULL, 0, 0, 0, 0};
     pthread_t log_thread;
     if (log_bytes > 0) {
         log.size = (log_bytes + LOG_CHUNK - 1) / LOG_CHUNK * LOG_CHUNK;
-        if (posix_memalign((void **)&log.cache, 4096, CACHE_BYTES) != 0) die("posix_memalign");
+        int failed = posix_memalign((void **)&log.cache, 4096, CACHE_BYTES);
+        if (failed) {
+            errno = failed;
+            die("posix_memalign");
+        }
         memset(log.cache, 0, CACHE_BYTES);
         char log_path[4096];
         snprintf(log_path, sizeof log_path, "%s.log", path);

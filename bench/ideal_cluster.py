@@ -141,8 +141,7 @@ def run(
                 raise SystemExit(
                     "ideal_cluster: a bookie did not stop within 60 s of its client's end"
                 ) from None
-            last = out.split("\n")[-2:-1] if out.endswith("\n") else []
-            words = last[0].split() if last else []
+            words = out.splitlines()[-1].split() if out.strip() else []
             if bookie.returncode != 0 or words[::2] != ["cpu", "logged", "stored"]:
                 raise SystemExit(f"ideal_cluster: a bookie failed (exit {bookie.returncode})")
             bookie_cpu.append(float(words[1]))

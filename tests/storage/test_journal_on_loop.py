@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from bookkeeper_py.loop import call_on
+from bookkeeper_py.prometheus import PrometheusMetrics
 from bookkeeper_py.speedups import native
 from bookkeeper_py.storage import journal as journal_module
 from bookkeeper_py.storage.journal import (
@@ -578,28 +580,14 @@ def test_a_failed_sync_seen_during_a_roll_fails_the_group_that_rolled(
     assert all(isinstance(error, JournalError) for _, error in collector.results)
 
 
-class _Recorded:
-    """An ``OpStats`` that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.seen: list[float] = []
-
-    def success(self, seconds: float) -> None:
-        self.seen.append(seconds)
-
-    def failure(self, seconds: float) -> None:
-        pass
-
-    def successes(self, seconds: float, count: int) -> None:
-        self.seen.extend([seconds] * count)
-
-
-class _RecordingMetrics:
-    def __init__(self) -> None:
-        self.stats: dict[str, _Recorded] = {}
-
-    def op_stats(self, name: str, help_text: str, **_: Any) -> _Recorded:
-        return self.stats.setdefault(name, _Recorded())
+def _histogram(metrics: PrometheusMetrics, name: str) -> tuple[float, float]:
+    """The (count, sum) of histogram ``name``'s successes as the bookie exports them."""
+    values: dict[str, float] = {}
+    for line in generate_latest(metrics.registry).decode().splitlines():
+        for suffix in ("_count", "_sum"):
+            if line.startswith(f'{name}{suffix}{{success="true"}} '):
+                values[suffix] = float(line.split()[1])
+    return values["_count"], values["_sum"]
 
 
 def test_how_late_the_loop_takes_a_finished_sync_is_recorded(
@@ -620,10 +608,10 @@ def test_how_late_the_loop_takes_a_finished_sync_is_recorded(
 
     monkeypatch.setattr(journal_module, "make_syncer", ThreadSyncer)
     monkeypatch.setattr(os, "fdatasync", held)
-    metrics = _RecordingMetrics()
+    metrics = PrometheusMetrics()
     collector = Collector()
-    journal = loop_journal(tmp_path, collector, loop_thread, stats=JournalStats.of(metrics))  # type: ignore[arg-type]
-    taken = metrics.stats["bookie_journal_JOURNAL_SYNC_TAKEN"]
+    journal = loop_journal(tmp_path, collector, loop_thread, stats=JournalStats.of(metrics))
+    taken = "bookie_journal_JOURNAL_SYNC_TAKEN"
     loop_thread.call(lambda: journal.append_entries([entry(1, 0, b"a")], "a"))
     busy, free = threading.Event(), threading.Event()
 
@@ -642,6 +630,7 @@ def test_how_late_the_loop_takes_a_finished_sync_is_recorded(
     free.set()
     collector.wait_for(1)
     assert collector.results == [("a", None)]
-    assert len(taken.seen) == 1
-    assert taken.seen[0] >= freed_at - sync_end  # at least as late as the loop was busy
+    count, seconds = _histogram(metrics, taken)
+    assert count == 1
+    assert seconds >= freed_at - sync_end  # at least as late as the loop was busy
     loop_thread.call(journal.close)
